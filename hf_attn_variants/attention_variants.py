@@ -1,0 +1,493 @@
+"""The attention mathematics shared by every family: dot product, talking heads, Synthesizer.
+
+This file is copied next to every saved checkpoint (remote code), so it imports only torch and public
+transformers API, never a sibling of ours.
+
+A family's attention module keeps its own query/key/value/output projections, named as in the upstream
+transformers model (so vanilla checkpoints load), and hands the projected heads to :class:`VariantAttentionCore`,
+which owns every parameter that a variant adds and does the rest:
+
+    dot_product    softmax(q k^T * s + mask) v, dispatched to ``ALL_ATTENTION_FUNCTIONS`` (SDPA) when nothing needs
+                   the weights, else computed eagerly exactly as transformers' ``eager_attention_forward``.
+    talking_heads  J = q k^T * s over h_k heads; L = J P_l (+ dynamic terms) over h heads; + mask (+ position bias);
+                   W = softmax(L); U = W P_w (+ dynamic terms) over h_v heads; dropout(U) v.  (Shazeer et al. 2020)
+    synthesizer    logits = sum_c alpha_c S_c over components (dense, random, factorized_dense, factorized_random,
+                   dot_product) + mask; softmax; dropout; v.  (Tay et al. 2020)
+
+Shapes: b batch, n query length, m key length, h_k/h/h_v key, softmax and value heads, d_k/d_v head sizes.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import initialization as init
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+ATTENTION_TYPES = ("dot_product", "talking_heads", "synthesizer")
+SYNTHESIZER_COMPONENTS = ("dot_product", "dense", "random", "factorized_dense", "factorized_random")
+DYNAMIC_PROJECTIONS = ("x2l", "m2l", "x2w", "m2w")
+TALKING_HEADS_INITS = ("identity", "paper")
+MIXTURE_INITS = ("uniform", "dot_product")
+
+
+def _choice(field: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"`{field}`={value!r} is not supported; allowed values: {', '.join(map(repr, allowed))}.")
+
+
+def _balanced_factors(n: int) -> tuple[int, int]:
+    """The factor pair (a, b), a <= b, a * b = n, with a as close to sqrt(n) as possible."""
+    a = int(math.isqrt(n))
+    while n % a:
+        a -= 1
+    return a, n // a
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """Everything one attention layer needs to know, resolved and validated from a config.
+
+    Built by :meth:`from_config` when a layer is built, so an impossible configuration raises a ``ValueError``
+    naming the field there (as transformers' own BERT does), while the config itself always constructs.
+    """
+
+    attention_type: str
+    hidden_size: int  # width of the query input and of the memory input
+    num_heads: int  # h: logits / softmax heads
+    num_key_heads: int  # h_k: query/key heads
+    num_value_heads: int  # h_v: value heads
+    key_head_size: int  # d_k
+    value_head_size: int  # d_v
+    dropout: float
+    is_causal: bool
+    recompute: bool = False
+    # talking heads
+    pre_softmax: bool = True
+    post_softmax: bool = True
+    talking_heads_init: str = "paper"
+    dynamic: tuple[str, ...] = ()
+    # synthesizer
+    components: tuple[str, ...] = ()
+    max_position: int = 512
+    random_trainable: bool = True
+    factorized_rank: int = 8
+    dense_factors: tuple[int, int] = (16, 32)
+    mixture_normalize: bool = True
+    mixture_init: str = "uniform"
+
+    @property
+    def uses_query_key(self) -> bool:
+        """Whether the layer has query and key projections (pure synthesizers have none)."""
+        return self.attention_type != "synthesizer" or "dot_product" in self.components
+
+    @property
+    def query_size(self) -> int:
+        return self.num_key_heads * self.key_head_size
+
+    @property
+    def value_size(self) -> int:
+        return self.num_value_heads * self.value_head_size
+
+    @classmethod
+    def from_config(cls, config, *, is_causal: bool = False, is_cross_attention: bool = False, attention_type=None):
+        """Resolve the attention of one layer. Cross-attention has no synthetic form: a synthesizer model's
+        cross-attention is dot-product attention (talking heads stay talking heads there)."""
+        hidden = config.hidden_size
+        heads = config.num_attention_heads
+        attention_type = attention_type or getattr(config, "attention_type", "dot_product")
+        _choice("attention_type", attention_type, ATTENTION_TYPES)
+        if is_cross_attention and attention_type == "synthesizer":
+            attention_type = "dot_product"
+        dynamic = tuple(getattr(config, "talking_heads_dynamic", None) or ())
+        if dynamic and attention_type != "talking_heads" and not is_cross_attention:
+            raise ValueError(
+                f"`talking_heads_dynamic`={list(dynamic)} needs `attention_type`='talking_heads' "
+                f"(got {attention_type!r}); set `talking_heads_dynamic`=[] or switch the attention type."
+            )
+        for name in dynamic:
+            _choice("talking_heads_dynamic", name, DYNAMIC_PROJECTIONS)
+        if len(set(dynamic)) != len(dynamic):
+            raise ValueError(f"`talking_heads_dynamic`={list(dynamic)} names a projection twice.")
+        if not isinstance(heads, int) or heads < 1:
+            raise ValueError(f"`num_attention_heads` must be a positive integer, got {heads!r}.")
+
+        head_size = getattr(config, "attention_head_size", None)
+
+        def width(field, n):
+            if head_size is not None:
+                return head_size
+            if hidden % n != 0:
+                raise ValueError(
+                    f"The hidden size ({hidden}) is not a multiple of `{field}` ({n}); choose a head count that "
+                    f"divides it or set `attention_head_size` explicitly."
+                )
+            return hidden // n
+
+        if head_size is not None and (not isinstance(head_size, int) or head_size < 1):
+            raise ValueError(f"`attention_head_size` must be a positive integer or None, got {head_size!r}.")
+        common = dict(
+            hidden_size=hidden,
+            num_heads=heads,
+            dropout=config.attention_probs_dropout_prob,
+            is_causal=is_causal,
+            recompute=bool(getattr(config, "attention_recompute", False)),
+        )
+        if attention_type != "talking_heads":
+            size = width("num_attention_heads", heads)
+            common.update(num_key_heads=heads, num_value_heads=heads, key_head_size=size, value_head_size=size)
+        if attention_type == "dot_product":
+            return cls(attention_type="dot_product", **common)
+        if attention_type == "talking_heads":
+            h_k = getattr(config, "talking_heads_num_key_heads", None) or heads
+            h_v = getattr(config, "talking_heads_num_value_heads", None) or heads
+            pre = bool(getattr(config, "talking_heads_pre_softmax", True))
+            post = bool(getattr(config, "talking_heads_post_softmax", True))
+            th_init = getattr(config, "talking_heads_init", "paper")
+            _choice("talking_heads_init", th_init, TALKING_HEADS_INITS)
+            if not pre and h_k != heads:
+                raise ValueError(
+                    f"`talking_heads_pre_softmax`=False needs `talking_heads_num_key_heads` ({h_k}) equal to "
+                    f"`num_attention_heads` ({heads}): without the map the logits keep the key heads."
+                )
+            if not post and h_v != heads:
+                raise ValueError(
+                    f"`talking_heads_post_softmax`=False needs `talking_heads_num_value_heads` ({h_v}) equal to "
+                    f"`num_attention_heads` ({heads}): without the map the weights keep the softmax heads."
+                )
+            if th_init == "identity" and ((pre and h_k != heads) or (post and h_v != heads)):
+                raise ValueError(
+                    f"`talking_heads_init`='identity' needs square maps, i.e. `talking_heads_num_key_heads` ({h_k}) "
+                    f"and `talking_heads_num_value_heads` ({h_v}) equal to `num_attention_heads` ({heads}); "
+                    f"use `talking_heads_init`='paper'."
+                )
+            if any(d in dynamic for d in ("x2l", "m2l")) and not pre:
+                raise ValueError("Dynamic logits projections (x2l, m2l) need `talking_heads_pre_softmax`=True.")
+            if any(d in dynamic for d in ("x2w", "m2w")) and not post:
+                raise ValueError("Dynamic weights projections (x2w, m2w) need `talking_heads_post_softmax`=True.")
+            return cls(
+                attention_type="talking_heads",
+                hidden_size=hidden,
+                num_heads=heads,
+                num_key_heads=h_k,
+                num_value_heads=h_v,
+                key_head_size=width("talking_heads_num_key_heads", h_k),
+                value_head_size=width("talking_heads_num_value_heads", h_v),
+                dropout=common["dropout"],
+                is_causal=is_causal,
+                recompute=common["recompute"],
+                pre_softmax=pre,
+                post_softmax=post,
+                talking_heads_init=th_init,
+                dynamic=dynamic,
+            )
+        # synthesizer
+        components = tuple(getattr(config, "synthesizer_components", None) or ())
+        if not components:
+            raise ValueError("`synthesizer_components` is empty; name at least one of " f"{SYNTHESIZER_COMPONENTS}.")
+        for c in components:
+            _choice("synthesizer_components", c, SYNTHESIZER_COMPONENTS)
+        if len(set(components)) != len(components):
+            raise ValueError(f"`synthesizer_components`={list(components)} names a component twice.")
+        if components == ("dot_product",):
+            raise ValueError(
+                "`synthesizer_components`=['dot_product'] is plain attention: use `attention_type`='dot_product', "
+                "or add a synthetic component to mix with it."
+            )
+        max_position = getattr(config, "synthesizer_max_position", None) or config.max_position_embeddings
+        mixture_init = getattr(config, "synthesizer_mixture_init", "uniform")
+        _choice("synthesizer_mixture_init", mixture_init, MIXTURE_INITS)
+        if mixture_init == "dot_product" and "dot_product" not in components:
+            raise ValueError(
+                "`synthesizer_mixture_init`='dot_product' (warm start: the model equals dot-product attention at "
+                "init) needs 'dot_product' among `synthesizer_components`."
+            )
+        factors = getattr(config, "synthesizer_dense_factors", None)
+        factors = tuple(factors) if factors else _balanced_factors(max_position)
+        if "factorized_dense" in components and (len(factors) != 2 or factors[0] * factors[1] != max_position):
+            raise ValueError(
+                f"`synthesizer_dense_factors`={list(factors)} must be two integers whose product is the "
+                f"synthesizer's maximum position ({max_position})."
+            )
+        rank = getattr(config, "synthesizer_factorized_rank", 8)
+        if "factorized_random" in components and (not isinstance(rank, int) or rank < 1):
+            raise ValueError(f"`synthesizer_factorized_rank` must be a positive integer, got {rank!r}.")
+        return cls(
+            attention_type="synthesizer",
+            **common,
+            components=components,
+            max_position=max_position,
+            random_trainable=bool(getattr(config, "synthesizer_random_trainable", True)),
+            factorized_rank=rank,
+            dense_factors=factors,
+            mixture_normalize=bool(getattr(config, "synthesizer_mixture_normalize", True)),
+            mixture_init=mixture_init,
+        )
+
+
+def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """A transformers mask (float additive, or boolean with True = attend) as a float additive mask."""
+    if attention_mask is None or attention_mask.dtype != torch.bool:
+        return attention_mask
+    return torch.zeros((), dtype=dtype, device=attention_mask.device).masked_fill(
+        ~attention_mask, torch.finfo(dtype).min
+    )
+
+
+def causal_mask(n: int, m: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive causal mask [1, 1, n, m] for n queries that are the last n of m positions."""
+    query_pos = torch.arange(m - n, m, device=device)[:, None]
+    blocked = torch.arange(m, device=device)[None, :] > query_pos
+    return torch.zeros((n, m), dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)[None, None]
+
+
+def _softmax(logits: torch.Tensor) -> torch.Tensor:
+    """Softmax over keys; half-precision logits are normalised in float32 (as transformers' T5 does)."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        return torch.softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
+    return torch.softmax(logits, dim=-1)
+
+
+def mix_heads(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """out[b, o] = sum_i x[b, i] proj[i, o] (+ bias), over the heads axis of x [b, h_in, n, m] -> [b, h_out, n, m].
+
+    Written as one batched GEMM on the contiguous [h_in, n*m] view of each batch item, with the (tiny) map
+    broadcast over the batch: no transpose of the big tensor in forward or backward, and the optional bias (the
+    mask) is fused into the GEMM through ``baddbmm``. This measured fastest of the exact formulations
+    (einsum over the heads axis copies the big tensor into a heads-last layout).
+    """
+    b, h_in, n, m = x.shape
+    h_out = proj.shape[1]
+    weight = proj.t().to(x.dtype).expand(b, h_out, h_in)  # [b, h_out, h_in], a view
+    flat = x.reshape(b, h_in, n * m)
+    if bias is None:
+        out = torch.bmm(weight, flat)
+    else:
+        out = torch.baddbmm(bias.expand(b, -1, n, m).reshape(b, -1, n * m), weight, flat)
+    return out.view(b, h_out, n, m)
+
+
+class VariantAttentionCore(nn.Module):
+    """The part of an attention layer after the q/k/v projections and before the output projection.
+
+    Inputs are heads-first: query [b, h_k, n, d_k], key [b, h_k, m, d_k (+ h if m2l)], value [b, h_v, m, d_v
+    (+ h if m2w)]; the output is heads-last [b, n, h_v, d_v] (as transformers' attention functions return it),
+    together with the attention weights [b, h_v, n, m] that multiply V (None on the fused path).
+
+    Input-dependent ("dynamic") projections of the memory are carried as extra channels of the cached keys and
+    values (see :meth:`prepare_memory`), so ordinary transformers caches work for incremental decoding.
+    """
+
+    def __init__(self, spec: AttentionSpec):
+        super().__init__()
+        self.spec = spec
+        self.is_causal = spec.is_causal
+        self.scaling = spec.key_head_size**-0.5 if spec.uses_query_key else 1.0
+        h_k, h, h_v, d = spec.num_key_heads, spec.num_heads, spec.num_value_heads, spec.hidden_size
+        if spec.attention_type == "talking_heads":
+            if spec.pre_softmax:
+                self.pre_softmax_proj = nn.Parameter(torch.empty(h_k, h))  # P_l[h_k, h]
+            if spec.post_softmax:
+                self.post_softmax_proj = nn.Parameter(torch.empty(h, h_v))  # P_w[h, h_v]
+            dyn_shape = {"x2l": (h_k, h), "m2l": (h_k, h), "x2w": (h, h_v), "m2w": (h, h_v)}
+            for name in spec.dynamic:  # D(x)[k, o] = x @ W[d, k*o]
+                setattr(self, f"dynamic_{name}", nn.Parameter(torch.empty(d, math.prod(dyn_shape[name]))))
+        elif spec.attention_type == "synthesizer":
+            L, d_h = spec.max_position, spec.key_head_size
+            comps = spec.components
+            if "dense" in comps or "factorized_dense" in comps:
+                self.synthesizer_hidden = nn.Linear(d, h * d_h)  # relu(W1 x + b1), per head d_h wide
+            if "dense" in comps:
+                self.dense_weight = nn.Parameter(torch.empty(h, d_h, L))  # W2: B = relu(W1 x + b1) W2 + b2
+                self.dense_bias = nn.Parameter(torch.empty(h, 1, L))
+            if "factorized_dense" in comps:
+                a, b = spec.dense_factors
+                self.factorized_dense_a = nn.Parameter(torch.empty(h, d_h, a))
+                self.factorized_dense_b = nn.Parameter(torch.empty(h, d_h, b))
+            if "random" in comps:
+                self.random_logits = nn.Parameter(torch.empty(h, L, L), requires_grad=spec.random_trainable)
+            if "factorized_random" in comps:
+                k = spec.factorized_rank
+                self.factorized_random_r1 = nn.Parameter(torch.empty(h, L, k), requires_grad=spec.random_trainable)
+                self.factorized_random_r2 = nn.Parameter(torch.empty(h, L, k), requires_grad=spec.random_trainable)
+            if len(comps) > 1:
+                self.mixture_weights = nn.Parameter(torch.empty(len(comps)))
+
+    # ------------------------------------------------------------------ initialisation (a visible, named step)
+    @torch.no_grad()
+    def init_variant_weights(self, std: float) -> None:
+        """Initialise every parameter this module adds; called by each family's ``_init_weights``.
+
+        Uses ``transformers.initialization`` so a parameter loaded from a checkpoint is left alone and one missing
+        from it (a vanilla checkpoint) gets the configured init instead of zeros.
+        """
+        spec = self.spec
+        if spec.attention_type == "talking_heads":
+            for name in ("pre_softmax_proj", "post_softmax_proj"):
+                proj = getattr(self, name, None)
+                if proj is None:
+                    continue
+                if spec.talking_heads_init == "identity":
+                    init.eye_(proj)
+                else:  # the original code: truncated normal, std 1/sqrt(h_in)
+                    init.trunc_normal_(proj, std=proj.shape[0] ** -0.5, a=-2 * proj.shape[0] ** -0.5,
+                                       b=2 * proj.shape[0] ** -0.5)
+            for name in spec.dynamic:  # small: variance 1e-2 / (h_in * d), the original code warns large trains badly
+                weight = getattr(self, f"dynamic_{name}")
+                h_in = spec.num_key_heads if name.endswith("l") else spec.num_heads
+                init.normal_(weight, std=(1e-2 / (h_in * spec.hidden_size)) ** 0.5)
+        elif spec.attention_type == "synthesizer":
+            for name in ("dense_weight", "factorized_dense_a", "factorized_dense_b", "random_logits",
+                         "factorized_random_r1", "factorized_random_r2"):
+                if hasattr(self, name):
+                    init.normal_(getattr(self, name), std=std)
+            if hasattr(self, "dense_bias"):
+                init.zeros_(self.dense_bias)
+            if hasattr(self, "mixture_weights"):
+                n = len(spec.components)
+                if spec.mixture_init == "dot_product":  # warm start: equals dot-product attention, still learns
+                    init.copy_(self.mixture_weights, torch.tensor(
+                        [1.0 if c == "dot_product" else 0.0 for c in spec.components]))
+                else:
+                    init.constant_(self.mixture_weights, 1.0 / n)
+
+    # ------------------------------------------------------------------ memory side (cached)
+    def prepare_memory(self, key: torch.Tensor | None, value: torch.Tensor, memory: torch.Tensor):
+        """Keys and values as they are stored in a cache.
+
+        key [b, h_k, m, d_k] or None (pure synthesizer: an empty [b, h, m, 0] tensor keeps the cache length);
+        value [b, h_v, m, d_v]; memory [b, m, d] the memory input. The dynamic memory projections m2l
+        (D[j, k, h] for h_k key heads) and m2w (D[j, h, v] for h_v value heads) ride along as extra channels.
+        """
+        b, m = value.shape[0], value.shape[2]
+        if key is None:
+            key = value.new_empty(b, self.spec.num_heads, m, 0)
+        if "m2l" in self.spec.dynamic:
+            dyn = (memory @ self.dynamic_m2l.to(memory.dtype)).view(b, m, self.spec.num_key_heads, -1)
+            key = torch.cat([key, dyn.transpose(1, 2)], dim=-1)  # [b, h_k, m, d_k + h]
+        if "m2w" in self.spec.dynamic:
+            dyn = (memory @ self.dynamic_m2w.to(memory.dtype)).view(b, m, self.spec.num_heads, -1)
+            value = torch.cat([value, dyn.permute(0, 3, 1, 2)], dim=-1)  # [b, h_v, m, d_v + h]
+        return key, value
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        query: torch.Tensor | None,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        hidden_states: torch.Tensor,
+        *,
+        position_bias: torch.Tensor | None = None,
+        attn_implementation: str | None = "eager",
+        output_attentions: bool = False,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden_states [b, n, d] is the query input (dense synthesizers and dynamic x2l/x2w read it)."""
+        spec = self.spec
+        dropout = spec.dropout if self.training else 0.0
+        n, m = hidden_states.shape[1], value.shape[2]
+        if spec.attention_type == "synthesizer" and m > spec.max_position:
+            raise ValueError(
+                f"The synthesizer attends over at most `synthesizer_max_position`={spec.max_position} positions, "
+                f"got {m}; raise `synthesizer_max_position` (and retrain) or shorten the input."
+            )
+        if spec.attention_type == "dot_product" and attn_implementation not in (None, "eager") and not output_attentions:
+            attention_fn: Callable = ALL_ATTENTION_FUNCTIONS[attn_implementation]
+            kwargs = {k: v for k, v in kwargs.items() if k != "output_attentions"}
+            if position_bias is not None:
+                kwargs["position_bias"] = position_bias
+            return attention_fn(self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling,
+                                 **kwargs)
+
+        if attention_mask is None and spec.is_causal and n > 1:
+            attention_mask = causal_mask(n, m, value.dtype, value.device)
+        bias = additive_mask(attention_mask, value.dtype)
+        if position_bias is not None:
+            bias = position_bias if bias is None else bias + position_bias
+        if spec.recompute and self.training and torch.is_grad_enabled():
+            return checkpoint(self._eager, query, key, value, bias, hidden_states, dropout, use_reentrant=False)
+        return self._eager(query, key, value, bias, hidden_states, dropout)
+
+    def _eager(self, query, key, value, bias, hidden_states, dropout):
+        spec = self.spec
+        if spec.attention_type == "talking_heads":
+            weights = self._talking_heads_weights(query, key, value, bias, hidden_states)
+            value = value[..., : spec.value_head_size]
+        else:
+            if spec.attention_type == "dot_product":
+                logits = torch.matmul(query, key.transpose(2, 3)) * self.scaling
+            else:
+                logits = self._synthesizer_logits(query, key, hidden_states)
+            if bias is not None:
+                logits = logits + bias
+            weights = _softmax(logits)
+        weights = F.dropout(weights, p=dropout, training=self.training)
+        out = torch.matmul(weights, value)  # [b, h_v, n, d_v]
+        return out.transpose(1, 2).contiguous(), weights
+
+    def _talking_heads_weights(self, query, key, value, bias, x):
+        spec = self.spec
+        b, n = x.shape[:2]
+        d_k, d_v, h = spec.key_head_size, spec.value_head_size, spec.num_heads
+        dots = torch.matmul(query, key[..., :d_k].transpose(2, 3))  # J [b, h_k, n, m], unscaled
+        if spec.pre_softmax:
+            # L = J (s P_l) + bias: the scaling folds into the 16x16 map, the bias into the GEMM
+            logits = mix_heads(dots, self.pre_softmax_proj * self.scaling, bias)  # [b, h, n, m]
+            if "x2l" in spec.dynamic:  # sum_k J[i,j,k] D(x_i)[k,h]
+                dyn = (x @ self.dynamic_x2l.to(x.dtype)).view(b, n, spec.num_key_heads, h) * self.scaling
+                logits = logits + torch.einsum("bkij,bikh->bhij", dots, dyn)
+            if "m2l" in spec.dynamic:  # sum_k J[i,j,k] D(m_j)[k,h]
+                dyn = key[..., d_k:] * self.scaling  # [b, h_k, m, h]
+                logits = logits + torch.einsum("bkij,bkjh->bhij", dots, dyn)
+        else:
+            logits = dots * self.scaling if bias is None else dots * self.scaling + bias
+        weights = _softmax(logits)  # W [b, h, n, m]
+        if not spec.post_softmax:
+            return weights
+        mixed = mix_heads(weights, self.post_softmax_proj)  # U [b, h_v, n, m]
+        if "x2w" in spec.dynamic:
+            dyn = (x @ self.dynamic_x2w.to(x.dtype)).view(b, n, h, spec.num_value_heads)
+            mixed = mixed + torch.einsum("bhij,bihv->bvij", weights, dyn)
+        if "m2w" in spec.dynamic:
+            mixed = mixed + torch.einsum("bhij,bvjh->bvij", weights, value[..., d_v:])
+        return mixed
+
+    def _synthesizer_logits(self, query, key, x):
+        """sum_c alpha_c S_c over the components, [b or 1, h, n, m] (masks are added by the caller)."""
+        spec = self.spec
+        b, n = x.shape[:2]
+        m = key.shape[2]
+        start = m - n  # position of the first query: rows start.. of R when decoding with a cache
+        terms = []
+        hidden = None
+        if "dense" in spec.components or "factorized_dense" in spec.components:
+            hidden = F.relu(self.synthesizer_hidden(x)).view(b, n, spec.num_heads, -1).transpose(1, 2)
+        for comp in spec.components:
+            if comp == "dot_product":
+                terms.append(torch.matmul(query, key.transpose(2, 3)) * self.scaling)
+            elif comp == "dense":  # B = relu(W1 x + b1) W2 + b2, sliced to the keys
+                terms.append(torch.matmul(hidden, self.dense_weight[:, :, :m]) + self.dense_bias[:, :, :m])
+            elif comp == "factorized_dense":  # A[j // b] * B[j % b]: every (a, b) pair once, sliced to the keys
+                fa = torch.matmul(hidden, self.factorized_dense_a)  # [b, h, n, a]
+                fb = torch.matmul(hidden, self.factorized_dense_b)  # [b, h, n, b]
+                terms.append((fa[..., :, None] * fb[..., None, :]).flatten(-2)[..., :m])
+            elif comp == "random":
+                terms.append(self.random_logits[None, :, start : start + n, :m])
+            else:  # factorized_random: R1 R2^T, rank k
+                r1 = self.factorized_random_r1[:, start : start + n]
+                terms.append(torch.matmul(r1, self.factorized_random_r2[:, :m].transpose(1, 2))[None])
+        if len(terms) == 1:
+            return terms[0].to(x.dtype)
+        alpha = self.mixture_weights
+        if spec.mixture_normalize:  # the paper's form: the weights sum to one
+            alpha = alpha / alpha.sum()
+        logits = alpha[0] * terms[0]
+        for a, t in zip(alpha[1:], terms[1:]):
+            logits = logits + a * t
+        return logits.to(x.dtype)
