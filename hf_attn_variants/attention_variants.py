@@ -355,17 +355,25 @@ class VariantAttentionCore(nn.Module):
                 else:
                     init.constant_(self.mixture_weights, 1.0 / n)
 
+    def freeze_fixed_parameters(self) -> None:
+        """Re-apply `synthesizer_random_trainable=False` (checkpoint loading hands back trainable parameters)."""
+        if not self.spec.random_trainable:
+            for name in ("random_logits", "factorized_random_r1", "factorized_random_r2"):
+                if hasattr(self, name):
+                    getattr(self, name).requires_grad_(False)
+
     # ------------------------------------------------------------------ memory side (cached)
     def prepare_memory(self, key: torch.Tensor | None, value: torch.Tensor, memory: torch.Tensor):
         """Keys and values as they are stored in a cache.
 
-        key [b, h_k, m, d_k] or None (pure synthesizer: an empty [b, h, m, 0] tensor keeps the cache length);
+        key [b, h_k, m, d_k] or None (pure synthesizer: a [b, 1, m, 1] placeholder, since transformers' caches read
+        their length from the keys and take an empty tensor for an empty cache);
         value [b, h_v, m, d_v]; memory [b, m, d] the memory input. The dynamic memory projections m2l
         (D[j, k, h] for h_k key heads) and m2w (D[j, h, v] for h_v value heads) ride along as extra channels.
         """
         b, m = value.shape[0], value.shape[2]
         if key is None:
-            key = value.new_empty(b, self.spec.num_heads, m, 0)
+            key = value.new_zeros(b, 1, m, 1)
         if "m2l" in self.spec.dynamic:
             dyn = (memory @ self.dynamic_m2l.to(memory.dtype)).view(b, m, self.spec.num_key_heads, -1)
             key = torch.cat([key, dyn.transpose(1, 2)], dim=-1)  # [b, h_k, m, d_k + h]

@@ -347,6 +347,14 @@ class VariantBertPreTrainedModel(PreTrainedModel):
         super().__init__(config, *inputs, **kwargs)
         self.config.auto_map = dict(AUTO_MAP)
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        model = super().from_pretrained(*args, **kwargs)
+        for module in model.modules():
+            if isinstance(module, VariantAttentionCore):
+                module.freeze_fixed_parameters()
+        return model
+
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, VariantBertLMPredictionHead):

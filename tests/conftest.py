@@ -1,0 +1,102 @@
+"""Shared tiny configurations: the table of attention variants every test is driven by."""
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import hf_attn_variants as hav  # noqa: E402
+
+TINY = dict(
+    vocab_size=99,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    type_vocab_size=2,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+
+# name -> the variant fields. Every test that says "every variant" runs over this table.
+VARIANTS = {
+    "dot_product": dict(attention_type="dot_product"),
+    "talking_heads": dict(attention_type="talking_heads"),
+    "talking_heads_hk_hv": dict(
+        attention_type="talking_heads", talking_heads_num_key_heads=2, talking_heads_num_value_heads=8
+    ),
+    "talking_heads_pre_only": dict(attention_type="talking_heads", talking_heads_post_softmax=False),
+    "talking_heads_dynamic": dict(attention_type="talking_heads", talking_heads_dynamic=["x2l", "m2l", "x2w", "m2w"]),
+    "talking_heads_recompute": dict(attention_type="talking_heads", attention_recompute=True),
+    "synth_dense": dict(attention_type="synthesizer", synthesizer_components=["dense"]),
+    "synth_random": dict(attention_type="synthesizer", synthesizer_components=["random"]),
+    "synth_random_frozen": dict(
+        attention_type="synthesizer", synthesizer_components=["random"], synthesizer_random_trainable=False
+    ),
+    "synth_factorized_dense": dict(attention_type="synthesizer", synthesizer_components=["factorized_dense"]),
+    "synth_factorized_random": dict(
+        attention_type="synthesizer", synthesizer_components=["factorized_random"], synthesizer_factorized_rank=4
+    ),
+    "synth_mixture": dict(attention_type="synthesizer", synthesizer_components=["dot_product", "dense", "random"]),
+    "synth_mixture_unnormalized": dict(
+        attention_type="synthesizer",
+        synthesizer_components=["random", "factorized_random"],
+        synthesizer_mixture_normalize=False,
+    ),
+}
+
+HEADS = [
+    "VariantBertModel",
+    "VariantBertForPreTraining",
+    "VariantBertForMaskedLM",
+    "VariantBertLMHeadModel",
+    "VariantBertForNextSentencePrediction",
+    "VariantBertForSequenceClassification",
+    "VariantBertForMultipleChoice",
+    "VariantBertForTokenClassification",
+    "VariantBertForQuestionAnswering",
+]
+
+
+def make_config(variant: str, **overrides) -> hav.VariantBertConfig:
+    fields = {**TINY, **VARIANTS[variant], **overrides}
+    return hav.VariantBertConfig(**fields)
+
+
+def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
+    """Inputs with labels for `head`, the second row right-padded."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, TINY["vocab_size"], (batch, seq), generator=g)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[1, seq - 2 :] = 0
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    if head == "VariantBertForMultipleChoice":
+        inputs = {k: v[:, None].expand(-1, 3, -1).contiguous() for k, v in inputs.items()}
+        inputs["labels"] = torch.tensor([0, 2][:batch])
+    elif head in ("VariantBertForMaskedLM", "VariantBertLMHeadModel"):
+        inputs["labels"] = ids.masked_fill(mask == 0, -100)
+    elif head == "VariantBertForPreTraining":
+        inputs["labels"] = ids.masked_fill(mask == 0, -100)
+        inputs["next_sentence_label"] = torch.tensor([0, 1][:batch])
+    elif head in ("VariantBertForNextSentencePrediction", "VariantBertForSequenceClassification"):
+        inputs["labels"] = torch.tensor([0, 1][:batch])
+    elif head == "VariantBertForTokenClassification":
+        inputs["labels"] = torch.randint(0, 2, (batch, seq), generator=g)
+    elif head == "VariantBertForQuestionAnswering":
+        inputs["start_positions"] = torch.tensor([1, 2][:batch])
+        inputs["end_positions"] = torch.tensor([3, 4][:batch])
+    return inputs
+
+
+def build(head: str, variant: str, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    config = make_config(variant, is_decoder=head == "VariantBertLMHeadModel", **overrides)
+    return getattr(hav, head)(config).eval()
+
+
+@pytest.fixture(params=list(VARIANTS))
+def variant(request):
+    return request.param

@@ -1,0 +1,139 @@
+"""Function-preserving variants equal transformers' own BERT on the same weights (the strongest test we have).
+
+The reference is transformers' BertModel / BertForMaskedLM / BertLMHeadModel, saved as an ordinary checkpoint and
+warm-started into a variant with `from_pretrained(..., attention_type=...)`: the checkpoint lacks the variant's
+parameters, so this also shows the function-preserving init survives `from_pretrained`. Each test has a perturbed
+twin that must fail, so a variant path that was silently skipped would be caught.
+"""
+
+import pytest
+import torch
+import transformers
+
+import hf_attn_variants as hav
+from conftest import TINY
+
+WARM_STARTS = {
+    "dot_product": dict(attention_type="dot_product"),
+    "talking_heads_identity": dict(attention_type="talking_heads", talking_heads_init="identity"),
+    "talking_heads_identity_pre_only": dict(
+        attention_type="talking_heads", talking_heads_init="identity", talking_heads_post_softmax=False
+    ),
+    "talking_heads_identity_post_only": dict(
+        attention_type="talking_heads", talking_heads_init="identity", talking_heads_pre_softmax=False
+    ),
+    "mixture_zero_start": dict(
+        attention_type="synthesizer",
+        synthesizer_components=["dot_product", "dense", "random", "factorized_dense", "factorized_random"],
+        synthesizer_mixture_init="dot_product",
+    ),
+    "mixture_zero_start_unnormalized": dict(
+        attention_type="synthesizer",
+        synthesizer_components=["random", "dot_product"],
+        synthesizer_mixture_init="dot_product",
+        synthesizer_mixture_normalize=False,
+    ),
+}
+
+PAIRS = [
+    ("BertModel", "VariantBertModel"),
+    ("BertForMaskedLM", "VariantBertForMaskedLM"),
+    ("BertLMHeadModel", "VariantBertLMHeadModel"),
+]
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, TINY["vocab_size"], (3, 9), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    mask[2, 3:] = 0
+    return dict(input_ids=ids, attention_mask=mask, token_type_ids=(torch.arange(9) > 4).long().expand(3, -1))
+
+
+def _reference(tmp_path, ref_name, attn_implementation):
+    torch.manual_seed(0)
+    config = transformers.BertConfig(**TINY, is_decoder=ref_name == "BertLMHeadModel")
+    ref = getattr(transformers, ref_name)(config)
+    # give every bias and LayerNorm a non-trivial value, so a parameter loaded into the wrong place shows
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    ref.save_pretrained(tmp_path / "ref")
+    ref = getattr(transformers, ref_name).from_pretrained(tmp_path / "ref", attn_implementation=attn_implementation)
+    return ref.eval()
+
+
+def _compare(ref_out, out, check_attentions=True):
+    main = "last_hidden_state" if hasattr(ref_out, "last_hidden_state") else "logits"
+    diffs = {main: (getattr(ref_out, main) - getattr(out, main)).abs().max().item()}
+    for i, (a, b) in enumerate(zip(ref_out.hidden_states, out.hidden_states, strict=True)):
+        diffs[f"hidden_states[{i}]"] = (a - b).abs().max().item()
+    if check_attentions:
+        for i, (a, b) in enumerate(zip(ref_out.attentions, out.attentions, strict=True)):
+            diffs[f"attentions[{i}]"] = (a - b).abs().max().item()
+    return diffs
+
+
+@pytest.mark.parametrize("warm", list(WARM_STARTS))
+@pytest.mark.parametrize("ref_name,ours_name", PAIRS)
+def test_warm_start_equals_transformers_bert(tmp_path, warm, ref_name, ours_name):
+    ref = _reference(tmp_path, ref_name, "eager")
+    ours = getattr(hav, ours_name).from_pretrained(tmp_path / "ref", attn_implementation="eager", **WARM_STARTS[warm])
+    ours.eval()
+    assert ours.config.attention_type == WARM_STARTS[warm]["attention_type"]
+    inputs = _inputs()
+    with torch.no_grad():
+        ref_out = ref(**inputs, output_hidden_states=True, output_attentions=True)
+        out = ours(**inputs, output_hidden_states=True, output_attentions=True)
+    assert len(out.hidden_states) == TINY["num_hidden_layers"] + 1
+    assert out.attentions[0].shape == (3, TINY["num_attention_heads"], 9, 9)
+    diffs = _compare(ref_out, out)
+    assert max(diffs.values()) < 1e-5, diffs
+
+    # non-vacuity: the same comparison with the variant's own parameters perturbed must fail
+    core = ours.base_model.encoder.layer[0].attention.self.core
+    extra = [p for name, p in core.named_parameters()]
+    if warm == "dot_product":
+        assert extra == []
+        return
+    with torch.no_grad():
+        if hasattr(core, "mixture_weights"):
+            core.mixture_weights[1:] += 0.3
+            if "dense_weight" in dict(core.named_parameters()):
+                core.dense_weight.normal_(std=1.0)
+        else:
+            for p in extra:
+                p.add_(0.1 * torch.randn_like(p))
+        out = ours(**inputs, output_hidden_states=True, output_attentions=True)
+    assert max(_compare(ref_out, out).values()) > 1e-3
+
+
+@pytest.mark.parametrize("ref_name,ours_name", PAIRS)
+def test_dot_product_sdpa_equals_transformers_sdpa(tmp_path, ref_name, ours_name):
+    """Our dot-product path through ALL_ATTENTION_FUNCTIONS (SDPA) equals transformers' BERT on SDPA."""
+    ref = _reference(tmp_path, ref_name, "sdpa")
+    ours = getattr(hav, ours_name).from_pretrained(tmp_path / "ref").eval()
+    assert ours.config._attn_implementation == "sdpa"
+    inputs = _inputs()
+    with torch.no_grad():
+        diffs = _compare(ref(**inputs, output_hidden_states=True), ours(**inputs, output_hidden_states=True), False)
+    assert max(diffs.values()) < 1e-5, diffs
+
+
+def test_identity_talking_heads_grad_equals_transformers(tmp_path):
+    """Training step parity: the gradients of the shared parameters equal BERT's (the maps are in the graph)."""
+    ref = _reference(tmp_path, "BertForMaskedLM", "eager").train()
+    ours = hav.VariantBertForMaskedLM.from_pretrained(
+        tmp_path / "ref", attention_type="talking_heads", talking_heads_init="identity", attn_implementation="eager"
+    ).train()
+    inputs = _inputs()
+    inputs["labels"] = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
+    ref(**inputs).loss.backward()
+    ours(**inputs).loss.backward()
+    ref_grads = dict(ref.named_parameters())
+    for name, p in ours.named_parameters():
+        if ".core." in name:
+            assert p.grad is not None and p.grad.abs().sum() > 0, name
+        elif name in ref_grads:
+            torch.testing.assert_close(p.grad, ref_grads[name].grad, atol=1e-5, rtol=1e-4, msg=name)

@@ -1,0 +1,186 @@
+"""Every attention variant x every head: shapes, loss, gradients, save/load, padding, init, tuple outputs."""
+
+import pytest
+import torch
+
+import hf_attn_variants as hav
+from conftest import HEADS, TINY, VARIANTS, build, head_inputs, make_config
+
+# (output field, expected shape) per head for inputs of batch 2, seq 7 (multiple choice: 3 choices)
+SHAPES = {
+    "VariantBertModel": ("last_hidden_state", (2, 7, TINY["hidden_size"])),
+    "VariantBertForPreTraining": ("prediction_logits", (2, 7, TINY["vocab_size"])),
+    "VariantBertForMaskedLM": ("logits", (2, 7, TINY["vocab_size"])),
+    "VariantBertLMHeadModel": ("logits", (2, 7, TINY["vocab_size"])),
+    "VariantBertForNextSentencePrediction": ("logits", (2, 2)),
+    "VariantBertForSequenceClassification": ("logits", (2, 2)),
+    "VariantBertForMultipleChoice": ("logits", (2, 3)),
+    "VariantBertForTokenClassification": ("logits", (2, 7, 2)),
+    "VariantBertForQuestionAnswering": ("start_logits", (2, 7)),
+}
+
+
+def _unused_by_head(head: str, name: str) -> bool:
+    """Parameters a head legitimately never uses (transformers' BERT has the same)."""
+    return name.startswith("bert.pooler.") and head == "VariantBertModel"
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_shapes_loss_and_gradients(variant, head):
+    model = build(head, variant).train()
+    inputs = head_inputs(head)
+    out = model(**inputs)
+    field, shape = SHAPES[head]
+    assert getattr(out, field).shape == shape
+    if head == "VariantBertModel":
+        loss = out.last_hidden_state.pow(2).mean() + out.pooler_output.pow(2).mean()
+    else:
+        assert out.loss is not None and torch.isfinite(out.loss)
+        loss = out.loss
+    loss.backward()
+    frozen = VARIANTS[variant].get("synthesizer_random_trainable") is False
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            assert frozen and ("random" in name), f"{name} is frozen but should train"
+            assert p.grad is None
+            continue
+        if _unused_by_head(head, name):
+            continue
+        assert p.grad is not None and p.grad.abs().sum() > 0, f"no gradient reaches {name}"
+    if frozen:
+        assert any(not p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_save_load_round_trip(tmp_path, variant, head):
+    model = build(head, variant)
+    with torch.no_grad():  # move every parameter off its init, so a re-initialised one would show
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    inputs = {k: v for k, v in head_inputs(head).items()}
+    model.save_pretrained(tmp_path)
+    loaded = getattr(hav, head).from_pretrained(tmp_path).eval()
+    assert loaded.config.attention_type == model.config.attention_type
+    with torch.no_grad():
+        a, b = model(**inputs), loaded(**inputs)
+    for key in a.keys():
+        if isinstance(a[key], torch.Tensor):
+            torch.testing.assert_close(a[key], b[key], atol=0, rtol=0, msg=key)
+    for (n1, p1), (n2, p2) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
+        assert n1 == n2
+        torch.testing.assert_close(p1, p2, atol=0, rtol=0, msg=n1)
+    assert [p.requires_grad for p in model.parameters()] == [p.requires_grad for p in loaded.parameters()]
+
+
+def test_padding_invariance(variant):
+    """Masked padding never changes the outputs at the real positions, pure synthesizers included."""
+    model = build("VariantBertModel", variant)
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, TINY["vocab_size"], (1, 6), generator=g)
+    padded = torch.cat([ids, torch.randint(1, TINY["vocab_size"], (1, 5), generator=g)], dim=1)
+    mask = torch.cat([torch.ones(1, 6), torch.zeros(1, 5)], dim=1).long()
+    with torch.no_grad():
+        short = model(ids).last_hidden_state
+        long = model(padded, attention_mask=mask).last_hidden_state[:, :6]
+    torch.testing.assert_close(short, long, atol=1e-5, rtol=1e-5)
+    # and a row never depends on the other rows of the batch
+    other = torch.randint(1, TINY["vocab_size"], (1, 11), generator=g)
+    with torch.no_grad():
+        batched = model(torch.cat([padded, other]), attention_mask=torch.cat([mask, torch.ones_like(mask)]))
+    torch.testing.assert_close(batched.last_hidden_state[:1, :6], long, atol=1e-5, rtol=1e-5)
+
+
+def test_init_weights_alone_reproduces_construction(variant):
+    """`_init_weights` has a branch for every parameter a variant adds: re-running it on the same seed gives the
+    same model, and a checkpoint missing the variant parameters gets the configured init, never zeros."""
+    model = build("VariantBertForMaskedLM", variant, seed=5)
+    torch.manual_seed(5)
+    fresh = hav.VariantBertForMaskedLM(make_config(variant))
+    for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
+    for name, p in model.named_parameters():
+        if ".core." in name and "bias" not in name:
+            assert p.abs().sum() > 0, f"{name} is all zeros after init"
+
+
+@pytest.mark.parametrize("init", ["identity", "paper"])
+def test_talking_heads_init_survives_from_pretrained(tmp_path, init):
+    """A checkpoint that lacks the maps (vanilla BERT) gets the configured init, not zeros or normal(0.02)."""
+    build("VariantBertForMaskedLM", "dot_product").save_pretrained(tmp_path)
+    model = hav.VariantBertForMaskedLM.from_pretrained(
+        tmp_path, attention_type="talking_heads", talking_heads_init=init
+    )
+    for layer in model.bert.encoder.layer:
+        core = layer.attention.self.core
+        for proj in (core.pre_softmax_proj, core.post_softmax_proj):
+            if init == "identity":
+                torch.testing.assert_close(proj.detach(), torch.eye(TINY["num_attention_heads"]))
+            else:
+                std = TINY["num_attention_heads"] ** -0.5
+                assert proj.abs().max() <= 2 * std + 1e-6 and proj.std() > 0.2 * std
+                assert not torch.allclose(proj, torch.eye(TINY["num_attention_heads"]))
+
+
+def test_warm_start_mixture_learns():
+    """The zero-start mixture equals dot-product attention at init, and its synthetic weights get gradients."""
+    model = hav.VariantBertForMaskedLM(
+        make_config("synth_mixture", synthesizer_mixture_init="dot_product")
+    ).train()
+    core = model.bert.encoder.layer[0].attention.self.core
+    torch.testing.assert_close(core.mixture_weights.detach(), torch.tensor([1.0, 0.0, 0.0]))
+    inputs = head_inputs("VariantBertForMaskedLM")
+    model(**inputs).loss.backward()
+    assert (core.mixture_weights.grad[1:].abs() > 0).all()
+
+
+@pytest.mark.parametrize("head", ["VariantBertModel", "VariantBertForSequenceClassification"])
+def test_return_dict_false_gives_the_same_tensors(head):
+    model = build(head, "talking_heads")
+    inputs = head_inputs(head)
+    with torch.no_grad():
+        as_dict = model(**inputs)
+        as_tuple = model(**inputs, return_dict=False)
+    assert isinstance(as_tuple, tuple)
+    for a, b in zip(as_dict.to_tuple(), as_tuple, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_output_attentions_are_the_weights_that_multiply_v():
+    """For talking heads the returned weights are after the post-softmax map: h_v heads, rows not normalised."""
+    model = build("VariantBertModel", "talking_heads_hk_hv")
+    with torch.no_grad():
+        out = model(**head_inputs("VariantBertModel"), output_attentions=True, output_hidden_states=True)
+    assert len(out.attentions) == TINY["num_hidden_layers"]
+    assert out.attentions[0].shape == (2, 8, 7, 7)  # h_v = 8
+    # recompute layer 0 by hand: U @ V through the output projection equals the layer's attention output
+    layer = model.encoder.layer[0].attention
+    x = out.hidden_states[0]
+    v = layer.self.value(x).view(2, 7, 8, 4).transpose(1, 2)
+    manual = (out.attentions[0] @ v).transpose(1, 2).reshape(2, 7, 32)
+    expected = layer.output(manual, x)
+    mask = torch.ones(2, 7)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        got = layer(x, attention_mask=(1 - mask[:, None, None, :]) * torch.finfo(torch.float32).min)[0]
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_resize_token_embeddings_keeps_the_head_tied():
+    model = build("VariantBertForMaskedLM", "talking_heads")
+    model.resize_token_embeddings(120)
+    assert model.get_input_embeddings().weight.shape[0] == 120
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert model(**head_inputs("VariantBertForMaskedLM")).logits.shape[-1] == 120
+
+
+def test_activation_checkpointing_gives_the_same_gradients():
+    torch.manual_seed(0)
+    model = build("VariantBertForMaskedLM", "talking_heads_dynamic").train()
+    inputs = head_inputs("VariantBertForMaskedLM")
+    model(**inputs).loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model.activation_checkpointing_enable()
+    model(**inputs).loss.backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], atol=1e-6, rtol=1e-5, msg=n)
