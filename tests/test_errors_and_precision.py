@@ -1,0 +1,101 @@
+"""Clear errors for impossible configurations and inputs; every variant in bfloat16 and float16."""
+
+import pytest
+import torch
+
+import hf_attn_variants as hav
+from conftest import TINY, VARIANTS, build, make_config
+
+
+@pytest.mark.parametrize(
+    "fields,match",
+    [
+        (dict(attention_type="linear"), r"`attention_type`='linear'.*'dot_product', 'talking_heads', 'synthesizer'"),
+        (dict(attention_type="talking_heads", talking_heads_num_key_heads=5), r"`talking_heads_num_key_heads` \(5\)"),
+        (dict(attention_type="talking_heads", talking_heads_num_value_heads=3), r"`talking_heads_num_value_heads`"),
+        (dict(hidden_size=30), r"hidden size \(30\) is not a multiple of `num_attention_heads` \(4\)"),
+        (dict(attention_type="dot_product", talking_heads_dynamic=["x2l"]), r"needs `attention_type`='talking_heads'"),
+        (dict(attention_type="talking_heads", talking_heads_dynamic=["q2l"]), r"`talking_heads_dynamic`='q2l'"),
+        (
+            dict(attention_type="talking_heads", talking_heads_num_key_heads=2, talking_heads_init="identity"),
+            r"`talking_heads_init`='identity' needs square maps",
+        ),
+        (
+            dict(attention_type="talking_heads", talking_heads_num_key_heads=2, talking_heads_pre_softmax=False),
+            r"`talking_heads_pre_softmax`=False needs",
+        ),
+        (dict(attention_type="talking_heads", talking_heads_init="xavier"), r"`talking_heads_init`='xavier'"),
+        (dict(attention_type="synthesizer", synthesizer_components=["conv"]), r"`synthesizer_components`='conv'"),
+        (dict(attention_type="synthesizer", synthesizer_components=["dot_product"]), r"plain attention"),
+        (
+            dict(attention_type="synthesizer", synthesizer_components=["dense"], synthesizer_mixture_init="dot_product"),
+            r"needs 'dot_product' among `synthesizer_components`",
+        ),
+        (
+            dict(attention_type="synthesizer", synthesizer_components=["factorized_dense"],
+                 synthesizer_dense_factors=[4, 4]),
+            r"`synthesizer_dense_factors`=\[4, 4\] must be two integers whose product is .* \(64\)",
+        ),
+        (dict(add_cross_attention=True), r"`add_cross_attention`=True needs `is_decoder`=True"),
+    ],
+)
+def test_impossible_config_builds_but_the_model_raises(fields, match):
+    config = hav.VariantBertConfig(**{**TINY, **fields})  # a config always constructs, as transformers' do
+    with pytest.raises(ValueError, match=match):
+        hav.VariantBertModel(config)
+
+
+def test_config_round_trips_through_json(tmp_path):
+    config = make_config("talking_heads_dynamic", talking_heads_num_value_heads=8)
+    config.save_pretrained(tmp_path)
+    loaded = hav.VariantBertConfig.from_pretrained(tmp_path)
+    assert loaded.to_dict() == config.to_dict()
+    assert hav.VariantBertConfig().attention_type == "dot_product"
+
+
+def test_sequence_longer_than_the_synthesizer_limit():
+    model = build("VariantBertModel", "synth_random", synthesizer_max_position=8)
+    model(torch.ones(1, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"at most `synthesizer_max_position`=8 positions, got 9"):
+        model(torch.ones(1, 9, dtype=torch.long))
+
+
+def test_sequence_longer_than_the_position_embeddings():
+    model = build("VariantBertModel", "talking_heads")
+    with pytest.raises(ValueError, match=r"longer than `max_position_embeddings`=64"):
+        model(torch.ones(1, 65, dtype=torch.long))
+
+
+def _half_supported(dtype):
+    try:
+        torch.nn.functional.layer_norm(torch.ones(2, 4, dtype=dtype), (4,))
+        torch.ones(2, 2, dtype=dtype) @ torch.ones(2, 2, dtype=dtype)
+        return True
+    except RuntimeError:
+        return False
+
+
+# max and mean |low - fp32| on LayerNorm-scale outputs of a 2-layer model (measured: bf16 <= 0.032 / 0.004,
+# fp16 <= 0.005 / 0.0005 for every variant, dot product included); the stated tolerances are twice that
+TOLERANCE = {torch.bfloat16: (0.06, 0.008), torch.float16: (0.01, 0.001)}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_stays_close_to_float32(variant, dtype):
+    if not _half_supported(dtype):
+        pytest.skip(f"{dtype} matmul/layer_norm not available on this CPU build")
+    model = build("VariantBertModel", variant, seed=11)
+    ids = torch.randint(1, TINY["vocab_size"], (2, 12), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    with torch.no_grad():
+        ref = model(ids, attention_mask=mask).last_hidden_state
+        low = model.to(dtype)(ids, attention_mask=mask).last_hidden_state
+    assert low.dtype == dtype
+    err = (low.float() - ref).abs()
+    max_tol, mean_tol = TOLERANCE[dtype]
+    assert err.max() < max_tol and err.mean() < mean_tol, (err.max().item(), err.mean().item())
+    # training in low precision gives finite gradients
+    model.train()
+    model(ids, attention_mask=mask).last_hidden_state.float().pow(2).mean().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)

@@ -1,0 +1,146 @@
+"""Saved checkpoints load through AutoModel* with trust_remote_code in a process that cannot import the package."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import hf_attn_variants as hav
+from conftest import HEADS, VARIANTS, build, head_inputs
+
+PACKAGE = Path(hav.__file__).parent
+REMOTE_FILES = ["attention_variants.py", "configuration_variant_bert.py", "modeling_variant_bert.py"]
+AUTO_CLASS = {
+    "VariantBertModel": "AutoModel",
+    "VariantBertForPreTraining": "AutoModelForPreTraining",
+    "VariantBertForMaskedLM": "AutoModelForMaskedLM",
+    "VariantBertLMHeadModel": "AutoModelForCausalLM",
+    "VariantBertForNextSentencePrediction": "AutoModelForNextSentencePrediction",
+    "VariantBertForSequenceClassification": "AutoModelForSequenceClassification",
+    "VariantBertForMultipleChoice": "AutoModelForMultipleChoice",
+    "VariantBertForTokenClassification": "AutoModelForTokenClassification",
+    "VariantBertForQuestionAnswering": "AutoModelForQuestionAnswering",
+}
+
+# Runs in a fresh interpreter whose sys.path cannot reach the package (the import is checked to fail first).
+LOADER = textwrap.dedent(
+    """
+    import json, sys, torch, transformers
+    try:
+        import hf_attn_variants
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("hf_attn_variants is importable: the test would prove nothing")
+    jobs = json.load(open(sys.argv[1]))
+    for job in jobs:
+        auto = getattr(transformers, job["auto"])
+        config = transformers.AutoConfig.from_pretrained(job["path"], trust_remote_code=True)
+        assert type(config).__name__ == "VariantBertConfig", type(config)
+        model = auto.from_pretrained(job["path"], trust_remote_code=True).eval()
+        assert type(model).__name__ == job["cls"], (type(model).__name__, job["cls"])
+        inputs = torch.load(job["inputs"])
+        with torch.no_grad():
+            out = model(**inputs)
+        torch.save({k: v for k, v in out.items() if isinstance(v, torch.Tensor)}, job["out"])
+    print("loaded", len(jobs))
+    """
+)
+
+
+def _run_isolated(tmp_path, jobs):
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    (tmp_path / "loader.py").write_text(LOADER)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
+    # -I: no cwd, PYTHONPATH or user site on sys.path; and a finder that refuses the package however it is installed
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'hf_attn_variants':\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        f"sys.argv = ['loader', {str(tmp_path / 'jobs.json')!r}]\n"
+        f"exec(open({str(tmp_path / 'loader.py')!r}).read())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert f"loaded {len(jobs)}" in proc.stdout
+
+
+def _save(tmp_path, head, variant):
+    model = build(head, variant)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    path = tmp_path / f"{variant}-{head}"
+    model.save_pretrained(path)
+    inputs = head_inputs(head)
+    torch.save(inputs, path / "inputs.pt")
+    with torch.no_grad():
+        expected = {k: v for k, v in model(**inputs).items() if isinstance(v, torch.Tensor)}
+    job = dict(path=str(path), auto=AUTO_CLASS[head], cls=head, inputs=str(path / "inputs.pt"),
+               out=str(path / "out.pt"))
+    return job, expected
+
+
+def test_every_head_and_every_variant_loads_without_the_package(tmp_path):
+    """Every head (talking heads) and every variant (masked LM) in one isolated interpreter."""
+    cases = [(head, "talking_heads_dynamic") for head in HEADS]
+    cases += [("VariantBertForMaskedLM", v) for v in VARIANTS]
+    jobs, expected = [], []
+    for head, variant in cases:
+        job, exp = _save(tmp_path, head, variant)
+        jobs.append(job)
+        expected.append(exp)
+    _run_isolated(tmp_path, jobs)
+    for job, exp in zip(jobs, expected):
+        got = torch.load(job["out"])
+        assert set(got) == set(exp)
+        for key in exp:
+            torch.testing.assert_close(got[key], exp[key], atol=1e-6, rtol=1e-6, msg=f"{job['path']}: {key}")
+
+
+def test_saved_folder_holds_the_code_and_a_full_auto_map(tmp_path):
+    build("VariantBertForSequenceClassification", "synth_mixture").save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == sorted(REMOTE_FILES)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "variant_bert"
+    assert set(config["auto_map"]) == {"AutoConfig", *AUTO_CLASS.values()}
+    for auto, cls in AUTO_CLASS.items():
+        assert config["auto_map"][cls] == f"modeling_variant_bert.{auto}"
+    assert (tmp_path / "model.safetensors").exists()
+
+
+def test_in_process_auto_classes_without_trust_remote_code(tmp_path):
+    build("VariantBertForMaskedLM", "synth_random").save_pretrained(tmp_path)
+    from transformers import AutoConfig, AutoModelForMaskedLM
+
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), hav.VariantBertConfig)
+    assert isinstance(AutoModelForMaskedLM.from_pretrained(tmp_path), hav.VariantBertForMaskedLM)
+
+
+@pytest.mark.parametrize("name", REMOTE_FILES)
+def test_remote_files_import_only_stdlib_torch_transformers_and_siblings(name):
+    tree = ast.parse((PACKAGE / name).read_text())
+    allowed_top = set(sys.stdlib_module_names) | {"torch", "transformers"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                assert alias.name.split(".")[0] in allowed_top, f"{name}: import {alias.name}"
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                assert node.module.split(".")[0] in allowed_top, f"{name}: from {node.module}"
+            else:  # only `from .sibling import X`: remote code copies single-dot sibling modules
+                assert node.level == 1 and node.module, f"{name}: relative import must be `from .sibling import`"
+                assert (PACKAGE / f"{node.module}.py").exists() and f"{node.module}.py" in REMOTE_FILES
