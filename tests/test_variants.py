@@ -184,3 +184,15 @@ def test_activation_checkpointing_gives_the_same_gradients():
     model(**inputs).loss.backward()
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad, grads[n], atol=1e-6, rtol=1e-5, msg=n)
+
+
+def test_inference_path_equals_the_autograd_path(variant):
+    """Without autograd the talking-heads core works in place; it must give what the autograd path gives."""
+    model = build("VariantBertModel", variant, seed=9)
+    inputs = head_inputs("VariantBertModel")
+    with torch.no_grad():
+        fast = model(**inputs, output_attentions=True)
+    slow = model(**inputs, output_attentions=True)
+    torch.testing.assert_close(fast.last_hidden_state, slow.last_hidden_state.detach(), atol=1e-6, rtol=1e-5)
+    for a, b in zip(fast.attentions, slow.attentions, strict=True):
+        torch.testing.assert_close(a, b.detach(), atol=1e-6, rtol=1e-5)
