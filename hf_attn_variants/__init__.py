@@ -5,21 +5,11 @@ works in-process without `trust_remote_code`; saved checkpoints carry their code
 `trust_remote_code=True`.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForNextSentencePrediction,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
 
 from .attention_variants import ATTENTION_TYPES, SYNTHESIZER_COMPONENTS, AttentionSpec, VariantAttentionCore
 from .configuration_variant_bert import VariantBertConfig
+from . import modeling_variant_bert
 from .modeling_variant_bert import (
     VariantBertForMaskedLM,
     VariantBertForMultipleChoice,
@@ -35,19 +25,17 @@ from .modeling_variant_bert import (
 
 __version__ = "0.1.0"
 
-AutoConfig.register(VariantBertConfig.model_type, VariantBertConfig, exist_ok=True)
-for _auto, _cls in (
-    (AutoModel, VariantBertModel),
-    (AutoModelForPreTraining, VariantBertForPreTraining),
-    (AutoModelForMaskedLM, VariantBertForMaskedLM),
-    (AutoModelForCausalLM, VariantBertLMHeadModel),
-    (AutoModelForNextSentencePrediction, VariantBertForNextSentencePrediction),
-    (AutoModelForSequenceClassification, VariantBertForSequenceClassification),
-    (AutoModelForMultipleChoice, VariantBertForMultipleChoice),
-    (AutoModelForTokenClassification, VariantBertForTokenClassification),
-    (AutoModelForQuestionAnswering, VariantBertForQuestionAnswering),
-):
-    _auto.register(VariantBertConfig, _cls, exist_ok=True)
+
+def _register(config_class, modeling_module) -> None:
+    """Register a family with transformers' Auto classes, from the `AUTO_MAP` its modeling file declares."""
+    transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    for auto, target in modeling_module.AUTO_MAP.items():
+        if auto != "AutoConfig":
+            getattr(transformers, auto).register(config_class, getattr(modeling_module, target.split(".")[1]),
+                                                 exist_ok=True)
+
+
+_register(VariantBertConfig, modeling_variant_bert)
 
 __all__ = [
     "ATTENTION_TYPES",

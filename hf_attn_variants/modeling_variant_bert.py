@@ -332,6 +332,9 @@ class VariantBertPreTrainedModel(PreTrainedModel):
     config_class = VariantBertConfig
     base_model_prefix = "bert"
     supports_gradient_checkpointing = True
+    # The heads average their loss over the batch and ignore `num_items_in_batch`: tell Trainer, so it neither
+    # scales the loss by the number of processes nor skips its own gradient-accumulation averaging.
+    accepts_loss_kwargs = False
     # dot_product dispatches to SDPA when nothing needs the weights; the variants compute their own attention.
     _supports_sdpa = True
     _supports_flash_attn = False
@@ -513,6 +516,8 @@ class VariantBertForPreTraining(_VariantBertWithLMHead):
 
 class VariantBertLMHeadModel(_VariantBertWithLMHead, GenerationMixin):
     """Causal decoder (`is_decoder=True`) with a tied LM head; supports `generate` with a cache."""
+
+    accepts_loss_kwargs = True  # `self.loss_function` uses `num_items_in_batch`
 
     def __init__(self, config):
         super().__init__(config)
@@ -738,18 +743,9 @@ class VariantBertForQuestionAnswering(VariantBertPreTrainedModel):
         )
 
 
-for _cls, _auto in (
-    (VariantBertModel, "AutoModel"),
-    (VariantBertForPreTraining, "AutoModelForPreTraining"),
-    (VariantBertForMaskedLM, "AutoModelForMaskedLM"),
-    (VariantBertLMHeadModel, "AutoModelForCausalLM"),
-    (VariantBertForNextSentencePrediction, "AutoModelForNextSentencePrediction"),
-    (VariantBertForSequenceClassification, "AutoModelForSequenceClassification"),
-    (VariantBertForMultipleChoice, "AutoModelForMultipleChoice"),
-    (VariantBertForTokenClassification, "AutoModelForTokenClassification"),
-    (VariantBertForQuestionAnswering, "AutoModelForQuestionAnswering"),
-):
-    _cls.register_for_auto_class(_auto)
+for _auto, _target in AUTO_MAP.items():  # so save_pretrained copies this code next to the weights
+    if _auto != "AutoConfig":
+        globals()[_target.split(".")[1]].register_for_auto_class(_auto)
 
 __all__ = [
     "VariantBertForMaskedLM",
