@@ -33,6 +33,8 @@ SYNTHESIZER_COMPONENTS = ("dot_product", "dense", "random", "factorized_dense", 
 DYNAMIC_PROJECTIONS = ("x2l", "m2l", "x2w", "m2w")
 TALKING_HEADS_INITS = ("identity", "paper")
 MIXTURE_INITS = ("uniform", "dot_product")
+# synthesizer components that fold into one SDPA call (see VariantAttentionCore._synthesizer_sdpa)
+_SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
 
 
 def _choice(field: str, value, allowed) -> None:
@@ -432,6 +434,16 @@ class VariantAttentionCore(nn.Module):
             return attention_fn(self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling,
                                  **kwargs)
 
+        if (
+            spec.attention_type == "synthesizer"
+            and attn_implementation == "sdpa"
+            and not output_attentions
+            and not spec.recompute
+            and _SDPA_FOLDABLE.issuperset(spec.components)
+            and spec.components != ("random",)
+        ):
+            return self._synthesizer_sdpa(query, key, value, attention_mask, hidden_states, position_bias, dropout)
+
         if attention_mask is None and spec.is_causal and n > 1:
             attention_mask = causal_mask(n, m, value.dtype, value.device)
         bias = additive_mask(attention_mask, value.dtype)
@@ -497,6 +509,63 @@ class VariantAttentionCore(nn.Module):
             mixed = mixed + torch.einsum("bhij,bvjh->bvij", weights, value[..., d_v:])
         return mixed
 
+    def _mixture_alpha(self):
+        """The mixture weights alpha_c, or None for a single component."""
+        if not hasattr(self, "mixture_weights"):
+            return None
+        if self.spec.mixture_normalize:  # the paper's form: the weights sum to one
+            return self.mixture_weights / self.mixture_weights.sum()
+        return self.mixture_weights
+
+    def _synthesizer_sdpa(self, query, key, value, attention_mask, x, position_bias, dropout):
+        """The synthesizer as one fused SDPA call (no [b, h, n, m] logits in memory when SDPA can avoid them).
+
+        Every foldable component is a dot product of a per-query and a per-key vector, so the mixture is one dot
+        product of concatenations: q' = [a_dp s q | a_d relu(W1 x + b1) | a_d | a_fr R1[i]] and
+        k' = [k | W2[:, j] | b2[j] | R2[j]]. A random component has no such form and joins the mask as a_r R.
+        q'/k' (or v) are zero-padded to one head size, as SDPA's fused CPU/GPU kernels require.
+        """
+        spec = self.spec
+        b, n = x.shape[:2]
+        m = value.shape[2]
+        start = m - n
+        alpha = self._mixture_alpha()
+        qs, ks, extra = [], [], None
+        for i, comp in enumerate(spec.components):
+            weight = 1.0 if alpha is None else alpha[i]
+            if comp == "dot_product":
+                qs.append(query * (weight * self.scaling))
+                ks.append(key)
+            elif comp == "dense":
+                hidden = F.relu(self.synthesizer_hidden(x)).view(b, n, spec.num_heads, -1).transpose(1, 2)
+                qs.append(torch.cat([hidden, hidden.new_ones(b, spec.num_heads, n, 1)], dim=-1) * weight)
+                k_dense = torch.cat([self.dense_weight[:, :, :m], self.dense_bias[:, :, :m]], dim=1)  # [h, d+1, m]
+                ks.append(k_dense.transpose(1, 2).to(x.dtype).expand(b, -1, -1, -1))
+            elif comp == "factorized_random":
+                qs.append(self.factorized_random_r1[:, start : start + n].to(x.dtype).expand(b, -1, -1, -1) * weight)
+                ks.append(self.factorized_random_r2[:, :m].to(x.dtype).expand(b, -1, -1, -1))
+            else:  # random: no q.k form, an additive term of the mask
+                extra = (self.random_logits[None, :, start : start + n, :m] * weight).to(x.dtype)
+        q, k = torch.cat(qs, dim=-1), torch.cat(ks, dim=-1)
+        mask = additive_mask(attention_mask, x.dtype)
+        for term in (extra, position_bias):
+            if term is not None:
+                mask = term if mask is None else mask + term
+        is_causal = False
+        if spec.is_causal and attention_mask is None and n > 1:
+            if mask is None and n == m:
+                is_causal = True
+            else:
+                causal = causal_mask(n, m, x.dtype, x.device)
+                mask = causal if mask is None else mask + causal
+        d_v = value.shape[-1]
+        width = -(-max(q.shape[-1], d_v) // 8) * 8
+        q, k = F.pad(q, (0, width - q.shape[-1])), F.pad(k, (0, width - k.shape[-1]))
+        out = F.scaled_dot_product_attention(
+            q, k, F.pad(value, (0, width - d_v)), attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=1.0
+        )[..., :d_v]
+        return out.transpose(1, 2).contiguous(), None
+
     def _synthesizer_logits(self, query, key, x):
         """sum_c alpha_c S_c over the components, [b or 1, h, n, m] (masks are added by the caller)."""
         spec = self.spec
@@ -523,9 +592,7 @@ class VariantAttentionCore(nn.Module):
                 terms.append(torch.matmul(r1, self.factorized_random_r2[:, :m].transpose(1, 2))[None])
         if len(terms) == 1:
             return terms[0].to(x.dtype)
-        alpha = self.mixture_weights
-        if spec.mixture_normalize:  # the paper's form: the weights sum to one
-            alpha = alpha / alpha.sum()
+        alpha = self._mixture_alpha()
         logits = alpha[0] * terms[0]
         for a, t in zip(alpha[1:], terms[1:]):
             logits = logits + a * t

@@ -196,3 +196,23 @@ def test_inference_path_equals_the_autograd_path(variant):
     torch.testing.assert_close(fast.last_hidden_state, slow.last_hidden_state.detach(), atol=1e-6, rtol=1e-5)
     for a, b in zip(fast.attentions, slow.attentions, strict=True):
         torch.testing.assert_close(a, b.detach(), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("head", ["VariantBertForMaskedLM", "VariantBertLMHeadModel"])
+def test_fused_sdpa_path_equals_eager_path(variant, head):
+    """`attn_implementation="sdpa"` (dot product, and synthesizers folded into one SDPA call) gives what the
+    eager reference computation gives: outputs and every gradient, with padding, encoder and causal decoder."""
+    fused = build(head, variant, seed=12, attn_implementation="sdpa").train()
+    eager = build(head, variant, seed=12, attn_implementation="eager").train()
+    assert fused.config._attn_implementation == "sdpa" and eager.config._attn_implementation == "eager"
+    inputs = head_inputs(head)
+    out_f, out_e = fused(**inputs), eager(**inputs)
+    torch.testing.assert_close(out_f.logits, out_e.logits, atol=1e-5, rtol=1e-5)
+    out_f.loss.backward()
+    out_e.loss.backward()
+    grads = dict(eager.named_parameters())
+    for name, p in fused.named_parameters():
+        if p.grad is None:
+            assert grads[name].grad is None, name
+        else:
+            torch.testing.assert_close(p.grad, grads[name].grad, atol=1e-5, rtol=1e-4, msg=name)
