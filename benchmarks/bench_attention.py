@@ -1,9 +1,10 @@
-"""Speed and activation memory of the VariantBert attention variants, as ratios against transformers' `BertModel`.
+"""Speed and activation memory of the attention variants, as ratios against transformers' own BERT or ALBERT.
 
 Run from the repository root:
 
-    python benchmarks/bench_attention.py --markdown      # full size: BERT-base layers, seq 128 and 512
-    python benchmarks/bench_attention.py --quick         # tiny shapes, a smoke run that takes seconds
+    python benchmarks/bench_attention.py --markdown                   # BERT-base layers, seq 128 and 512
+    python benchmarks/bench_attention.py --markdown --family albert   # the same for ALBERT (embedding 128, 1 group)
+    python benchmarks/bench_attention.py --quick                      # tiny shapes, a smoke run of seconds
 
 Every row is a bare encoder (embeddings, `--num-layers` layers, pooler) built from the same seed and fed the same
 random `input_ids` with an all-ones `attention_mask`. Per sequence length all models are built once, then each
@@ -19,7 +20,8 @@ minimum, the cost without interference, is far more repeatable). Measured per ro
   `talking_heads_recompute` this counts what `torch.utils.checkpoint` keeps (the inputs of the attention core)
   and not the intermediates it recomputes in backward, which is the memory actually held.
 
-Ratios are against `bert_eager` (transformers' BertModel, eager attention: the 1.00 reference) and `bert_sdpa`.
+Ratios are against `eager` (transformers' BertModel or AlbertModel with eager attention: the 1.00 reference) and
+`sdpa` (the same with SDPA).
 The cost of a row is dominated by its layers and identical layers repeat, so the ratios barely move with depth:
 `--num-layers` defaults to 2 to keep the run short. The FFN width is 4 x `--hidden-size`; synthesizers keep
 BERT's `max_position_embeddings` (512) as their longest sequence, as a model trained at 512 would.
@@ -39,31 +41,31 @@ except ImportError:
     import hf_attn_variants
 
 import transformers
-from transformers import BertConfig, BertModel
+from transformers import AlbertConfig, AlbertModel, BertConfig, BertModel
 
-# name -> (model family, config kwargs). "bert" is transformers' BertModel, "variant" is ours.
+# name -> (whose model, config kwargs). "transformers" is BertModel/AlbertModel, "ours" the variant model.
 ROWS = {
-    "bert_eager": ("bert", {"attn_implementation": "eager"}),
-    "bert_sdpa": ("bert", {"attn_implementation": "sdpa"}),
-    "dot_product": ("variant", {"attention_type": "dot_product", "attn_implementation": "sdpa"}),
-    "talking_heads": ("variant", {"attention_type": "talking_heads", "talking_heads_init": "paper"}),
-    "talking_heads_recompute": ("variant", {"attention_type": "talking_heads", "attention_recompute": True}),
+    "eager": ("transformers", {"attn_implementation": "eager"}),
+    "sdpa": ("transformers", {"attn_implementation": "sdpa"}),
+    "dot_product": ("ours", {"attention_type": "dot_product", "attn_implementation": "sdpa"}),
+    "talking_heads": ("ours", {"attention_type": "talking_heads", "talking_heads_init": "paper"}),
+    "talking_heads_recompute": ("ours", {"attention_type": "talking_heads", "attention_recompute": True}),
     "talking_heads_dynamic": (
-        "variant", {"attention_type": "talking_heads", "talking_heads_dynamic": ["x2l", "m2l", "x2w", "m2w"]},
+        "ours", {"attention_type": "talking_heads", "talking_heads_dynamic": ["x2l", "m2l", "x2w", "m2w"]},
     ),
-    "synth_dense": ("variant", {"attention_type": "synthesizer", "synthesizer_components": ["dense"]}),
-    "synth_random": ("variant", {"attention_type": "synthesizer", "synthesizer_components": ["random"]}),
+    "synth_dense": ("ours", {"attention_type": "synthesizer", "synthesizer_components": ["dense"]}),
+    "synth_random": ("ours", {"attention_type": "synthesizer", "synthesizer_components": ["random"]}),
     "synth_factorized_random": (
-        "variant", {"attention_type": "synthesizer", "synthesizer_components": ["factorized_random"]},
+        "ours", {"attention_type": "synthesizer", "synthesizer_components": ["factorized_random"]},
     ),
     "synth_factorized_dense": (
-        "variant", {"attention_type": "synthesizer", "synthesizer_components": ["factorized_dense"]},
+        "ours", {"attention_type": "synthesizer", "synthesizer_components": ["factorized_dense"]},
     ),
     "synth_mixture": (
-        "variant", {"attention_type": "synthesizer", "synthesizer_components": ["dot_product", "random"]},
+        "ours", {"attention_type": "synthesizer", "synthesizer_components": ["dot_product", "random"]},
     ),
 }
-REFERENCES = ("bert_eager", "bert_sdpa")
+REFERENCES = ("eager", "sdpa")
 
 
 def parse_args():
@@ -76,7 +78,8 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--variants", nargs="+", choices=list(ROWS), default=list(ROWS), metavar="NAME",
-                   help=f"rows to run, of {', '.join(ROWS)}; bert_eager and bert_sdpa are always run as references")
+                   help=f"rows to run, of {', '.join(ROWS)}; eager and sdpa are always run as references")
+    p.add_argument("--family", choices=["bert", "albert"], default="bert")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
@@ -98,9 +101,14 @@ def build_model(name, args):
         max_position_embeddings=max(512, *args.seq_lens),
         hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
     )
+    if args.family == "albert":
+        common.update(embedding_size=128, num_hidden_groups=1, hidden_act="gelu")
     torch.manual_seed(args.seed)
-    if family == "bert":
-        return BertModel(BertConfig(**common, **kwargs))
+    if family == "transformers":
+        ref_model, ref_config = (AlbertModel, AlbertConfig) if args.family == "albert" else (BertModel, BertConfig)
+        return ref_model(ref_config(**common, **kwargs))
+    if args.family == "albert":
+        return hf_attn_variants.VariantAlbertModel(hf_attn_variants.VariantAlbertConfig(**common, **kwargs))
     return hf_attn_variants.VariantBertModel(hf_attn_variants.VariantBertConfig(**common, **kwargs))
 
 
@@ -169,7 +177,7 @@ def measure(args, seq_len):
 def table(results):
     header = ["variant", "fwd ms", "fwd / eager", "fwd / sdpa", "fwd+bwd ms", "fwd+bwd / eager",
               "fwd+bwd / sdpa", "saved MiB", "saved / eager"]
-    eager, sdpa = results["bert_eager"], results["bert_sdpa"]
+    eager, sdpa = results["eager"], results["sdpa"]
     rows = [
         [name, f"{r['fwd']:.1f}", f"{r['fwd'] / eager['fwd']:.2f}", f"{r['fwd'] / sdpa['fwd']:.2f}",
          f"{r['fwd_bwd']:.1f}", f"{r['fwd_bwd'] / eager['fwd_bwd']:.2f}", f"{r['fwd_bwd'] / sdpa['fwd_bwd']:.2f}",
@@ -196,7 +204,7 @@ def main():
     args = parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
+    print(f"{args.family}: torch {torch.__version__}, transformers {transformers.__version__}, "
           f"hf_attn_variants {hf_attn_variants.__version__}, threads {torch.get_num_threads()}; "
           f"batch {args.batch_size}, hidden {args.hidden_size}, heads {args.num_heads}, layers {args.num_layers}, "
           f"fastest of {args.repeats} (warmup {args.warmup})")

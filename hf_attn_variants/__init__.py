@@ -8,8 +8,19 @@ works in-process without `trust_remote_code`; saved checkpoints carry their code
 import transformers
 
 from .attention_variants import ATTENTION_TYPES, SYNTHESIZER_COMPONENTS, AttentionSpec, VariantAttentionCore
+from .configuration_variant_albert import VariantAlbertConfig
 from .configuration_variant_bert import VariantBertConfig
-from . import modeling_variant_bert
+from . import modeling_variant_albert, modeling_variant_bert
+from .modeling_variant_albert import (
+    VariantAlbertForMaskedLM,
+    VariantAlbertForMultipleChoice,
+    VariantAlbertForPreTraining,
+    VariantAlbertForQuestionAnswering,
+    VariantAlbertForSequenceClassification,
+    VariantAlbertForTokenClassification,
+    VariantAlbertModel,
+    VariantAlbertPreTrainedModel,
+)
 from .modeling_variant_bert import (
     VariantBertForMaskedLM,
     VariantBertForMultipleChoice,
@@ -36,11 +47,21 @@ def _register(config_class, modeling_module) -> None:
 
 
 _register(VariantBertConfig, modeling_variant_bert)
+_register(VariantAlbertConfig, modeling_variant_albert)
 
 __all__ = [
     "ATTENTION_TYPES",
     "SYNTHESIZER_COMPONENTS",
     "AttentionSpec",
+    "VariantAlbertConfig",
+    "VariantAlbertForMaskedLM",
+    "VariantAlbertForMultipleChoice",
+    "VariantAlbertForPreTraining",
+    "VariantAlbertForQuestionAnswering",
+    "VariantAlbertForSequenceClassification",
+    "VariantAlbertForTokenClassification",
+    "VariantAlbertModel",
+    "VariantAlbertPreTrainedModel",
     "VariantAttentionCore",
     "VariantBertConfig",
     "VariantBertForMaskedLM",

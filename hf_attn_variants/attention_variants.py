@@ -37,6 +37,83 @@ MIXTURE_INITS = ("uniform", "dot_product")
 _SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
 
 
+# The config fields every family adds, with their defaults (the families' configs take them as keyword arguments).
+VARIANT_CONFIG_DEFAULTS = {
+    "attention_type": "dot_product",
+    "attention_head_size": None,
+    "attention_recompute": False,
+    "talking_heads_num_key_heads": None,
+    "talking_heads_num_value_heads": None,
+    "talking_heads_pre_softmax": True,
+    "talking_heads_post_softmax": True,
+    "talking_heads_init": "paper",
+    "talking_heads_dynamic": [],
+    "synthesizer_components": ["dense"],
+    "synthesizer_max_position": None,
+    "synthesizer_random_trainable": True,
+    "synthesizer_factorized_rank": 8,
+    "synthesizer_dense_factors": None,
+    "synthesizer_mixture_normalize": True,
+    "synthesizer_mixture_init": "uniform",
+}
+
+VARIANT_CONFIG_DOCSTRING = """
+        attention_type (`str`, defaults to `"dot_product"`):
+            `"dot_product"`, `"talking_heads"` or `"synthesizer"`.
+        attention_head_size (`int`, *optional*):
+            Size of each query/key/value head. Defaults to `hidden_size // heads` (for talking heads, `hidden_size //
+            h_k` for queries/keys and `hidden_size // h_v` for values), so the projections keep the upstream shapes.
+        attention_recompute (`bool`, defaults to `False`):
+            Recompute the attention core (logits, softmax, head maps) in the backward pass instead of storing it:
+            less activation memory for some extra compute. Talking heads and eager synthesizers.
+        talking_heads_num_key_heads (`int`, *optional*):
+            h_k, the query/key heads. Defaults to `num_attention_heads` (h, the logits/softmax heads).
+        talking_heads_num_value_heads (`int`, *optional*):
+            h_v, the value heads. Defaults to `num_attention_heads`.
+        talking_heads_pre_softmax (`bool`, defaults to `True`):
+            Learn the map P_l[h_k, h] across heads applied to the logits before the softmax.
+        talking_heads_post_softmax (`bool`, defaults to `True`):
+            Learn the map P_w[h, h_v] across heads applied to the weights after the softmax.
+        talking_heads_init (`str`, defaults to `"paper"`):
+            `"paper"`: truncated normal with std 1/sqrt(h_in), as the original code. `"identity"`: the model equals
+            ordinary multi-head attention at init (needs h_k = h = h_v); use it to warm-start from a vanilla checkpoint.
+        talking_heads_dynamic (`list[str]`, defaults to `[]`):
+            Input-dependent projections added to the static maps, any subset of `"x2l"`, `"m2l"` (logits, from the
+            query input and the memory input) and `"x2w"`, `"m2w"` (weights).
+        synthesizer_components (`list[str]`, defaults to `["dense"]`):
+            The synthetic attention(s): `"dense"`, `"random"`, `"factorized_dense"`, `"factorized_random"`, and
+            `"dot_product"` to mix with ordinary attention. Two or more components form a learned mixture.
+        synthesizer_max_position (`int`, *optional*):
+            The longest sequence a synthesizer attends over. Defaults to `max_position_embeddings`.
+        synthesizer_random_trainable (`bool`, defaults to `True`):
+            Train the random (and factorized random) matrices; `False` keeps them fixed (still saved).
+        synthesizer_factorized_rank (`int`, defaults to 8):
+            Rank k of the factorized random synthesizer R = R1 R2^T.
+        synthesizer_dense_factors (`list[int]`, *optional*):
+            (a, b) with a * b = `synthesizer_max_position` for the factorized dense synthesizer. Defaults to the
+            most balanced pair.
+        synthesizer_mixture_normalize (`bool`, defaults to `True`):
+            Normalise the mixture weights to sum to one (the paper's form); `False` uses them as they are.
+        synthesizer_mixture_init (`str`, defaults to `"uniform"`):
+            `"uniform"`: every component starts at the same weight. `"dot_product"`: the dot product starts at 1 and
+            the synthetic components at 0, so a model warm-started from a vanilla checkpoint equals it at init and
+            the synthetic weights still learn.
+"""
+
+
+def pop_variant_config(kwargs: dict) -> dict:
+    """Take the variant fields out of a config's keyword arguments, defaults filled in, lists copied."""
+    fields = {name: kwargs.pop(name, default) for name, default in VARIANT_CONFIG_DEFAULTS.items()}
+    for name in ("talking_heads_dynamic", "synthesizer_components", "synthesizer_dense_factors"):
+        value = fields[name]
+        fields[name] = list(value) if value is not None else None
+    if fields["talking_heads_dynamic"] is None:
+        fields["talking_heads_dynamic"] = []
+    if fields["synthesizer_components"] is None:  # an empty list stays empty: the model refuses it when built
+        fields["synthesizer_components"] = list(VARIANT_CONFIG_DEFAULTS["synthesizer_components"])
+    return fields
+
+
 def _choice(field: str, value, allowed) -> None:
     if value not in allowed:
         raise ValueError(f"`{field}`={value!r} is not supported; allowed values: {', '.join(map(repr, allowed))}.")
@@ -99,13 +176,16 @@ class AttentionSpec:
     def from_config(cls, config, *, is_causal: bool = False, is_cross_attention: bool = False, attention_type=None):
         """Resolve the attention of one layer. Cross-attention has no synthetic form: a synthesizer model's
         cross-attention is dot-product attention (talking heads stay talking heads there)."""
+        def field(name):
+            return getattr(config, name, VARIANT_CONFIG_DEFAULTS[name])
+
         hidden = config.hidden_size
         heads = config.num_attention_heads
-        attention_type = attention_type or getattr(config, "attention_type", "dot_product")
+        attention_type = attention_type or field("attention_type")
         _choice("attention_type", attention_type, ATTENTION_TYPES)
         if is_cross_attention and attention_type == "synthesizer":
             attention_type = "dot_product"
-        dynamic = tuple(getattr(config, "talking_heads_dynamic", None) or ())
+        dynamic = tuple(field("talking_heads_dynamic") or ())
         if dynamic and attention_type != "talking_heads" and not is_cross_attention:
             raise ValueError(
                 f"`talking_heads_dynamic`={list(dynamic)} needs `attention_type`='talking_heads' "
@@ -118,7 +198,7 @@ class AttentionSpec:
         if not isinstance(heads, int) or heads < 1:
             raise ValueError(f"`num_attention_heads` must be a positive integer, got {heads!r}.")
 
-        head_size = getattr(config, "attention_head_size", None)
+        head_size = field("attention_head_size")
 
         def width(field, n):
             if head_size is not None:
@@ -137,7 +217,7 @@ class AttentionSpec:
             num_heads=heads,
             dropout=config.attention_probs_dropout_prob,
             is_causal=is_causal,
-            recompute=bool(getattr(config, "attention_recompute", False)),
+            recompute=bool(field("attention_recompute")),
         )
         if attention_type != "talking_heads":
             size = width("num_attention_heads", heads)
@@ -145,11 +225,11 @@ class AttentionSpec:
         if attention_type == "dot_product":
             return cls(attention_type="dot_product", **common)
         if attention_type == "talking_heads":
-            h_k = getattr(config, "talking_heads_num_key_heads", None) or heads
-            h_v = getattr(config, "talking_heads_num_value_heads", None) or heads
-            pre = bool(getattr(config, "talking_heads_pre_softmax", True))
-            post = bool(getattr(config, "talking_heads_post_softmax", True))
-            th_init = getattr(config, "talking_heads_init", "paper")
+            h_k = field("talking_heads_num_key_heads") or heads
+            h_v = field("talking_heads_num_value_heads") or heads
+            pre = bool(field("talking_heads_pre_softmax"))
+            post = bool(field("talking_heads_post_softmax"))
+            th_init = field("talking_heads_init")
             _choice("talking_heads_init", th_init, TALKING_HEADS_INITS)
             if not pre and h_k != heads:
                 raise ValueError(
@@ -188,7 +268,7 @@ class AttentionSpec:
                 dynamic=dynamic,
             )
         # synthesizer
-        components = tuple(getattr(config, "synthesizer_components", None) or ())
+        components = tuple(field("synthesizer_components") or ())
         if not components:
             raise ValueError("`synthesizer_components` is empty; name at least one of " f"{SYNTHESIZER_COMPONENTS}.")
         for c in components:
@@ -200,22 +280,22 @@ class AttentionSpec:
                 "`synthesizer_components`=['dot_product'] is plain attention: use `attention_type`='dot_product', "
                 "or add a synthetic component to mix with it."
             )
-        max_position = getattr(config, "synthesizer_max_position", None) or config.max_position_embeddings
-        mixture_init = getattr(config, "synthesizer_mixture_init", "uniform")
+        max_position = field("synthesizer_max_position") or config.max_position_embeddings
+        mixture_init = field("synthesizer_mixture_init")
         _choice("synthesizer_mixture_init", mixture_init, MIXTURE_INITS)
         if mixture_init == "dot_product" and "dot_product" not in components:
             raise ValueError(
                 "`synthesizer_mixture_init`='dot_product' (warm start: the model equals dot-product attention at "
                 "init) needs 'dot_product' among `synthesizer_components`."
             )
-        factors = getattr(config, "synthesizer_dense_factors", None)
+        factors = field("synthesizer_dense_factors")
         factors = tuple(factors) if factors else _balanced_factors(max_position)
         if "factorized_dense" in components and (len(factors) != 2 or factors[0] * factors[1] != max_position):
             raise ValueError(
                 f"`synthesizer_dense_factors`={list(factors)} must be two integers whose product is the "
                 f"synthesizer's maximum position ({max_position})."
             )
-        rank = getattr(config, "synthesizer_factorized_rank", 8)
+        rank = field("synthesizer_factorized_rank")
         if "factorized_random" in components and (not isinstance(rank, int) or rank < 1):
             raise ValueError(f"`synthesizer_factorized_rank` must be a positive integer, got {rank!r}.")
         return cls(
@@ -223,10 +303,10 @@ class AttentionSpec:
             **common,
             components=components,
             max_position=max_position,
-            random_trainable=bool(getattr(config, "synthesizer_random_trainable", True)),
+            random_trainable=bool(field("synthesizer_random_trainable")),
             factorized_rank=rank,
             dense_factors=factors,
-            mixture_normalize=bool(getattr(config, "synthesizer_mixture_normalize", True)),
+            mixture_normalize=bool(field("synthesizer_mixture_normalize")),
             mixture_init=mixture_init,
         )
 
@@ -434,9 +514,10 @@ class VariantAttentionCore(nn.Module):
             return attention_fn(self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling,
                                  **kwargs)
 
-        if (
+        if (  # the fold pays only where a fused kernel can run: on the CPU, SDPA has none with dropout
             spec.attention_type == "synthesizer"
             and attn_implementation == "sdpa"
+            and (dropout == 0.0 or value.device.type != "cpu")
             and not output_attentions
             and not spec.recompute
             and _SDPA_FOLDABLE.issuperset(spec.components)
@@ -579,8 +660,10 @@ class VariantAttentionCore(nn.Module):
         for comp in spec.components:
             if comp == "dot_product":
                 terms.append(torch.matmul(query, key.transpose(2, 3)) * self.scaling)
-            elif comp == "dense":  # B = relu(W1 x + b1) W2 + b2, sliced to the keys
-                terms.append(torch.matmul(hidden, self.dense_weight[:, :, :m]) + self.dense_bias[:, :, :m])
+            elif comp == "dense":  # B = relu(W1 x + b1) W2 + b2, sliced to the keys; b2 rides in the GEMM
+                ones = hidden.new_ones(*hidden.shape[:-1], 1)
+                w2 = torch.cat([self.dense_weight[:, :, :m], self.dense_bias[:, :, :m]], dim=1).to(x.dtype)
+                terms.append(torch.matmul(torch.cat([hidden, ones], dim=-1), w2))
             elif comp == "factorized_dense":  # A[j // b] * B[j % b]: every (a, b) pair once, sliced to the keys
                 fa = torch.matmul(hidden, self.factorized_dense_a)  # [b, h, n, a]
                 fb = torch.matmul(hidden, self.factorized_dense_b)  # [b, h, n, b]

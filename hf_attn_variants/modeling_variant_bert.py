@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
@@ -38,6 +38,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .attention_variants import AttentionSpec, VariantAttentionCore
 from .configuration_variant_bert import VariantBertConfig
+from .modeling_variant_utils import VariantPreTrainedModel
 
 logger = logging.get_logger(__name__)
 
@@ -328,35 +329,15 @@ class VariantBertPreTrainingHeads(nn.Module):
         return self.predictions(sequence_output), self.seq_relationship(pooled_output)
 
 
-class VariantBertPreTrainedModel(PreTrainedModel):
+class VariantBertPreTrainedModel(VariantPreTrainedModel):
     config_class = VariantBertConfig
     base_model_prefix = "bert"
-    supports_gradient_checkpointing = True
-    # The heads average their loss over the batch and ignore `num_items_in_batch`: tell Trainer, so it neither
-    # scales the loss by the number of processes nor skips its own gradient-accumulation averaging.
-    accepts_loss_kwargs = False
-    # dot_product dispatches to SDPA when nothing needs the weights; the variants compute their own attention.
-    _supports_sdpa = True
-    _supports_flash_attn = False
-    _supports_flex_attn = False
-    _supports_attention_backend = False
+    auto_map = AUTO_MAP
     _can_record_outputs = {
         "hidden_states": VariantBertLayer,
         "attentions": VariantBertSelfAttention,
         "cross_attentions": VariantBertCrossAttention,
     }
-
-    def __init__(self, config, *inputs, **kwargs):
-        super().__init__(config, *inputs, **kwargs)
-        self.config.auto_map = dict(AUTO_MAP)
-
-    @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        model = super().from_pretrained(*args, **kwargs)
-        for module in model.modules():
-            if isinstance(module, VariantAttentionCore):
-                module.freeze_fixed_parameters()
-        return model
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -365,8 +346,6 @@ class VariantBertPreTrainedModel(PreTrainedModel):
         elif isinstance(module, VariantBertEmbeddings):
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
             init.zeros_(module.token_type_ids)
-        elif isinstance(module, VariantAttentionCore):
-            module.init_variant_weights(self.config.initializer_range)
 
 
 @dataclass
@@ -743,9 +722,7 @@ class VariantBertForQuestionAnswering(VariantBertPreTrainedModel):
         )
 
 
-for _auto, _target in AUTO_MAP.items():  # so save_pretrained copies this code next to the weights
-    if _auto != "AutoConfig":
-        globals()[_target.split(".")[1]].register_for_auto_class(_auto)
+VariantBertPreTrainedModel.register_for_auto_classes(globals())  # so save_pretrained copies this code
 
 __all__ = [
     "VariantBertForMaskedLM",

@@ -20,6 +20,8 @@ TINY = dict(
     hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0,
 )
+# ALBERT: factorized embeddings, 3 layers drawn from 2 groups of 2 shared layers
+TINY_ALBERT = dict(TINY, embedding_size=16, num_hidden_layers=3, num_hidden_groups=2, inner_group_num=2)
 
 # name -> the variant fields. Every test that says "every variant" runs over this table.
 VARIANTS = {
@@ -48,7 +50,7 @@ VARIANTS = {
     ),
 }
 
-HEADS = [
+BERT_HEADS = [
     "VariantBertModel",
     "VariantBertForPreTraining",
     "VariantBertForMaskedLM",
@@ -59,11 +61,26 @@ HEADS = [
     "VariantBertForTokenClassification",
     "VariantBertForQuestionAnswering",
 ]
+ALBERT_HEADS = [
+    "VariantAlbertModel",
+    "VariantAlbertForPreTraining",
+    "VariantAlbertForMaskedLM",
+    "VariantAlbertForSequenceClassification",
+    "VariantAlbertForMultipleChoice",
+    "VariantAlbertForTokenClassification",
+    "VariantAlbertForQuestionAnswering",
+]
+HEADS = BERT_HEADS + ALBERT_HEADS
 
 
-def make_config(variant: str, **overrides) -> hav.VariantBertConfig:
-    fields = {**TINY, **VARIANTS[variant], **overrides}
-    return hav.VariantBertConfig(**fields)
+def family(head: str) -> str:
+    return "albert" if head.startswith("VariantAlbert") else "bert"
+
+
+def make_config(variant: str, family: str = "bert", **overrides):
+    if family == "albert":
+        return hav.VariantAlbertConfig(**{**TINY_ALBERT, **VARIANTS[variant], **overrides})
+    return hav.VariantBertConfig(**{**TINY, **VARIANTS[variant], **overrides})
 
 
 def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
@@ -73,19 +90,21 @@ def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
     mask = torch.ones(batch, seq, dtype=torch.long)
     mask[1, seq - 2 :] = 0
     inputs = dict(input_ids=ids, attention_mask=mask)
-    if head == "VariantBertForMultipleChoice":
+    kind = head.replace("VariantAlbert", "").replace("VariantBert", "")
+    if kind == "ForMultipleChoice":
         inputs = {k: v[:, None].expand(-1, 3, -1).contiguous() for k, v in inputs.items()}
         inputs["labels"] = torch.tensor([0, 2][:batch])
-    elif head in ("VariantBertForMaskedLM", "VariantBertLMHeadModel"):
+    elif kind in ("ForMaskedLM", "LMHeadModel"):
         inputs["labels"] = ids.masked_fill(mask == 0, -100)
-    elif head == "VariantBertForPreTraining":
+    elif kind == "ForPreTraining":
         inputs["labels"] = ids.masked_fill(mask == 0, -100)
-        inputs["next_sentence_label"] = torch.tensor([0, 1][:batch])
-    elif head in ("VariantBertForNextSentencePrediction", "VariantBertForSequenceClassification"):
+        sentence_label = "sentence_order_label" if family(head) == "albert" else "next_sentence_label"
+        inputs[sentence_label] = torch.tensor([0, 1][:batch])
+    elif kind in ("ForNextSentencePrediction", "ForSequenceClassification"):
         inputs["labels"] = torch.tensor([0, 1][:batch])
-    elif head == "VariantBertForTokenClassification":
+    elif kind == "ForTokenClassification":
         inputs["labels"] = torch.randint(0, 2, (batch, seq), generator=g)
-    elif head == "VariantBertForQuestionAnswering":
+    elif kind == "ForQuestionAnswering":
         inputs["start_positions"] = torch.tensor([1, 2][:batch])
         inputs["end_positions"] = torch.tensor([3, 4][:batch])
     return inputs
@@ -93,7 +112,9 @@ def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
 
 def build(head: str, variant: str, seed: int = 0, **overrides):
     torch.manual_seed(seed)
-    config = make_config(variant, is_decoder=head == "VariantBertLMHeadModel", **overrides)
+    if head == "VariantBertLMHeadModel":
+        overrides.setdefault("is_decoder", True)
+    config = make_config(variant, family(head), **overrides)
     return getattr(hav, head)(config).eval()
 
 

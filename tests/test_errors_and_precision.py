@@ -27,6 +27,7 @@ from conftest import TINY, VARIANTS, build, make_config
         (dict(attention_type="talking_heads", talking_heads_init="xavier"), r"`talking_heads_init`='xavier'"),
         (dict(attention_type="synthesizer", synthesizer_components=["conv"]), r"`synthesizer_components`='conv'"),
         (dict(attention_type="synthesizer", synthesizer_components=["dot_product"]), r"plain attention"),
+        (dict(attention_type="synthesizer", synthesizer_components=[]), r"`synthesizer_components` is empty"),
         (
             dict(attention_type="synthesizer", synthesizer_components=["dense"], synthesizer_mixture_init="dot_product"),
             r"needs 'dot_product' among `synthesizer_components`",

@@ -1,6 +1,7 @@
 """Function-preserving variants equal transformers' own BERT on the same weights (the strongest test we have).
 
-The reference is transformers' BertModel / BertForMaskedLM / BertLMHeadModel, saved as an ordinary checkpoint and
+The reference is transformers' BertModel / BertForMaskedLM / BertLMHeadModel and AlbertModel / AlbertForPreTraining /
+AlbertForMaskedLM (3 layers from 2 groups of 2 shared layers), saved as an ordinary checkpoint and
 warm-started into a variant with `from_pretrained(..., attention_type=...)`: the checkpoint lacks the variant's
 parameters, so this also shows the function-preserving init survives `from_pretrained`. Each test has a perturbed
 twin that must fail, so a variant path that was silently skipped would be caught.
@@ -11,7 +12,7 @@ import torch
 import transformers
 
 import hf_attn_variants as hav
-from conftest import TINY
+from conftest import TINY, TINY_ALBERT
 
 WARM_STARTS = {
     "dot_product": dict(attention_type="dot_product"),
@@ -39,6 +40,9 @@ PAIRS = [
     ("BertModel", "VariantBertModel"),
     ("BertForMaskedLM", "VariantBertForMaskedLM"),
     ("BertLMHeadModel", "VariantBertLMHeadModel"),
+    ("AlbertModel", "VariantAlbertModel"),
+    ("AlbertForPreTraining", "VariantAlbertForPreTraining"),
+    ("AlbertForMaskedLM", "VariantAlbertForMaskedLM"),
 ]
 
 
@@ -53,7 +57,10 @@ def _inputs():
 
 def _reference(tmp_path, ref_name, attn_implementation):
     torch.manual_seed(0)
-    config = transformers.BertConfig(**TINY, is_decoder=ref_name == "BertLMHeadModel")
+    if ref_name.startswith("Albert"):
+        config = transformers.AlbertConfig(**TINY_ALBERT)
+    else:
+        config = transformers.BertConfig(**TINY, is_decoder=ref_name == "BertLMHeadModel")
     ref = getattr(transformers, ref_name)(config)
     # give every bias and LayerNorm a non-trivial value, so a parameter loaded into the wrong place shows
     with torch.no_grad():
@@ -65,13 +72,16 @@ def _reference(tmp_path, ref_name, attn_implementation):
 
 
 def _compare(ref_out, out, check_attentions=True):
-    main = "last_hidden_state" if hasattr(ref_out, "last_hidden_state") else "logits"
-    diffs = {main: (getattr(ref_out, main) - getattr(out, main)).abs().max().item()}
-    for i, (a, b) in enumerate(zip(ref_out.hidden_states, out.hidden_states, strict=True)):
-        diffs[f"hidden_states[{i}]"] = (a - b).abs().max().item()
-    if check_attentions:
-        for i, (a, b) in enumerate(zip(ref_out.attentions, out.attentions, strict=True)):
-            diffs[f"attentions[{i}]"] = (a - b).abs().max().item()
+    """Max |difference| of every output the reference gives (logits, pooled output, each hidden state, ...)."""
+    diffs = {}
+    for key, ref_value in ref_out.items():
+        if key == "attentions" and not check_attentions:
+            continue
+        if isinstance(ref_value, torch.Tensor):
+            diffs[key] = (ref_value - out[key]).abs().max().item()
+        elif isinstance(ref_value, tuple):
+            for i, (a, b) in enumerate(zip(ref_value, out[key], strict=True)):
+                diffs[f"{key}[{i}]"] = (a - b).abs().max().item()
     return diffs
 
 
@@ -86,14 +96,15 @@ def test_warm_start_equals_transformers_bert(tmp_path, warm, ref_name, ours_name
     with torch.no_grad():
         ref_out = ref(**inputs, output_hidden_states=True, output_attentions=True)
         out = ours(**inputs, output_hidden_states=True, output_attentions=True)
-    assert len(out.hidden_states) == TINY["num_hidden_layers"] + 1
-    assert out.attentions[0].shape == (3, TINY["num_attention_heads"], 9, 9)
+    layers = ref.config.num_hidden_layers * getattr(ref.config, "inner_group_num", 1)
+    assert len(out.hidden_states) == len(ref_out.hidden_states) == layers + 1
+    assert len(out.attentions) == layers and out.attentions[0].shape == (3, TINY["num_attention_heads"], 9, 9)
     diffs = _compare(ref_out, out)
     assert max(diffs.values()) < 1e-5, diffs
 
     # non-vacuity: the same comparison with the variant's own parameters perturbed must fail
-    core = ours.base_model.encoder.layer[0].attention.self.core
-    extra = [p for name, p in core.named_parameters()]
+    core = next(m for m in ours.modules() if isinstance(m, hav.VariantAttentionCore))
+    extra = list(core.parameters())
     if warm == "dot_product":
         assert extra == []
         return

@@ -12,21 +12,31 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import HEADS, VARIANTS, build, head_inputs
+from conftest import HEADS, VARIANTS, build, family, head_inputs
 
 PACKAGE = Path(hav.__file__).parent
-REMOTE_FILES = ["attention_variants.py", "configuration_variant_bert.py", "modeling_variant_bert.py"]
-AUTO_CLASS = {
-    "VariantBertModel": "AutoModel",
-    "VariantBertForPreTraining": "AutoModelForPreTraining",
-    "VariantBertForMaskedLM": "AutoModelForMaskedLM",
-    "VariantBertLMHeadModel": "AutoModelForCausalLM",
-    "VariantBertForNextSentencePrediction": "AutoModelForNextSentencePrediction",
-    "VariantBertForSequenceClassification": "AutoModelForSequenceClassification",
-    "VariantBertForMultipleChoice": "AutoModelForMultipleChoice",
-    "VariantBertForTokenClassification": "AutoModelForTokenClassification",
-    "VariantBertForQuestionAnswering": "AutoModelForQuestionAnswering",
+REMOTE_FILES = {  # what a saved checkpoint of each family carries
+    fam: sorted(["attention_variants.py", "modeling_variant_utils.py", f"configuration_variant_{fam}.py",
+                 f"modeling_variant_{fam}.py"])
+    for fam in ("bert", "albert")
 }
+SCANNED = sorted({name for files in REMOTE_FILES.values() for name in files})
+AUTO_CLASS = {
+    "Model": "AutoModel",
+    "ForPreTraining": "AutoModelForPreTraining",
+    "ForMaskedLM": "AutoModelForMaskedLM",
+    "LMHeadModel": "AutoModelForCausalLM",
+    "ForNextSentencePrediction": "AutoModelForNextSentencePrediction",
+    "ForSequenceClassification": "AutoModelForSequenceClassification",
+    "ForMultipleChoice": "AutoModelForMultipleChoice",
+    "ForTokenClassification": "AutoModelForTokenClassification",
+    "ForQuestionAnswering": "AutoModelForQuestionAnswering",
+}
+
+
+def _auto_class(head: str) -> str:
+    return AUTO_CLASS[head.replace("VariantAlbert", "").replace("VariantBert", "")]
+
 
 # Runs in a fresh interpreter whose sys.path cannot reach the package (the import is checked to fail first).
 LOADER = textwrap.dedent(
@@ -42,7 +52,7 @@ LOADER = textwrap.dedent(
     for job in jobs:
         auto = getattr(transformers, job["auto"])
         config = transformers.AutoConfig.from_pretrained(job["path"], trust_remote_code=True)
-        assert type(config).__name__ == "VariantBertConfig", type(config)
+        assert type(config).__name__ == job["config"], type(config)
         model = auto.from_pretrained(job["path"], trust_remote_code=True).eval()
         assert type(model).__name__ == job["cls"], (type(model).__name__, job["cls"])
         inputs = torch.load(job["inputs"])
@@ -89,15 +99,16 @@ def _save(tmp_path, head, variant):
     torch.save(inputs, path / "inputs.pt")
     with torch.no_grad():
         expected = {k: v for k, v in model(**inputs).items() if isinstance(v, torch.Tensor)}
-    job = dict(path=str(path), auto=AUTO_CLASS[head], cls=head, inputs=str(path / "inputs.pt"),
+    config_name = "VariantAlbertConfig" if family(head) == "albert" else "VariantBertConfig"
+    job = dict(path=str(path), auto=_auto_class(head), cls=head, config=config_name, inputs=str(path / "inputs.pt"),
                out=str(path / "out.pt"))
     return job, expected
 
 
 def test_every_head_and_every_variant_loads_without_the_package(tmp_path):
-    """Every head (talking heads) and every variant (masked LM) in one isolated interpreter."""
+    """Every head of every family (talking heads) and every variant (masked LMs) in one isolated interpreter."""
     cases = [(head, "talking_heads_dynamic") for head in HEADS]
-    cases += [("VariantBertForMaskedLM", v) for v in VARIANTS]
+    cases += [(head, v) for v in VARIANTS for head in ("VariantBertForMaskedLM", "VariantAlbertForMaskedLM")]
     jobs, expected = [], []
     for head, variant in cases:
         job, exp = _save(tmp_path, head, variant)
@@ -111,14 +122,17 @@ def test_every_head_and_every_variant_loads_without_the_package(tmp_path):
             torch.testing.assert_close(got[key], exp[key], atol=1e-6, rtol=1e-6, msg=f"{job['path']}: {key}")
 
 
-def test_saved_folder_holds_the_code_and_a_full_auto_map(tmp_path):
-    build("VariantBertForSequenceClassification", "synth_mixture").save_pretrained(tmp_path)
-    assert sorted(p.name for p in tmp_path.glob("*.py")) == sorted(REMOTE_FILES)
+@pytest.mark.parametrize("head", ["VariantBertForSequenceClassification", "VariantAlbertForSequenceClassification"])
+def test_saved_folder_holds_the_code_and_a_full_auto_map(tmp_path, head):
+    fam = family(head)
+    build(head, "synth_mixture").save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == REMOTE_FILES[fam]
     config = json.loads((tmp_path / "config.json").read_text())
-    assert config["model_type"] == "variant_bert"
-    assert set(config["auto_map"]) == {"AutoConfig", *AUTO_CLASS.values()}
-    for auto, cls in AUTO_CLASS.items():
-        assert config["auto_map"][cls] == f"modeling_variant_bert.{auto}"
+    assert config["model_type"] == f"variant_{fam}"
+    heads = [h for h in HEADS if family(h) == fam]
+    assert set(config["auto_map"]) == {"AutoConfig", *(_auto_class(h) for h in heads)}
+    for h in heads:
+        assert config["auto_map"][_auto_class(h)] == f"modeling_variant_{fam}.{h}"
     assert (tmp_path / "model.safetensors").exists()
 
 
@@ -130,7 +144,7 @@ def test_in_process_auto_classes_without_trust_remote_code(tmp_path):
     assert isinstance(AutoModelForMaskedLM.from_pretrained(tmp_path), hav.VariantBertForMaskedLM)
 
 
-@pytest.mark.parametrize("name", REMOTE_FILES)
+@pytest.mark.parametrize("name", SCANNED)
 def test_remote_files_import_only_stdlib_torch_transformers_and_siblings(name):
     tree = ast.parse((PACKAGE / name).read_text())
     allowed_top = set(sys.stdlib_module_names) | {"torch", "transformers"}
@@ -143,4 +157,4 @@ def test_remote_files_import_only_stdlib_torch_transformers_and_siblings(name):
                 assert node.module.split(".")[0] in allowed_top, f"{name}: from {node.module}"
             else:  # only `from .sibling import X`: remote code copies single-dot sibling modules
                 assert node.level == 1 and node.module, f"{name}: relative import must be `from .sibling import`"
-                assert (PACKAGE / f"{node.module}.py").exists() and f"{node.module}.py" in REMOTE_FILES
+                assert f"{node.module}.py" in SCANNED, f"{name}: imports {node.module}, which is not remote code"

@@ -4,25 +4,36 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import HEADS, TINY, VARIANTS, build, head_inputs, make_config
+from conftest import HEADS, TINY, VARIANTS, build, family, head_inputs, make_config
 
 # (output field, expected shape) per head for inputs of batch 2, seq 7 (multiple choice: 3 choices)
+# (output field, expected shape) per kind of head for inputs of batch 2, seq 7 (multiple choice: 3 choices)
 SHAPES = {
-    "VariantBertModel": ("last_hidden_state", (2, 7, TINY["hidden_size"])),
-    "VariantBertForPreTraining": ("prediction_logits", (2, 7, TINY["vocab_size"])),
-    "VariantBertForMaskedLM": ("logits", (2, 7, TINY["vocab_size"])),
-    "VariantBertLMHeadModel": ("logits", (2, 7, TINY["vocab_size"])),
-    "VariantBertForNextSentencePrediction": ("logits", (2, 2)),
-    "VariantBertForSequenceClassification": ("logits", (2, 2)),
-    "VariantBertForMultipleChoice": ("logits", (2, 3)),
-    "VariantBertForTokenClassification": ("logits", (2, 7, 2)),
-    "VariantBertForQuestionAnswering": ("start_logits", (2, 7)),
+    "Model": ("last_hidden_state", (2, 7, TINY["hidden_size"])),
+    "ForPreTraining": ("prediction_logits", (2, 7, TINY["vocab_size"])),
+    "ForMaskedLM": ("logits", (2, 7, TINY["vocab_size"])),
+    "LMHeadModel": ("logits", (2, 7, TINY["vocab_size"])),
+    "ForNextSentencePrediction": ("logits", (2, 2)),
+    "ForSequenceClassification": ("logits", (2, 2)),
+    "ForMultipleChoice": ("logits", (2, 3)),
+    "ForTokenClassification": ("logits", (2, 7, 2)),
+    "ForQuestionAnswering": ("start_logits", (2, 7)),
 }
+BASE_MODELS = ["VariantBertModel", "VariantAlbertModel"]
+MASKED_LMS = ["VariantBertForMaskedLM", "VariantAlbertForMaskedLM"]
 
 
-def _unused_by_head(head: str, name: str) -> bool:
-    """Parameters a head legitimately never uses (transformers' BERT has the same)."""
-    return name.startswith("bert.pooler.") and head == "VariantBertModel"
+def _kind(head):
+    return head.replace("VariantAlbert", "").replace("VariantBert", "")
+
+
+# A bias added to every candidate of a softmax cross-entropy (every position for QA, every choice for multiple
+# choice) has an exactly zero gradient: it cancels in the softmax. Any nonzero value there is rounding noise.
+SOFTMAX_INVARIANT = {"qa_outputs.bias", "classifier.bias"}
+
+
+def _should_get_gradient(head, name):
+    return not (_kind(head) in ("ForQuestionAnswering", "ForMultipleChoice") and name in SOFTMAX_INVARIANT)
 
 
 @pytest.mark.parametrize("head", HEADS)
@@ -30,9 +41,9 @@ def test_shapes_loss_and_gradients(variant, head):
     model = build(head, variant).train()
     inputs = head_inputs(head)
     out = model(**inputs)
-    field, shape = SHAPES[head]
+    field, shape = SHAPES[_kind(head)]
     assert getattr(out, field).shape == shape
-    if head == "VariantBertModel":
+    if _kind(head) == "Model":
         loss = out.last_hidden_state.pow(2).mean() + out.pooler_output.pow(2).mean()
     else:
         assert out.loss is not None and torch.isfinite(out.loss)
@@ -44,9 +55,8 @@ def test_shapes_loss_and_gradients(variant, head):
             assert frozen and ("random" in name), f"{name} is frozen but should train"
             assert p.grad is None
             continue
-        if _unused_by_head(head, name):
-            continue
-        assert p.grad is not None and p.grad.abs().sum() > 0, f"no gradient reaches {name}"
+        if _should_get_gradient(head, name):
+            assert p.grad is not None and p.grad.abs().sum() > 0, f"no gradient reaches {name}"
     if frozen:
         assert any(not p.requires_grad for p in model.parameters())
 
@@ -72,9 +82,10 @@ def test_save_load_round_trip(tmp_path, variant, head):
     assert [p.requires_grad for p in model.parameters()] == [p.requires_grad for p in loaded.parameters()]
 
 
-def test_padding_invariance(variant):
+@pytest.mark.parametrize("head", BASE_MODELS)
+def test_padding_invariance(variant, head):
     """Masked padding never changes the outputs at the real positions, pure synthesizers included."""
-    model = build("VariantBertModel", variant)
+    model = build(head, variant)
     g = torch.Generator().manual_seed(3)
     ids = torch.randint(1, TINY["vocab_size"], (1, 6), generator=g)
     padded = torch.cat([ids, torch.randint(1, TINY["vocab_size"], (1, 5), generator=g)], dim=1)
@@ -90,12 +101,13 @@ def test_padding_invariance(variant):
     torch.testing.assert_close(batched.last_hidden_state[:1, :6], long, atol=1e-5, rtol=1e-5)
 
 
-def test_init_weights_alone_reproduces_construction(variant):
+@pytest.mark.parametrize("head", MASKED_LMS)
+def test_init_weights_alone_reproduces_construction(variant, head):
     """`_init_weights` has a branch for every parameter a variant adds: re-running it on the same seed gives the
     same model, and a checkpoint missing the variant parameters gets the configured init, never zeros."""
-    model = build("VariantBertForMaskedLM", variant, seed=5)
+    model = build(head, variant, seed=5)
     torch.manual_seed(5)
-    fresh = hav.VariantBertForMaskedLM(make_config(variant))
+    fresh = getattr(hav, head)(make_config(variant, family(head)))
     for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
     for name, p in model.named_parameters():
@@ -103,15 +115,15 @@ def test_init_weights_alone_reproduces_construction(variant):
             assert p.abs().sum() > 0, f"{name} is all zeros after init"
 
 
+@pytest.mark.parametrize("head", MASKED_LMS)
 @pytest.mark.parametrize("init", ["identity", "paper"])
-def test_talking_heads_init_survives_from_pretrained(tmp_path, init):
-    """A checkpoint that lacks the maps (vanilla BERT) gets the configured init, not zeros or normal(0.02)."""
-    build("VariantBertForMaskedLM", "dot_product").save_pretrained(tmp_path)
-    model = hav.VariantBertForMaskedLM.from_pretrained(
-        tmp_path, attention_type="talking_heads", talking_heads_init=init
-    )
-    for layer in model.bert.encoder.layer:
-        core = layer.attention.self.core
+def test_talking_heads_init_survives_from_pretrained(tmp_path, init, head):
+    """A checkpoint that lacks the maps (a vanilla model) gets the configured init, not zeros or normal(0.02)."""
+    build(head, "dot_product").save_pretrained(tmp_path)
+    model = getattr(hav, head).from_pretrained(tmp_path, attention_type="talking_heads", talking_heads_init=init)
+    cores = [m for m in model.modules() if isinstance(m, hav.VariantAttentionCore)]
+    assert cores
+    for core in cores:
         for proj in (core.pre_softmax_proj, core.post_softmax_proj):
             if init == "identity":
                 torch.testing.assert_close(proj.detach(), torch.eye(TINY["num_attention_heads"]))
@@ -133,7 +145,7 @@ def test_warm_start_mixture_learns():
     assert (core.mixture_weights.grad[1:].abs() > 0).all()
 
 
-@pytest.mark.parametrize("head", ["VariantBertModel", "VariantBertForSequenceClassification"])
+@pytest.mark.parametrize("head", ["VariantBertModel", "VariantBertForSequenceClassification", "VariantAlbertForPreTraining"])
 def test_return_dict_false_gives_the_same_tensors(head):
     model = build(head, "talking_heads")
     inputs = head_inputs(head)
@@ -165,18 +177,20 @@ def test_output_attentions_are_the_weights_that_multiply_v():
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_resize_token_embeddings_keeps_the_head_tied():
-    model = build("VariantBertForMaskedLM", "talking_heads")
+@pytest.mark.parametrize("head", MASKED_LMS)
+def test_resize_token_embeddings_keeps_the_head_tied(head):
+    model = build(head, "talking_heads")
     model.resize_token_embeddings(120)
     assert model.get_input_embeddings().weight.shape[0] == 120
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     assert model(**head_inputs("VariantBertForMaskedLM")).logits.shape[-1] == 120
 
 
-def test_activation_checkpointing_gives_the_same_gradients():
-    torch.manual_seed(0)
-    model = build("VariantBertForMaskedLM", "talking_heads_dynamic").train()
-    inputs = head_inputs("VariantBertForMaskedLM")
+@pytest.mark.parametrize("head", MASKED_LMS)
+def test_activation_checkpointing_gives_the_same_gradients(head):
+    """Checkpointed layers (ALBERT's shared ones too) give the gradients of the plain run."""
+    model = build(head, "talking_heads_dynamic").train()
+    inputs = head_inputs(head)
     model(**inputs).loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
@@ -198,7 +212,7 @@ def test_inference_path_equals_the_autograd_path(variant):
         torch.testing.assert_close(a, b.detach(), atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("head", ["VariantBertForMaskedLM", "VariantBertLMHeadModel"])
+@pytest.mark.parametrize("head", ["VariantBertForMaskedLM", "VariantBertLMHeadModel", "VariantAlbertForMaskedLM"])
 def test_fused_sdpa_path_equals_eager_path(variant, head):
     """`attn_implementation="sdpa"` (dot product, and synthesizers folded into one SDPA call) gives what the
     eager reference computation gives: outputs and every gradient, with padding, encoder and causal decoder."""
@@ -216,3 +230,17 @@ def test_fused_sdpa_path_equals_eager_path(variant, head):
             assert grads[name].grad is None, name
         else:
             torch.testing.assert_close(p.grad, grads[name].grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_albert_sharing_covers_the_variant_parameters(variant):
+    """Doubling the number of layers of a one-group ALBERT leaves the parameter count unchanged."""
+    counts = [
+        sum(p.numel() for p in build("VariantAlbertModel", variant, num_hidden_layers=n, num_hidden_groups=1)
+            .parameters())
+        for n in (3, 6)
+    ]
+    assert counts[0] == counts[1]
+    # and the variant adds its parameters once per shared layer, not once per application
+    model = build("VariantAlbertModel", variant, num_hidden_layers=6, num_hidden_groups=1)
+    cores = [m for m in model.modules() if isinstance(m, hav.VariantAttentionCore)]
+    assert len(cores) == model.config.inner_group_num

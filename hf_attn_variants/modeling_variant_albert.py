@@ -1,0 +1,478 @@
+"""VariantALBERT: transformers' ALBERT with dot-product, talking-heads or Synthesizer self-attention.
+
+What differs from transformers' `modeling_albert.py`:
+- the attention hands its projected heads to `VariantAttentionCore` (`attention_variants.py`), which owns every
+  parameter a variant adds (`...attention.core.*`); they live inside the shared layer, so ALBERT's cross-layer
+  sharing covers them and the parameter count does not grow with `num_hidden_layers`;
+- layers are `GradientCheckpointingLayer`s: activation checkpointing works (transformers' ALBERT has none);
+- `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
+  `trust_remote_code=True` without this package installed.
+Everything ALBERT already has keeps transformers' parameter names, so a vanilla ALBERT checkpoint loads.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.pytorch_utils import apply_chunking_to_forward
+from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import capture_outputs
+
+from .attention_variants import AttentionSpec, VariantAttentionCore
+from .configuration_variant_albert import VariantAlbertConfig
+from .modeling_variant_utils import VariantPreTrainedModel
+
+AUTO_MAP = {
+    "AutoConfig": "configuration_variant_albert.VariantAlbertConfig",
+    "AutoModel": "modeling_variant_albert.VariantAlbertModel",
+    "AutoModelForPreTraining": "modeling_variant_albert.VariantAlbertForPreTraining",
+    "AutoModelForMaskedLM": "modeling_variant_albert.VariantAlbertForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling_variant_albert.VariantAlbertForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_variant_albert.VariantAlbertForTokenClassification",
+    "AutoModelForQuestionAnswering": "modeling_variant_albert.VariantAlbertForQuestionAnswering",
+    "AutoModelForMultipleChoice": "modeling_variant_albert.VariantAlbertForMultipleChoice",
+}
+
+
+class VariantAlbertEmbeddings(nn.Module):
+    """Word, position and token-type embeddings of width `embedding_size` (as transformers' ALBERT)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.embedding_size, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.embedding_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.embedding_size)
+        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.register_buffer(
+            "position_ids", torch.arange(config.max_position_embeddings).expand((1, -1)), persistent=False
+        )
+        self.register_buffer("token_type_ids", torch.zeros(self.position_ids.size(), dtype=torch.long), persistent=False)
+
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
+        batch_size, seq_length = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        if position_ids is None:
+            if seq_length > self.position_ids.shape[1]:
+                raise ValueError(
+                    f"The sequence ({seq_length} positions) is longer than `max_position_embeddings`"
+                    f"={self.position_ids.shape[1]}; shorten or truncate the input."
+                )
+            position_ids = self.position_ids[:, :seq_length]
+        if token_type_ids is None:
+            token_type_ids = self.token_type_ids.expand(position_ids.shape[0], -1)
+            token_type_ids = torch.gather(token_type_ids, 1, position_ids).expand(batch_size, seq_length)
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
+        embeddings = embeddings + self.position_embeddings(position_ids)
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+class VariantAlbertAttention(nn.Module):
+    """ALBERT's attention block: q/k/v, the variant core, output projection, dropout, residual, LayerNorm."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.spec = spec = AttentionSpec.from_config(config)
+        if spec.uses_query_key:
+            self.query = nn.Linear(config.hidden_size, spec.query_size)
+            self.key = nn.Linear(config.hidden_size, spec.query_size)
+        self.value = nn.Linear(config.hidden_size, spec.value_size)
+        self.core = VariantAttentionCore(spec)
+        self.dense = nn.Linear(spec.value_size, config.hidden_size)  # h_v * d_v -> hidden
+        self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        spec = self.spec
+        b, n = hidden_states.shape[:2]
+        query = key = None
+        if spec.uses_query_key:
+            query = self.query(hidden_states).view(b, n, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
+            key = self.key(hidden_states).view(b, n, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
+        value = self.value(hidden_states).view(b, n, spec.num_value_heads, spec.value_head_size).transpose(1, 2)
+        key, value = self.core.prepare_memory(key, value, hidden_states)
+        attn_output, attn_weights = self.core(
+            query, key, value, attention_mask, hidden_states,
+            attn_implementation=self.config._attn_implementation, **kwargs,
+        )
+        attn_output = self.output_dropout(self.dense(attn_output.reshape(b, n, -1)))
+        return self.LayerNorm(hidden_states + attn_output), attn_weights
+
+
+class VariantAlbertLayer(GradientCheckpointingLayer):
+    def __init__(self, config):
+        super().__init__()
+        self.chunk_size_feed_forward = config.chunk_size_feed_forward
+        self.seq_len_dim = 1
+        self.full_layer_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.attention = VariantAlbertAttention(config)
+        self.ffn = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.ffn_output = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.activation = ACT2FN[config.hidden_act]
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        attention_output, _ = self.attention(hidden_states, attention_mask, **kwargs)
+        ffn_output = apply_chunking_to_forward(
+            self.ff_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
+        )
+        return self.full_layer_layer_norm(ffn_output + attention_output)
+
+    def ff_chunk(self, attention_output):
+        return self.ffn_output(self.activation(self.ffn(attention_output)))
+
+
+class VariantAlbertLayerGroup(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.albert_layers = nn.ModuleList([VariantAlbertLayer(config) for _ in range(config.inner_group_num)])
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        for albert_layer in self.albert_layers:
+            hidden_states = albert_layer(hidden_states, attention_mask, **kwargs)
+        return hidden_states
+
+
+class VariantAlbertTransformer(nn.Module):
+    """`num_hidden_layers` applications of `num_hidden_groups` shared layer groups."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.embedding_hidden_mapping_in = nn.Linear(config.embedding_size, config.hidden_size)
+        self.albert_layer_groups = nn.ModuleList(
+            [VariantAlbertLayerGroup(config) for _ in range(config.num_hidden_groups)]
+        )
+
+    def forward(self, hidden_states, attention_mask=None, **kwargs):
+        hidden_states = self.embedding_hidden_mapping_in(hidden_states)
+        layers, groups = self.config.num_hidden_layers, self.config.num_hidden_groups
+        for i in range(layers):
+            group = self.albert_layer_groups[int(i / (layers / groups))]
+            hidden_states = group(hidden_states, attention_mask, **kwargs)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class VariantAlbertPreTrainedModel(VariantPreTrainedModel):
+    config_class = VariantAlbertConfig
+    base_model_prefix = "albert"
+    auto_map = AUTO_MAP
+    _can_record_outputs = {"hidden_states": VariantAlbertLayer, "attentions": VariantAlbertAttention}
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, VariantAlbertMLMHead):
+            init.zeros_(module.bias)
+        elif isinstance(module, VariantAlbertEmbeddings):
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+            init.zeros_(module.token_type_ids)
+
+
+@dataclass
+class VariantAlbertForPreTrainingOutput(ModelOutput):
+    """Output of `VariantAlbertForPreTraining`: MLM + sentence-order-prediction loss and logits."""
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    sop_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor] | None = None
+    attentions: tuple[torch.Tensor] | None = None
+
+
+class VariantAlbertModel(VariantAlbertPreTrainedModel):
+    """The bare ALBERT encoder, with a tanh pooler on the first token."""
+
+    _no_split_modules = ["VariantAlbertEmbeddings", "VariantAlbertLayer"]
+
+    def __init__(self, config, add_pooling_layer=True):
+        super().__init__(config)
+        self.embeddings = VariantAlbertEmbeddings(config)
+        self.encoder = VariantAlbertTransformer(config)
+        if add_pooling_layer:
+            self.pooler = nn.Linear(config.hidden_size, config.hidden_size)
+            self.pooler_activation = nn.Tanh()
+        else:
+            self.pooler = self.pooler_activation = None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, **kwargs):
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        embedding_output = self.embeddings(
+            input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
+        )
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
+        )
+        sequence_output = self.encoder(embedding_output, attention_mask, **kwargs).last_hidden_state
+        pooled_output = None
+        if self.pooler is not None:
+            pooled_output = self.pooler_activation(self.pooler(sequence_output[:, 0]))
+        return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
+
+
+class VariantAlbertMLMHead(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.dense = nn.Linear(config.hidden_size, config.embedding_size)
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
+        self.activation = ACT2FN[config.hidden_act]
+
+    def forward(self, hidden_states):
+        return self.decoder(self.LayerNorm(self.activation(self.dense(hidden_states))))
+
+
+class VariantAlbertSOPHead(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, pooled_output):
+        return self.classifier(self.dropout(pooled_output))
+
+
+class _VariantAlbertWithMLMHead(VariantAlbertPreTrainedModel):
+    """Shared accessors of the heads whose decoder is tied to the word embeddings."""
+
+    _tied_weights_keys = {
+        "predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+        "predictions.decoder.bias": "predictions.bias",
+    }
+
+    def get_output_embeddings(self):
+        return self.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.predictions.decoder = new_embeddings
+        self.predictions.bias = new_embeddings.bias
+
+
+class VariantAlbertForPreTraining(_VariantAlbertWithMLMHead):
+    """Masked-LM and sentence-order-prediction heads, as ALBERT's pretraining."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.albert = VariantAlbertModel(config)
+        self.predictions = VariantAlbertMLMHead(config)
+        self.sop_classifier = VariantAlbertSOPHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, sentence_order_label=None, **kwargs):
+        outputs = self.albert(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+        )
+        prediction_scores = self.predictions(outputs.last_hidden_state)
+        sop_scores = self.sop_classifier(outputs.pooler_output)
+        total_loss = None
+        if labels is not None and sentence_order_label is not None:
+            loss_fct = CrossEntropyLoss()
+            masked_lm_loss = loss_fct(prediction_scores.view(-1, self.config.vocab_size), labels.view(-1))
+            sentence_order_loss = loss_fct(sop_scores.view(-1, 2), sentence_order_label.view(-1))
+            total_loss = masked_lm_loss + sentence_order_loss
+        return VariantAlbertForPreTrainingOutput(
+            loss=total_loss,
+            prediction_logits=prediction_scores,
+            sop_logits=sop_scores,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
+    """Masked language modelling head (tied to the word embeddings)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.albert = VariantAlbertModel(config, add_pooling_layer=False)
+        self.predictions = VariantAlbertMLMHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, **kwargs):
+        outputs = self.albert(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+        )
+        prediction_scores = self.predictions(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss()(prediction_scores.view(-1, self.config.vocab_size), labels.view(-1))
+        return MaskedLMOutput(
+            loss=loss, logits=prediction_scores, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class VariantAlbertForSequenceClassification(VariantAlbertPreTrainedModel):
+    """Classification/regression head on the pooled output (`problem_type` chooses the loss)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.albert = VariantAlbertModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, **kwargs):
+        outputs = self.albert(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output))
+        loss = None
+        if labels is not None:
+            if self.config.problem_type is None:
+                if self.num_labels == 1:
+                    self.config.problem_type = "regression"
+                elif labels.dtype in (torch.long, torch.int):
+                    self.config.problem_type = "single_label_classification"
+                else:
+                    self.config.problem_type = "multi_label_classification"
+            if self.config.problem_type == "regression":
+                loss = MSELoss()(logits.squeeze(), labels.squeeze()) if self.num_labels == 1 else MSELoss()(logits, labels)
+            elif self.config.problem_type == "single_label_classification":
+                loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+            else:
+                loss = BCEWithLogitsLoss()(logits, labels)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class VariantAlbertForTokenClassification(VariantAlbertPreTrainedModel):
+    """Per-token classification head."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.albert = VariantAlbertModel(config, add_pooling_layer=False)
+        dropout = config.classifier_dropout_prob
+        self.dropout = nn.Dropout(dropout if dropout is not None else config.hidden_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, **kwargs):
+        outputs = self.albert(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1)) if labels is not None else None
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class VariantAlbertForQuestionAnswering(VariantAlbertPreTrainedModel):
+    """Extractive QA head: start and end logits per token."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.albert = VariantAlbertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
+        outputs = self.albert(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state)
+        start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
+        total_loss = None
+        if start_positions is not None and end_positions is not None:
+            start_positions = start_positions.view(-1)
+            end_positions = end_positions.view(-1)
+            ignored_index = start_logits.size(1)  # positions outside the sequence are ignored
+            loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
+            total_loss = (
+                loss_fct(start_logits, start_positions.clamp(0, ignored_index))
+                + loss_fct(end_logits, end_positions.clamp(0, ignored_index))
+            ) / 2
+        return QuestionAnsweringModelOutput(
+            loss=total_loss, start_logits=start_logits, end_logits=end_logits, hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+class VariantAlbertForMultipleChoice(VariantAlbertPreTrainedModel):
+    """Multiple-choice head: inputs are [batch, num_choices, seq]; one score per choice."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.albert = VariantAlbertModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout_prob)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, labels=None, **kwargs):
+        num_choices = input_ids.shape[1] if input_ids is not None else inputs_embeds.shape[1]
+
+        def flat(t):
+            return t.view(-1, *t.shape[2:]) if t is not None else None
+
+        outputs = self.albert(
+            flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids),
+            position_ids=flat(position_ids), inputs_embeds=flat(inputs_embeds), return_dict=True, **kwargs,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
+        loss = CrossEntropyLoss()(logits, labels) if labels is not None else None
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+VariantAlbertPreTrainedModel.register_for_auto_classes(globals())  # so save_pretrained copies this code
+
+__all__ = [
+    "VariantAlbertForMaskedLM",
+    "VariantAlbertForMultipleChoice",
+    "VariantAlbertForPreTraining",
+    "VariantAlbertForQuestionAnswering",
+    "VariantAlbertForSequenceClassification",
+    "VariantAlbertForTokenClassification",
+    "VariantAlbertModel",
+    "VariantAlbertPreTrainedModel",
+]

@@ -1,0 +1,54 @@
+"""What every family's `PreTrainedModel` shares: the full `auto_map`, the variant init, fixed synthesizers.
+
+Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
+"""
+
+from transformers import PreTrainedModel
+
+from .attention_variants import VariantAttentionCore
+
+
+class VariantPreTrainedModel(PreTrainedModel):
+    """Base class of `VariantBertPreTrainedModel`, `VariantAlbertPreTrainedModel`, ...
+
+    A family sets `config_class`, `base_model_prefix`, `_can_record_outputs` and `auto_map` (every Auto class a
+    saved checkpoint answers to: `save_pretrained` alone records only the saved class), and adds `_init_weights`
+    branches for its own modules.
+    """
+
+    auto_map: dict[str, str] = {}
+    supports_gradient_checkpointing = True
+    # The heads average their loss over the batch and ignore `num_items_in_batch`: tell Trainer, so it neither
+    # scales the loss by the number of processes nor skips its own gradient-accumulation averaging. A head that
+    # uses `num_items_in_batch` (a causal LM through `self.loss_function`) sets it back to True.
+    accepts_loss_kwargs = False
+    # dot_product dispatches to SDPA when nothing needs the weights, synthesizers fold into one SDPA call where
+    # they can; the other variants compute their own attention. Flash/flex kernels cannot express them.
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+    def __init__(self, config, *inputs, **kwargs):
+        super().__init__(config, *inputs, **kwargs)
+        self.config.auto_map = dict(self.auto_map)
+
+    @classmethod
+    def register_for_auto_classes(cls, module_globals: dict) -> None:
+        """Mark every class of `auto_map` for its Auto class, so `save_pretrained` copies the code along."""
+        for auto, target in cls.auto_map.items():
+            if auto != "AutoConfig":
+                module_globals[target.split(".")[1]].register_for_auto_class(auto)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        model = super().from_pretrained(*args, **kwargs)
+        for module in model.modules():  # loading hands back trainable parameters: re-apply fixed synthesizers
+            if isinstance(module, VariantAttentionCore):
+                module.freeze_fixed_parameters()
+        return model
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, VariantAttentionCore):
+            module.init_variant_weights(self.config.initializer_range)
