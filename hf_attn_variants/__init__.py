@@ -10,7 +10,8 @@ import transformers
 from .attention_variants import ATTENTION_TYPES, SYNTHESIZER_COMPONENTS, AttentionSpec, VariantAttentionCore
 from .configuration_variant_albert import VariantAlbertConfig
 from .configuration_variant_bert import VariantBertConfig
-from . import modeling_variant_albert, modeling_variant_bert
+from .configuration_variant_t5 import VariantT5Config
+from . import modeling_variant_albert, modeling_variant_bert, modeling_variant_t5
 from .modeling_variant_albert import (
     VariantAlbertForMaskedLM,
     VariantAlbertForMultipleChoice,
@@ -33,6 +34,15 @@ from .modeling_variant_bert import (
     VariantBertModel,
     VariantBertPreTrainedModel,
 )
+from .modeling_variant_t5 import (
+    VariantT5EncoderModel,
+    VariantT5ForConditionalGeneration,
+    VariantT5ForQuestionAnswering,
+    VariantT5ForSequenceClassification,
+    VariantT5ForTokenClassification,
+    VariantT5Model,
+    VariantT5PreTrainedModel,
+)
 
 __version__ = "0.1.0"
 
@@ -48,6 +58,7 @@ def _register(config_class, modeling_module) -> None:
 
 _register(VariantBertConfig, modeling_variant_bert)
 _register(VariantAlbertConfig, modeling_variant_albert)
+_register(VariantT5Config, modeling_variant_t5)
 
 __all__ = [
     "ATTENTION_TYPES",
@@ -74,4 +85,12 @@ __all__ = [
     "VariantBertLMHeadModel",
     "VariantBertModel",
     "VariantBertPreTrainedModel",
+    "VariantT5Config",
+    "VariantT5EncoderModel",
+    "VariantT5ForConditionalGeneration",
+    "VariantT5ForQuestionAnswering",
+    "VariantT5ForSequenceClassification",
+    "VariantT5ForTokenClassification",
+    "VariantT5Model",
+    "VariantT5PreTrainedModel",
 ]

@@ -33,6 +33,7 @@ SYNTHESIZER_COMPONENTS = ("dot_product", "dense", "random", "factorized_dense", 
 DYNAMIC_PROJECTIONS = ("x2l", "m2l", "x2w", "m2w")
 TALKING_HEADS_INITS = ("identity", "paper")
 MIXTURE_INITS = ("uniform", "dot_product")
+PLACES = ("encoder", "decoder", "cross")  # where an encoder-decoder family may choose the attention per place
 # synthesizer components that fold into one SDPA call (see VariantAttentionCore._synthesizer_sdpa)
 _SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
 
@@ -144,6 +145,7 @@ class AttentionSpec:
     value_head_size: int  # d_v
     dropout: float
     is_causal: bool
+    scaling: float | None = None  # logits scale; None: d_k^-0.5 (T5 uses 1.0)
     recompute: bool = False
     # talking heads
     pre_softmax: bool = True
@@ -173,9 +175,12 @@ class AttentionSpec:
         return self.num_value_heads * self.value_head_size
 
     @classmethod
-    def from_config(cls, config, *, is_causal: bool = False, is_cross_attention: bool = False, attention_type=None):
-        """Resolve the attention of one layer. Cross-attention has no synthetic form: a synthesizer model's
-        cross-attention is dot-product attention (talking heads stay talking heads there)."""
+    def from_config(cls, config, *, is_causal: bool = False, is_cross_attention: bool = False, attention_type=None,
+                    scaling: float | None = None):
+        """Resolve the attention of one layer (`attention_type` overrides the config's, for a family that chooses
+        per place). Cross-attention has no synthetic form: a synthesizer model's cross-attention is dot-product
+        attention (talking heads stay talking heads there). `scaling` replaces d_k^-0.5 (T5 uses 1.0)."""
+
         def field(name):
             return getattr(config, name, VARIANT_CONFIG_DEFAULTS[name])
 
@@ -186,10 +191,11 @@ class AttentionSpec:
         if is_cross_attention and attention_type == "synthesizer":
             attention_type = "dot_product"
         dynamic = tuple(field("talking_heads_dynamic") or ())
-        if dynamic and attention_type != "talking_heads" and not is_cross_attention:
+        places = {field("attention_type"), *(getattr(config, f"{p}_attention_type", None) for p in PLACES)}
+        if dynamic and "talking_heads" not in places:
             raise ValueError(
                 f"`talking_heads_dynamic`={list(dynamic)} needs `attention_type`='talking_heads' "
-                f"(got {attention_type!r}); set `talking_heads_dynamic`=[] or switch the attention type."
+                f"(got {field('attention_type')!r}); set `talking_heads_dynamic`=[] or switch the attention type."
             )
         for name in dynamic:
             _choice("talking_heads_dynamic", name, DYNAMIC_PROJECTIONS)
@@ -217,6 +223,7 @@ class AttentionSpec:
             num_heads=heads,
             dropout=config.attention_probs_dropout_prob,
             is_causal=is_causal,
+            scaling=scaling,
             recompute=bool(field("attention_recompute")),
         )
         if attention_type != "talking_heads":
@@ -253,15 +260,11 @@ class AttentionSpec:
                 raise ValueError("Dynamic weights projections (x2w, m2w) need `talking_heads_post_softmax`=True.")
             return cls(
                 attention_type="talking_heads",
-                hidden_size=hidden,
-                num_heads=heads,
+                **common,
                 num_key_heads=h_k,
                 num_value_heads=h_v,
                 key_head_size=width("talking_heads_num_key_heads", h_k),
                 value_head_size=width("talking_heads_num_value_heads", h_v),
-                dropout=common["dropout"],
-                is_causal=is_causal,
-                recompute=common["recompute"],
                 pre_softmax=pre,
                 post_softmax=post,
                 talking_heads_init=th_init,
@@ -387,7 +390,10 @@ class VariantAttentionCore(nn.Module):
         super().__init__()
         self.spec = spec
         self.is_causal = spec.is_causal
-        self.scaling = spec.key_head_size**-0.5 if spec.uses_query_key else 1.0
+        if spec.scaling is not None:
+            self.scaling = spec.scaling
+        else:
+            self.scaling = spec.key_head_size**-0.5 if spec.uses_query_key else 1.0
         h_k, h, h_v, d = spec.num_key_heads, spec.num_heads, spec.num_value_heads, spec.hidden_size
         if spec.attention_type == "talking_heads":
             if spec.pre_softmax:
@@ -400,8 +406,9 @@ class VariantAttentionCore(nn.Module):
         elif spec.attention_type == "synthesizer":
             L, d_h = spec.max_position, spec.key_head_size
             comps = spec.components
-            if "dense" in comps or "factorized_dense" in comps:
-                self.synthesizer_hidden = nn.Linear(d, h * d_h)  # relu(W1 x + b1), per head d_h wide
+            if "dense" in comps or "factorized_dense" in comps:  # relu(x W1^T + b1), per head d_h wide
+                self.synthesizer_hidden_weight = nn.Parameter(torch.empty(h * d_h, d))
+                self.synthesizer_hidden_bias = nn.Parameter(torch.empty(h * d_h))
             if "dense" in comps:
                 self.dense_weight = nn.Parameter(torch.empty(h, d_h, L))  # W2: B = relu(W1 x + b1) W2 + b2
                 self.dense_bias = nn.Parameter(torch.empty(h, 1, L))
@@ -442,12 +449,13 @@ class VariantAttentionCore(nn.Module):
                 h_in = spec.num_key_heads if name.endswith("l") else spec.num_heads
                 init.normal_(weight, std=(1e-2 / (h_in * spec.hidden_size)) ** 0.5)
         elif spec.attention_type == "synthesizer":
-            for name in ("dense_weight", "factorized_dense_a", "factorized_dense_b", "random_logits",
-                         "factorized_random_r1", "factorized_random_r2"):
+            for name in ("synthesizer_hidden_weight", "dense_weight", "factorized_dense_a", "factorized_dense_b",
+                         "random_logits", "factorized_random_r1", "factorized_random_r2"):
                 if hasattr(self, name):
                     init.normal_(getattr(self, name), std=std)
-            if hasattr(self, "dense_bias"):
-                init.zeros_(self.dense_bias)
+            for name in ("synthesizer_hidden_bias", "dense_bias"):
+                if hasattr(self, name):
+                    init.zeros_(getattr(self, name))
             if hasattr(self, "mixture_weights"):
                 n = len(spec.components)
                 if spec.mixture_init == "dot_product":  # warm start: equals dot-product attention, still learns
@@ -590,6 +598,11 @@ class VariantAttentionCore(nn.Module):
             mixed = mixed + torch.einsum("bhij,bvjh->bvij", weights, value[..., d_v:])
         return mixed
 
+    def _synthesizer_hidden(self, x):
+        """relu(x W1^T + b1) per head: [b, n, d] -> [b, h, n, d_h]."""
+        hidden = F.relu(F.linear(x, self.synthesizer_hidden_weight.to(x.dtype), self.synthesizer_hidden_bias.to(x.dtype)))
+        return hidden.view(x.shape[0], x.shape[1], self.spec.num_heads, -1).transpose(1, 2)
+
     def _mixture_alpha(self):
         """The mixture weights alpha_c, or None for a single component."""
         if not hasattr(self, "mixture_weights"):
@@ -618,7 +631,7 @@ class VariantAttentionCore(nn.Module):
                 qs.append(query * (weight * self.scaling))
                 ks.append(key)
             elif comp == "dense":
-                hidden = F.relu(self.synthesizer_hidden(x)).view(b, n, spec.num_heads, -1).transpose(1, 2)
+                hidden = self._synthesizer_hidden(x)
                 qs.append(torch.cat([hidden, hidden.new_ones(b, spec.num_heads, n, 1)], dim=-1) * weight)
                 k_dense = torch.cat([self.dense_weight[:, :, :m], self.dense_bias[:, :, :m]], dim=1)  # [h, d+1, m]
                 ks.append(k_dense.transpose(1, 2).to(x.dtype).expand(b, -1, -1, -1))
@@ -656,7 +669,7 @@ class VariantAttentionCore(nn.Module):
         terms = []
         hidden = None
         if "dense" in spec.components or "factorized_dense" in spec.components:
-            hidden = F.relu(self.synthesizer_hidden(x)).view(b, n, spec.num_heads, -1).transpose(1, 2)
+            hidden = self._synthesizer_hidden(x)
         for comp in spec.components:
             if comp == "dot_product":
                 terms.append(torch.matmul(query, key.transpose(2, 3)) * self.scaling)

@@ -48,7 +48,11 @@ class VariantPreTrainedModel(PreTrainedModel):
                 module.freeze_fixed_parameters()
         return model
 
+    def _variant_init_std(self) -> float:
+        """The std of the variant's weight matrices (synthesizers): the family's usual weight init."""
+        return self.config.initializer_range
+
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, VariantAttentionCore):
-            module.init_variant_weights(self.config.initializer_range)
+            module.init_variant_weights(self._variant_init_std())

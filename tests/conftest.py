@@ -70,21 +70,76 @@ ALBERT_HEADS = [
     "VariantAlbertForTokenClassification",
     "VariantAlbertForQuestionAnswering",
 ]
-HEADS = BERT_HEADS + ALBERT_HEADS
+HEADS = BERT_HEADS + ALBERT_HEADS  # the encoder families, which share one table of checks
+
+TINY_T5 = dict(
+    vocab_size=99,
+    d_model=32,
+    d_kv=8,
+    d_ff=37,
+    num_layers=2,
+    num_heads=4,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=20,
+    dropout_rate=0.0,
+)
+T5_HEADS = [
+    "VariantT5Model",
+    "VariantT5ForConditionalGeneration",
+    "VariantT5EncoderModel",
+    "VariantT5ForSequenceClassification",
+    "VariantT5ForTokenClassification",
+    "VariantT5ForQuestionAnswering",
+]
 
 
 def family(head: str) -> str:
-    return "albert" if head.startswith("VariantAlbert") else "bert"
+    if head.startswith("VariantAlbert"):
+        return "albert"
+    if head.startswith("VariantT5"):
+        return "t5"
+    return "bert"
 
 
 def make_config(variant: str, family: str = "bert", **overrides):
+    if family == "t5":
+        return hav.VariantT5Config(**{**TINY_T5, "synthesizer_max_position": 64, **VARIANTS[variant], **overrides})
     if family == "albert":
         return hav.VariantAlbertConfig(**{**TINY_ALBERT, **VARIANTS[variant], **overrides})
     return hav.VariantBertConfig(**{**TINY, **VARIANTS[variant], **overrides})
 
 
+def encoder_inputs(batch=2, seq=7, seed=0):
+    """T5 encoder inputs: the second row right-padded, one <eos> per row at the last real token."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, TINY_T5["vocab_size"], (batch, seq), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, seq - 2 :] = 0
+    ids[0, -1] = ids[1, seq - 3] = 1
+    ids[1, seq - 2 :] = 0
+    return ids, mask
+
+
+def _t5_head_inputs(head):
+    ids, mask = encoder_inputs()
+    inputs = dict(input_ids=ids, attention_mask=mask)
+    if head == "VariantT5Model":
+        inputs["decoder_input_ids"] = torch.randint(2, TINY_T5["vocab_size"], (2, 5))
+    elif head == "VariantT5ForConditionalGeneration":
+        inputs["labels"] = torch.randint(2, TINY_T5["vocab_size"], (2, 5))
+    elif head == "VariantT5ForSequenceClassification":
+        inputs["labels"] = torch.tensor([0, 1])
+    elif head == "VariantT5ForTokenClassification":
+        inputs["labels"] = torch.randint(0, 2, ids.shape)
+    elif head == "VariantT5ForQuestionAnswering":
+        inputs["start_positions"], inputs["end_positions"] = torch.tensor([1, 2]), torch.tensor([3, 4])
+    return inputs
+
+
 def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
     """Inputs with labels for `head`, the second row right-padded."""
+    if family(head) == "t5":
+        return _t5_head_inputs(head)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, TINY["vocab_size"], (batch, seq), generator=g)
     mask = torch.ones(batch, seq, dtype=torch.long)

@@ -12,13 +12,13 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import HEADS, VARIANTS, build, family, head_inputs
+from conftest import HEADS, T5_HEADS, VARIANTS, build, family, head_inputs
 
 PACKAGE = Path(hav.__file__).parent
 REMOTE_FILES = {  # what a saved checkpoint of each family carries
     fam: sorted(["attention_variants.py", "modeling_variant_utils.py", f"configuration_variant_{fam}.py",
                  f"modeling_variant_{fam}.py"])
-    for fam in ("bert", "albert")
+    for fam in ("bert", "albert", "t5")
 }
 SCANNED = sorted({name for files in REMOTE_FILES.values() for name in files})
 AUTO_CLASS = {
@@ -31,11 +31,14 @@ AUTO_CLASS = {
     "ForMultipleChoice": "AutoModelForMultipleChoice",
     "ForTokenClassification": "AutoModelForTokenClassification",
     "ForQuestionAnswering": "AutoModelForQuestionAnswering",
+    "ForConditionalGeneration": "AutoModelForSeq2SeqLM",
+    "EncoderModel": "AutoModelForTextEncoding",
 }
+CONFIG_CLASS = {"bert": "VariantBertConfig", "albert": "VariantAlbertConfig", "t5": "VariantT5Config"}
 
 
 def _auto_class(head: str) -> str:
-    return AUTO_CLASS[head.replace("VariantAlbert", "").replace("VariantBert", "")]
+    return AUTO_CLASS[head.replace("VariantAlbert", "").replace("VariantBert", "").replace("VariantT5", "")]
 
 
 # Runs in a fresh interpreter whose sys.path cannot reach the package (the import is checked to fail first).
@@ -99,16 +102,20 @@ def _save(tmp_path, head, variant):
     torch.save(inputs, path / "inputs.pt")
     with torch.no_grad():
         expected = {k: v for k, v in model(**inputs).items() if isinstance(v, torch.Tensor)}
-    config_name = "VariantAlbertConfig" if family(head) == "albert" else "VariantBertConfig"
-    job = dict(path=str(path), auto=_auto_class(head), cls=head, config=config_name, inputs=str(path / "inputs.pt"),
+    job = dict(path=str(path), auto=_auto_class(head), cls=head, config=CONFIG_CLASS[family(head)],
+               inputs=str(path / "inputs.pt"),
                out=str(path / "out.pt"))
     return job, expected
 
 
 def test_every_head_and_every_variant_loads_without_the_package(tmp_path):
     """Every head of every family (talking heads) and every variant (masked LMs) in one isolated interpreter."""
-    cases = [(head, "talking_heads_dynamic") for head in HEADS]
-    cases += [(head, v) for v in VARIANTS for head in ("VariantBertForMaskedLM", "VariantAlbertForMaskedLM")]
+    cases = [(head, "talking_heads_dynamic") for head in HEADS + T5_HEADS]
+    cases += [
+        (head, v)
+        for v in VARIANTS
+        for head in ("VariantBertForMaskedLM", "VariantAlbertForMaskedLM", "VariantT5ForConditionalGeneration")
+    ]
     jobs, expected = [], []
     for head, variant in cases:
         job, exp = _save(tmp_path, head, variant)
@@ -122,14 +129,17 @@ def test_every_head_and_every_variant_loads_without_the_package(tmp_path):
             torch.testing.assert_close(got[key], exp[key], atol=1e-6, rtol=1e-6, msg=f"{job['path']}: {key}")
 
 
-@pytest.mark.parametrize("head", ["VariantBertForSequenceClassification", "VariantAlbertForSequenceClassification"])
+@pytest.mark.parametrize(
+    "head",
+    ["VariantBertForSequenceClassification", "VariantAlbertForSequenceClassification", "VariantT5ForConditionalGeneration"],
+)
 def test_saved_folder_holds_the_code_and_a_full_auto_map(tmp_path, head):
     fam = family(head)
     build(head, "synth_mixture").save_pretrained(tmp_path)
     assert sorted(p.name for p in tmp_path.glob("*.py")) == REMOTE_FILES[fam]
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == f"variant_{fam}"
-    heads = [h for h in HEADS if family(h) == fam]
+    heads = [h for h in HEADS + T5_HEADS if family(h) == fam]
     assert set(config["auto_map"]) == {"AutoConfig", *(_auto_class(h) for h in heads)}
     for h in heads:
         assert config["auto_map"][_auto_class(h)] == f"modeling_variant_{fam}.{h}"

@@ -1,0 +1,705 @@
+"""VariantT5: transformers' T5 with dot-product, talking-heads or Synthesizer attention, chosen per place.
+
+What differs from transformers' `modeling_t5.py`:
+- every attention (encoder self, decoder self, cross) hands its projected heads to `VariantAttentionCore`
+  (`attention_variants.py`), which owns every parameter a variant adds (`...SelfAttention.core.*`); the type is
+  chosen per place (`config.attention_type_of`); a synthesizer's cross-attention is dot-product;
+- the relative position bias has h heads (the softmax heads) and is added after the pre-softmax map;
+- the LM head is tied to the shared embedding or not (`tie_lm_head`, v1.1), independently of the encoder/decoder
+  embeddings, which are always the shared one;
+- `config.auto_map` names every head, so a checkpoint loads through `AutoModel*` with `trust_remote_code=True`.
+Everything T5 already has keeps transformers' parameter names, so a vanilla T5 checkpoint loads into a variant.
+"""
+
+import copy
+import math
+
+import torch
+from torch import nn
+from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from transformers import GenerationMixin
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+    Seq2SeqQuestionAnsweringModelOutput,
+    Seq2SeqSequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .attention_variants import AttentionSpec, VariantAttentionCore
+from .configuration_variant_t5 import VariantT5Config
+from .modeling_variant_utils import VariantPreTrainedModel
+
+AUTO_MAP = {
+    "AutoConfig": "configuration_variant_t5.VariantT5Config",
+    "AutoModel": "modeling_variant_t5.VariantT5Model",
+    "AutoModelForSeq2SeqLM": "modeling_variant_t5.VariantT5ForConditionalGeneration",
+    "AutoModelForTextEncoding": "modeling_variant_t5.VariantT5EncoderModel",
+    "AutoModelForSequenceClassification": "modeling_variant_t5.VariantT5ForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_variant_t5.VariantT5ForTokenClassification",
+    "AutoModelForQuestionAnswering": "modeling_variant_t5.VariantT5ForQuestionAnswering",
+}
+# older checkpoints store the shared embedding three times; the cross-attention never has a position bias
+_IGNORE_ON_LOAD = [r"(en|de)coder\.embed_tokens\.weight", r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative"]
+
+
+class VariantT5LayerNorm(nn.Module):
+    """T5's RMS norm: no mean subtraction, no bias, computed in float32."""
+
+    def __init__(self, hidden_size, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.variance_epsilon = eps
+
+    def forward(self, hidden_states):
+        variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+        if self.weight.dtype in (torch.float16, torch.bfloat16):
+            hidden_states = hidden_states.to(self.weight.dtype)
+        return self.weight * hidden_states
+
+
+class VariantT5DenseActDense(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wi = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.wo = nn.Linear(config.d_ff, config.d_model, bias=False)
+        self.dropout = nn.Dropout(config.dropout_rate)
+        self.act = ACT2FN[config.dense_act_fn]
+
+    def forward(self, hidden_states):
+        hidden_states = self.dropout(self.act(self.wi(hidden_states)))
+        return self.wo(hidden_states.to(self.wo.weight.dtype))
+
+
+class VariantT5DenseGatedActDense(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.wi_0 = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.wi_1 = nn.Linear(config.d_model, config.d_ff, bias=False)
+        self.wo = nn.Linear(config.d_ff, config.d_model, bias=False)
+        self.dropout = nn.Dropout(config.dropout_rate)
+        self.act = ACT2FN[config.dense_act_fn]
+
+    def forward(self, hidden_states):
+        hidden_states = self.dropout(self.act(self.wi_0(hidden_states)) * self.wi_1(hidden_states))
+        return self.wo(hidden_states.to(self.wo.weight.dtype))
+
+
+class VariantT5LayerFF(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        dense_class = VariantT5DenseGatedActDense if config.is_gated_act else VariantT5DenseActDense
+        self.DenseReluDense = dense_class(config)
+        self.layer_norm = VariantT5LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
+        self.dropout = nn.Dropout(config.dropout_rate)
+
+    def forward(self, hidden_states):
+        return hidden_states + self.dropout(self.DenseReluDense(self.layer_norm(hidden_states)))
+
+
+class VariantT5Attention(nn.Module):
+    """q/k/v/o projections (T5's names, no biases) and the relative position bias around a `VariantAttentionCore`.
+
+    `place` is "encoder", "decoder" (causal self-attention) or "cross". T5 does not scale the logits.
+    """
+
+    def __init__(self, config, place, has_relative_attention_bias=False, layer_idx=None):
+        super().__init__()
+        self.config = config
+        self.place = place
+        self.layer_idx = layer_idx
+        self.is_cross_attention = place == "cross"
+        self.has_relative_attention_bias = has_relative_attention_bias
+        self.relative_attention_num_buckets = config.relative_attention_num_buckets
+        self.relative_attention_max_distance = config.relative_attention_max_distance
+        self.spec = spec = AttentionSpec.from_config(
+            config,
+            is_causal=place == "decoder",
+            is_cross_attention=self.is_cross_attention,
+            attention_type=config.attention_type_of(place),
+            scaling=1.0,
+        )
+        if spec.uses_query_key:
+            self.q = nn.Linear(config.d_model, spec.query_size, bias=False)
+            self.k = nn.Linear(config.d_model, spec.query_size, bias=False)
+        self.v = nn.Linear(config.d_model, spec.value_size, bias=False)
+        self.o = nn.Linear(spec.value_size, config.d_model, bias=False)
+        if has_relative_attention_bias:  # one bias per softmax head
+            self.relative_attention_bias = nn.Embedding(self.relative_attention_num_buckets, spec.num_heads)
+        self.core = VariantAttentionCore(spec)
+
+    @staticmethod
+    def _relative_position_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+        """T5's bucketing of key position - query position (Mesh TensorFlow's `_relative_position_bucket`)."""
+        relative_buckets = 0
+        if bidirectional:
+            num_buckets //= 2
+            relative_buckets += (relative_position > 0).to(torch.long) * num_buckets
+            relative_position = torch.abs(relative_position)
+        else:
+            relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+        max_exact = num_buckets // 2
+        is_small = relative_position < max_exact
+        if_large = max_exact + (
+            torch.log(relative_position.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+        ).to(torch.long)
+        if_large = torch.min(if_large, torch.full_like(if_large, num_buckets - 1))
+        return relative_buckets + torch.where(is_small, relative_position, if_large)
+
+    def compute_bias(self, query_length, key_length, device=None, past_seen_tokens=0):
+        """Relative position bias [1, h, n, m] for queries at positions past_seen_tokens.. ."""
+        device = device or self.relative_attention_bias.weight.device
+        context_position = torch.arange(query_length, dtype=torch.long, device=device)[:, None] + past_seen_tokens
+        memory_position = torch.arange(key_length, dtype=torch.long, device=device)[None, :]
+        buckets = self._relative_position_bucket(
+            memory_position - context_position,
+            bidirectional=self.place == "encoder",
+            num_buckets=self.relative_attention_num_buckets,
+            max_distance=self.relative_attention_max_distance,
+        )
+        return self.relative_attention_bias(buckets).permute([2, 0, 1]).unsqueeze(0)
+
+    def _memory(self, memory):
+        spec = self.spec
+        b, m = memory.shape[:2]
+        key = None
+        if spec.uses_query_key:
+            key = self.k(memory).view(b, m, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
+        value = self.v(memory).view(b, m, spec.num_value_heads, spec.value_head_size).transpose(1, 2)
+        return self.core.prepare_memory(key, value, memory)
+
+    def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None, cache=None, **kwargs):
+        spec = self.spec
+        b, n = hidden_states.shape[:2]
+        past_seen_tokens = cache.get_seq_length(self.layer_idx) if cache is not None else 0
+        query = None
+        if spec.uses_query_key:
+            query = self.q(hidden_states).view(b, n, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
+        if isinstance(cache, EncoderDecoderCache):
+            layer_cache = cache.cross_attention_cache if self.is_cross_attention else cache.self_attention_cache
+        else:
+            layer_cache = cache
+        if self.is_cross_attention and cache is not None and cache.is_updated.get(self.layer_idx):
+            key, value = layer_cache.layers[self.layer_idx].keys, layer_cache.layers[self.layer_idx].values
+        else:
+            key, value = self._memory(key_value_states if self.is_cross_attention else hidden_states)
+            if cache is not None:
+                key, value = layer_cache.update(key, value, self.layer_idx)
+                if self.is_cross_attention:
+                    cache.is_updated[self.layer_idx] = True
+        if position_bias is None and self.has_relative_attention_bias:
+            position_bias = self.compute_bias(n, value.shape[2], hidden_states.device, past_seen_tokens)
+        attn_output, attn_weights = self.core(
+            query, key, value, mask, hidden_states, position_bias=position_bias,
+            attn_implementation=self.config._attn_implementation, **kwargs,
+        )
+        return self.o(attn_output.reshape(b, n, -1)), position_bias, attn_weights
+
+
+class VariantT5LayerSelfAttention(nn.Module):
+    def __init__(self, config, place, has_relative_attention_bias=False, layer_idx=None):
+        super().__init__()
+        self.SelfAttention = VariantT5Attention(config, place, has_relative_attention_bias, layer_idx)
+        self.layer_norm = VariantT5LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
+        self.dropout = nn.Dropout(config.dropout_rate)
+
+    def forward(self, hidden_states, attention_mask=None, position_bias=None, cache=None, **kwargs):
+        attention_output, position_bias, attn_weights = self.SelfAttention(
+            self.layer_norm(hidden_states), mask=attention_mask, position_bias=position_bias, cache=cache, **kwargs
+        )
+        return hidden_states + self.dropout(attention_output), position_bias, attn_weights
+
+
+class VariantT5LayerCrossAttention(nn.Module):
+    def __init__(self, config, layer_idx=None):
+        super().__init__()
+        self.EncDecAttention = VariantT5Attention(config, "cross", layer_idx=layer_idx)
+        self.layer_norm = VariantT5LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
+        self.dropout = nn.Dropout(config.dropout_rate)
+
+    def forward(self, hidden_states, key_value_states, attention_mask=None, position_bias=None, cache=None, **kwargs):
+        attention_output, position_bias, attn_weights = self.EncDecAttention(
+            self.layer_norm(hidden_states), mask=attention_mask, key_value_states=key_value_states,
+            position_bias=position_bias, cache=cache, **kwargs,
+        )
+        return hidden_states + self.dropout(attention_output), position_bias, attn_weights
+
+
+def _clamp_fp16(hidden_states):
+    """T5's guard against float16 overflow in the residual stream."""
+    if hidden_states.dtype != torch.float16:
+        return hidden_states
+    clamp_value = torch.where(
+        torch.isinf(hidden_states).any(), torch.finfo(torch.float16).max - 1000, torch.finfo(torch.float16).max
+    )
+    return torch.clamp(hidden_states, min=-clamp_value, max=clamp_value)
+
+
+class VariantT5Block(GradientCheckpointingLayer):
+    def __init__(self, config, has_relative_attention_bias=False, layer_idx=None):
+        super().__init__()
+        self.is_decoder = config.is_decoder
+        place = "decoder" if config.is_decoder else "encoder"
+        self.layer = nn.ModuleList([VariantT5LayerSelfAttention(config, place, has_relative_attention_bias, layer_idx)])
+        if self.is_decoder:
+            self.layer.append(VariantT5LayerCrossAttention(config, layer_idx=layer_idx))
+        self.layer.append(VariantT5LayerFF(config))
+
+    def forward(self, hidden_states, attention_mask=None, position_bias=None, encoder_hidden_states=None,
+                encoder_attention_mask=None, encoder_decoder_position_bias=None, cache=None, **kwargs):
+        hidden_states, self_attn_position_bias, _ = self.layer[0](
+            hidden_states, attention_mask=attention_mask, position_bias=position_bias, cache=cache, **kwargs
+        )
+        hidden_states = _clamp_fp16(hidden_states)
+        cross_attn_position_bias = None
+        if self.is_decoder and encoder_hidden_states is not None:
+            hidden_states, cross_attn_position_bias, _ = self.layer[1](
+                hidden_states, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
+                position_bias=encoder_decoder_position_bias, cache=cache, **kwargs,
+            )
+            hidden_states = _clamp_fp16(hidden_states)
+        hidden_states = _clamp_fp16(self.layer[-1](hidden_states))
+        return hidden_states, self_attn_position_bias, cross_attn_position_bias
+
+
+class VariantT5ClassificationHead(nn.Module):
+    """Sentence-level classification on the decoder's last `<eos>` state."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model)
+        self.dropout = nn.Dropout(p=config.classifier_dropout)
+        self.out_proj = nn.Linear(config.d_model, config.num_labels)
+
+    def forward(self, hidden_states):
+        hidden_states = torch.tanh(self.dense(self.dropout(hidden_states)))
+        return self.out_proj(self.dropout(hidden_states))
+
+
+class VariantT5PreTrainedModel(VariantPreTrainedModel):
+    config_class = VariantT5Config
+    base_model_prefix = "transformer"
+    auto_map = AUTO_MAP
+    _no_split_modules = ["VariantT5Block"]
+    _keep_in_fp32_modules = ["wo"]
+    _keys_to_ignore_on_load_unexpected = _IGNORE_ON_LOAD
+    _can_record_outputs = {
+        "hidden_states": OutputRecorder(VariantT5Block, index=0),
+        "attentions": OutputRecorder(VariantT5LayerSelfAttention, index=-1),
+        "cross_attentions": OutputRecorder(VariantT5LayerCrossAttention, index=-1),
+    }
+
+    def _init_weights(self, module):
+        """T5's initialisation (scaled by `initializer_factor`), extended to the variant's shapes."""
+        super()._init_weights(module)
+        factor = self.config.initializer_factor
+        d_model = self.config.d_model
+        if isinstance(module, VariantT5LayerNorm):
+            init.constant_(module.weight, factor)
+        elif isinstance(module, (VariantT5Model, VariantT5ForConditionalGeneration, VariantT5EncoderModel,
+                                 VariantT5ForQuestionAnswering)):
+            init.normal_(module.shared.weight, std=factor)
+            if hasattr(module, "lm_head") and not self.config.tie_lm_head:
+                init.normal_(module.lm_head.weight, std=factor)
+            if hasattr(module, "qa_outputs"):
+                init.normal_(module.qa_outputs.weight, std=factor * d_model**-0.5)
+                init.zeros_(module.qa_outputs.bias)
+        elif isinstance(module, VariantT5ForTokenClassification):
+            init.normal_(module.classifier.weight, std=factor)
+            init.zeros_(module.classifier.bias)
+        elif isinstance(module, VariantT5ClassificationHead):
+            for linear in (module.dense, module.out_proj):
+                init.normal_(linear.weight, std=factor * d_model**-0.5)
+                init.zeros_(linear.bias)
+        elif isinstance(module, (VariantT5DenseActDense, VariantT5DenseGatedActDense)):
+            for name in ("wi", "wi_0", "wi_1"):
+                if hasattr(module, name):
+                    init.normal_(getattr(module, name).weight, std=factor * d_model**-0.5)
+            init.normal_(module.wo.weight, std=factor * self.config.d_ff**-0.5)
+        elif isinstance(module, VariantT5Attention):
+            spec = module.spec
+            if spec.uses_query_key:
+                init.normal_(module.q.weight, std=factor * (d_model * spec.key_head_size) ** -0.5)
+                init.normal_(module.k.weight, std=factor * d_model**-0.5)
+            init.normal_(module.v.weight, std=factor * d_model**-0.5)
+            init.normal_(module.o.weight, std=factor * spec.value_size**-0.5)
+            if module.has_relative_attention_bias:
+                init.normal_(module.relative_attention_bias.weight, std=factor * d_model**-0.5)
+
+    def _variant_init_std(self):
+        return self.config.initializer_factor * self.config.d_model**-0.5  # as T5's k/v projections
+
+    def _shift_right(self, input_ids):
+        start, pad = self.config.decoder_start_token_id, self.config.pad_token_id
+        if start is None or pad is None:
+            raise ValueError("`decoder_start_token_id` and `pad_token_id` must be set to shift labels right.")
+        shifted = input_ids.new_zeros(input_ids.shape)
+        shifted[..., 1:] = input_ids[..., :-1].clone()
+        shifted[..., 0] = start
+        return shifted.masked_fill_(shifted == -100, pad)
+
+
+class VariantT5Stack(VariantT5PreTrainedModel):
+    """The encoder (or, with `config.is_decoder`, the decoder) stack; reads the shared embedding."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.is_decoder = config.is_decoder
+        self.block = nn.ModuleList(
+            [VariantT5Block(config, has_relative_attention_bias=i == 0, layer_idx=i) for i in range(config.num_layers)]
+        )
+        self.final_layer_norm = VariantT5LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
+        self.dropout = nn.Dropout(config.dropout_rate)
+        self.post_init()
+
+    def set_input_embeddings(self, new_embeddings):
+        self.embed_tokens = new_embeddings
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
+                inputs_embeds=None, cache=None, use_cache=None, **kwargs):
+        if cache is None and "past_key_values" in kwargs:  # the older name
+            cache = kwargs.pop("past_key_values")
+        if (input_ids is None) ^ (inputs_embeds is not None):
+            raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        if use_cache and not self.is_decoder:
+            raise ValueError("`use_cache=True` is only possible in the decoder stack")
+        if not self.is_decoder:
+            cache = None
+        elif use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        if self.is_decoder:
+            self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+            attention_mask = create_causal_mask(
+                config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=self_cache
+            )
+        else:
+            attention_mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+            )
+        if self.is_decoder and encoder_hidden_states is not None:
+            encoder_attention_mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=inputs_embeds, attention_mask=encoder_attention_mask,
+                encoder_hidden_states=encoder_hidden_states,
+            )
+        position_bias = encoder_decoder_position_bias = None
+        hidden_states = self.dropout(inputs_embeds)
+        for layer_module in self.block:
+            hidden_states, position_bias, cross_bias = layer_module(
+                hidden_states,
+                attention_mask,
+                position_bias,
+                encoder_hidden_states,
+                encoder_attention_mask,
+                encoder_decoder_position_bias,  # positional, for gradient checkpointing
+                cache=cache,
+                **kwargs,
+            )
+            if self.is_decoder and encoder_hidden_states is not None:
+                encoder_decoder_position_bias = cross_bias
+        hidden_states = self.dropout(self.final_layer_norm(hidden_states))
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
+
+
+def _stacks(config):
+    """The encoder and decoder configs of an encoder-decoder."""
+    encoder_config = copy.deepcopy(config)
+    encoder_config.is_decoder = False
+    encoder_config.use_cache = False
+    decoder_config = copy.deepcopy(config)
+    decoder_config.is_decoder = True
+    decoder_config.num_layers = config.num_decoder_layers
+    return VariantT5Stack(encoder_config), VariantT5Stack(decoder_config)
+
+
+_TIED_EMBEDDINGS = {"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight"}
+
+
+class _VariantT5EncoderDecoder(VariantT5PreTrainedModel):
+    """Shared embedding, encoder and decoder stacks, and the encoder-then-decoder pass of the seq2seq heads."""
+
+    _tied_weights_keys = dict(_TIED_EMBEDDINGS)
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        self.encoder, self.decoder = _stacks(config)
+
+    def get_input_embeddings(self):
+        return self.shared
+
+    def set_input_embeddings(self, new_embeddings):
+        self.shared = new_embeddings
+        self.encoder.set_input_embeddings(new_embeddings)
+        self.decoder.set_input_embeddings(new_embeddings)
+
+    def _encode_decode(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs,
+                       cache, inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs):
+        if cache is None and "past_key_values" in kwargs:
+            cache = kwargs.pop("past_key_values")
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            inputs_embeds=decoder_inputs_embeds,
+            cache=cache,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return encoder_outputs, decoder_outputs
+
+    @staticmethod
+    def _seq2seq_fields(encoder_outputs, decoder_outputs):
+        return dict(
+            cache=decoder_outputs.cache,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class VariantT5Model(_VariantT5EncoderDecoder):
+    """The bare encoder-decoder: the decoder's last hidden state."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, cache=None, inputs_embeds=None, decoder_inputs_embeds=None, use_cache=None,
+                **kwargs):
+        encoder_outputs, decoder_outputs = self._encode_decode(
+            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
+            inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state, **self._seq2seq_fields(encoder_outputs, decoder_outputs)
+        )
+
+
+class VariantT5ForConditionalGeneration(_VariantT5EncoderDecoder, GenerationMixin):
+    """Encoder-decoder with an LM head; `generate` with an `EncoderDecoderCache`."""
+
+    accepts_loss_kwargs = False
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.model_dim = config.d_model
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_lm_head:  # per instance: the encoder/decoder embeddings are tied either way
+            self._tied_weights_keys = {**_TIED_EMBEDDINGS, "lm_head.weight": "shared.weight"}
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, cache=None, inputs_embeds=None, decoder_inputs_embeds=None, labels=None,
+                use_cache=None, **kwargs):
+        if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self._shift_right(labels)
+        encoder_outputs, decoder_outputs = self._encode_decode(
+            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
+            inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs,
+        )
+        sequence_output = decoder_outputs.last_hidden_state
+        if self.config.scale_decoder_outputs:  # the tied head of the original T5 rescales
+            sequence_output = sequence_output * (self.model_dim**-0.5)
+        lm_logits = self.lm_head(sequence_output)
+        loss = None
+        if labels is not None:
+            loss = CrossEntropyLoss(ignore_index=-100)(lm_logits.view(-1, lm_logits.size(-1)), labels.view(-1))
+        return Seq2SeqLMOutput(loss=loss, logits=lm_logits, **self._seq2seq_fields(encoder_outputs, decoder_outputs))
+
+    def prepare_decoder_input_ids_from_labels(self, labels):
+        return self._shift_right(labels)
+
+
+class VariantT5EncoderModel(VariantT5PreTrainedModel):
+    """The encoder alone."""
+
+    _tied_weights_keys = {"encoder.embed_tokens.weight": "shared.weight"}
+    _keys_to_ignore_on_load_unexpected = [r"decoder", *_IGNORE_ON_LOAD]
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        encoder_config = copy.deepcopy(config)
+        encoder_config.use_cache = False
+        encoder_config.is_encoder_decoder = False
+        encoder_config.is_decoder = False
+        self.encoder = VariantT5Stack(encoder_config)
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.shared
+
+    def set_input_embeddings(self, new_embeddings):
+        self.shared = new_embeddings
+        self.encoder.set_input_embeddings(new_embeddings)
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, **kwargs):
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+
+
+class VariantT5ForSequenceClassification(VariantT5PreTrainedModel):
+    """Classification/regression on the decoder state of the last `<eos>` of the input (as transformers' T5)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.transformer = VariantT5Model(config)
+        self.classification_head = VariantT5ClassificationHead(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, inputs_embeds=None, decoder_inputs_embeds=None, labels=None, use_cache=None,
+                **kwargs):
+        if labels is not None:
+            use_cache = False
+        if input_ids is None:
+            raise ValueError("`input_ids` are needed: the representation is taken at the last `<eos>` token.")
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            decoder_input_ids = self._shift_right(input_ids)
+        outputs = self.transformer(
+            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+        )
+        eos_mask = input_ids.eq(self.config.eos_token_id)
+        counts = eos_mask.sum(1)
+        if (counts == 0).any() or (counts != counts[0]).any():
+            raise ValueError(
+                f"Every example needs the same number (>= 1) of `<eos>` tokens (id {self.config.eos_token_id}); "
+                f"got {counts.tolist()}."
+            )
+        batch_size, _, hidden_size = outputs.last_hidden_state.shape
+        sentence = outputs.last_hidden_state[eos_mask, :].view(batch_size, -1, hidden_size)[:, -1, :]
+        logits = self.classification_head(sentence)
+        loss = None
+        if labels is not None:
+            if self.config.problem_type is None:
+                if self.config.num_labels == 1:
+                    self.config.problem_type = "regression"
+                elif labels.dtype in (torch.long, torch.int):
+                    self.config.problem_type = "single_label_classification"
+                else:
+                    self.config.problem_type = "multi_label_classification"
+            if self.config.problem_type == "regression":
+                loss = MSELoss()(logits.squeeze(), labels.squeeze()) if self.config.num_labels == 1 else MSELoss()(
+                    logits, labels)
+            elif self.config.problem_type == "single_label_classification":
+                loss = CrossEntropyLoss()(logits.view(-1, self.config.num_labels), labels.view(-1))
+            else:
+                loss = BCEWithLogitsLoss()(logits, labels)
+        fields = {k: v for k, v in outputs.items() if k != "last_hidden_state"}
+        return Seq2SeqSequenceClassifierOutput(loss=loss, logits=logits, **fields)
+
+
+class VariantT5ForTokenClassification(VariantT5PreTrainedModel):
+    """Per-token classification on the encoder."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.transformer = VariantT5EncoderModel(config)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, **kwargs):
+        outputs = self.transformer(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1)) if labels is not None else None
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class VariantT5ForQuestionAnswering(_VariantT5EncoderDecoder):
+    """Extractive QA: start and end logits on the decoder states."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.qa_outputs = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, start_positions=None, end_positions=None, inputs_embeds=None,
+                decoder_inputs_embeds=None, use_cache=None, **kwargs):
+        if start_positions is not None and end_positions is not None:
+            use_cache = False
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            if input_ids is None:
+                raise ValueError("Pass `input_ids`, `decoder_input_ids` or `decoder_inputs_embeds`.")
+            decoder_input_ids = self._shift_right(input_ids)
+        encoder_outputs, decoder_outputs = self._encode_decode(
+            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, None,
+            inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs,
+        )
+        logits = self.qa_outputs(decoder_outputs.last_hidden_state)
+        start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
+        total_loss = None
+        if start_positions is not None and end_positions is not None:
+            start_positions = start_positions.view(-1)
+            end_positions = end_positions.view(-1)
+            ignored_index = start_logits.size(1)
+            loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
+            total_loss = (
+                loss_fct(start_logits, start_positions.clamp(0, ignored_index))
+                + loss_fct(end_logits, end_positions.clamp(0, ignored_index))
+            ) / 2
+        return Seq2SeqQuestionAnsweringModelOutput(
+            loss=total_loss, start_logits=start_logits, end_logits=end_logits,
+            **self._seq2seq_fields(encoder_outputs, decoder_outputs),
+        )
+
+
+VariantT5PreTrainedModel.register_for_auto_classes(globals())  # so save_pretrained copies this code
+
+__all__ = [
+    "VariantT5EncoderModel",
+    "VariantT5ForConditionalGeneration",
+    "VariantT5ForQuestionAnswering",
+    "VariantT5ForSequenceClassification",
+    "VariantT5ForTokenClassification",
+    "VariantT5Model",
+    "VariantT5PreTrainedModel",
+]
