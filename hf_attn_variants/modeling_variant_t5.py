@@ -52,6 +52,16 @@ AUTO_MAP = {
 _IGNORE_ON_LOAD = [r"(en|de)coder\.embed_tokens\.weight", r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative"]
 
 
+def _t5_init(module: nn.Module, std: float) -> nn.Module:
+    """Record T5's init std on the module that owns the weight; `_init_weights` applies it.
+
+    The std lives on the weight's own module, not on its parent: for remote code, transformers skips
+    `_init_weights` on modules without parameters of their own, so a parent-level branch would never run.
+    """
+    module.t5_init_std = std
+    return module
+
+
 class VariantT5LayerNorm(nn.Module):
     """T5's RMS norm: no mean subtraction, no bias, computed in float32."""
 
@@ -71,8 +81,9 @@ class VariantT5LayerNorm(nn.Module):
 class VariantT5DenseActDense(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.wi = nn.Linear(config.d_model, config.d_ff, bias=False)
-        self.wo = nn.Linear(config.d_ff, config.d_model, bias=False)
+        factor = config.initializer_factor
+        self.wi = _t5_init(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
+        self.wo = _t5_init(nn.Linear(config.d_ff, config.d_model, bias=False), factor * config.d_ff**-0.5)
         self.dropout = nn.Dropout(config.dropout_rate)
         self.act = ACT2FN[config.dense_act_fn]
 
@@ -84,9 +95,10 @@ class VariantT5DenseActDense(nn.Module):
 class VariantT5DenseGatedActDense(nn.Module):
     def __init__(self, config):
         super().__init__()
-        self.wi_0 = nn.Linear(config.d_model, config.d_ff, bias=False)
-        self.wi_1 = nn.Linear(config.d_model, config.d_ff, bias=False)
-        self.wo = nn.Linear(config.d_ff, config.d_model, bias=False)
+        factor = config.initializer_factor
+        self.wi_0 = _t5_init(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
+        self.wi_1 = _t5_init(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
+        self.wo = _t5_init(nn.Linear(config.d_ff, config.d_model, bias=False), factor * config.d_ff**-0.5)
         self.dropout = nn.Dropout(config.dropout_rate)
         self.act = ACT2FN[config.dense_act_fn]
 
@@ -129,13 +141,16 @@ class VariantT5Attention(nn.Module):
             attention_type=config.attention_type_of(place),
             scaling=1.0,
         )
-        if spec.uses_query_key:
-            self.q = nn.Linear(config.d_model, spec.query_size, bias=False)
-            self.k = nn.Linear(config.d_model, spec.query_size, bias=False)
-        self.v = nn.Linear(config.d_model, spec.value_size, bias=False)
-        self.o = nn.Linear(spec.value_size, config.d_model, bias=False)
+        factor, d_model = config.initializer_factor, config.d_model
+        if spec.uses_query_key:  # T5 has no 1/sqrt(d_k) in the logits: the query's init carries it
+            self.q = _t5_init(nn.Linear(d_model, spec.query_size, bias=False), factor * (d_model * spec.key_head_size) ** -0.5)
+            self.k = _t5_init(nn.Linear(d_model, spec.query_size, bias=False), factor * d_model**-0.5)
+        self.v = _t5_init(nn.Linear(d_model, spec.value_size, bias=False), factor * d_model**-0.5)
+        self.o = _t5_init(nn.Linear(spec.value_size, d_model, bias=False), factor * spec.value_size**-0.5)
         if has_relative_attention_bias:  # one bias per softmax head
-            self.relative_attention_bias = nn.Embedding(self.relative_attention_num_buckets, spec.num_heads)
+            self.relative_attention_bias = _t5_init(
+                nn.Embedding(self.relative_attention_num_buckets, spec.num_heads), factor * d_model**-0.5
+            )
         self.core = VariantAttentionCore(spec)
 
     @staticmethod
@@ -277,9 +292,10 @@ class VariantT5ClassificationHead(nn.Module):
 
     def __init__(self, config):
         super().__init__()
-        self.dense = nn.Linear(config.d_model, config.d_model)
+        std = config.initializer_factor * config.d_model**-0.5
+        self.dense = _t5_init(nn.Linear(config.d_model, config.d_model), std)
         self.dropout = nn.Dropout(p=config.classifier_dropout)
-        self.out_proj = nn.Linear(config.d_model, config.num_labels)
+        self.out_proj = _t5_init(nn.Linear(config.d_model, config.num_labels), std)
 
     def forward(self, hidden_states):
         hidden_states = torch.tanh(self.dense(self.dropout(hidden_states)))
@@ -300,41 +316,17 @@ class VariantT5PreTrainedModel(VariantPreTrainedModel):
     }
 
     def _init_weights(self, module):
-        """T5's initialisation (scaled by `initializer_factor`), extended to the variant's shapes."""
+        """T5's initialisation (scaled by `initializer_factor`), extended to the variant's shapes: each weight's std
+        is recorded on its module at construction (`_t5_init`); embeddings and the untied LM head get
+        `initializer_factor`, norms 1, biases 0."""
         super()._init_weights(module)
         factor = self.config.initializer_factor
-        d_model = self.config.d_model
         if isinstance(module, VariantT5LayerNorm):
             init.constant_(module.weight, factor)
-        elif isinstance(module, (VariantT5Model, VariantT5ForConditionalGeneration, VariantT5EncoderModel,
-                                 VariantT5ForQuestionAnswering)):
-            init.normal_(module.shared.weight, std=factor)
-            if hasattr(module, "lm_head") and not self.config.tie_lm_head:
-                init.normal_(module.lm_head.weight, std=factor)
-            if hasattr(module, "qa_outputs"):
-                init.normal_(module.qa_outputs.weight, std=factor * d_model**-0.5)
-                init.zeros_(module.qa_outputs.bias)
-        elif isinstance(module, VariantT5ForTokenClassification):
-            init.normal_(module.classifier.weight, std=factor)
-            init.zeros_(module.classifier.bias)
-        elif isinstance(module, VariantT5ClassificationHead):
-            for linear in (module.dense, module.out_proj):
-                init.normal_(linear.weight, std=factor * d_model**-0.5)
-                init.zeros_(linear.bias)
-        elif isinstance(module, (VariantT5DenseActDense, VariantT5DenseGatedActDense)):
-            for name in ("wi", "wi_0", "wi_1"):
-                if hasattr(module, name):
-                    init.normal_(getattr(module, name).weight, std=factor * d_model**-0.5)
-            init.normal_(module.wo.weight, std=factor * self.config.d_ff**-0.5)
-        elif isinstance(module, VariantT5Attention):
-            spec = module.spec
-            if spec.uses_query_key:
-                init.normal_(module.q.weight, std=factor * (d_model * spec.key_head_size) ** -0.5)
-                init.normal_(module.k.weight, std=factor * d_model**-0.5)
-            init.normal_(module.v.weight, std=factor * d_model**-0.5)
-            init.normal_(module.o.weight, std=factor * spec.value_size**-0.5)
-            if module.has_relative_attention_bias:
-                init.normal_(module.relative_attention_bias.weight, std=factor * d_model**-0.5)
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
+            init.normal_(module.weight, std=getattr(module, "t5_init_std", factor))
+            if getattr(module, "bias", None) is not None:
+                init.zeros_(module.bias)
 
     def _variant_init_std(self):
         return self.config.initializer_factor * self.config.d_model**-0.5  # as T5's k/v projections
@@ -657,7 +649,7 @@ class VariantT5ForQuestionAnswering(_VariantT5EncoderDecoder):
     def __init__(self, config):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.qa_outputs = nn.Linear(config.d_model, config.num_labels)
+        self.qa_outputs = _t5_init(nn.Linear(config.d_model, config.num_labels), config.initializer_factor * config.d_model**-0.5)
         self.post_init()
 
     @can_return_tuple

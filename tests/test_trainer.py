@@ -31,7 +31,7 @@ def test_trainer_with_gradient_checkpointing(tmp_path, head, variant):
     trainer = Trainer(model=model, args=args, train_dataset=_Batches())
     assert not trainer.model_accepts_loss_kwargs  # the heads average their own loss
     result = trainer.train()
-    assert model.is_gradient_checkpointing
+    assert model.is_activation_checkpointing
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0]

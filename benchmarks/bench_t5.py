@@ -1,0 +1,134 @@
+"""Generation speed with a cache and training step time of VariantT5, as ratios against transformers' T5.
+
+Run from the repository root:
+
+    python benchmarks/bench_t5.py --markdown      # t5-small shapes (d_model 512, 8 heads, d_ff 2048)
+    python benchmarks/bench_t5.py --quick         # tiny shapes, a smoke run of seconds
+
+Every row is a `T5ForConditionalGeneration`-shaped model (`--num-layers` encoder and decoder layers) built from the
+same seed. Per repeat every model runs in turn (interleaved) and the tables report the fastest of `--repeats`:
+- generate: `generate(max_new_tokens=min_new_tokens=--new-tokens, greedy, use_cache=True)` on `--batch-size`
+  sources of `--source-len` tokens, in tokens per second (higher is better) and as a ratio of time;
+- train step: forward with `labels` (`--target-len` tokens) and backward, dropout 0.1, in milliseconds.
+Ratios are time / time of transformers' T5 with eager attention (`eager`) and with SDPA (`sdpa`).
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+try:
+    import hf_attn_variants
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import hf_attn_variants
+
+import transformers
+from transformers import T5Config, T5ForConditionalGeneration
+
+ROWS = {
+    "eager": ("transformers", {"attn_implementation": "eager"}),
+    "sdpa": ("transformers", {"attn_implementation": "sdpa"}),
+    "dot_product": ("ours", {"attention_type": "dot_product"}),
+    "talking_heads": ("ours", {"attention_type": "talking_heads"}),
+    "synth_dense": ("ours", {"attention_type": "synthesizer", "synthesizer_components": ["dense"]}),
+    "synth_random": ("ours", {"attention_type": "synthesizer", "synthesizer_components": ["random"]}),
+    "synth_mixture": (
+        "ours", {"attention_type": "synthesizer", "synthesizer_components": ["dot_product", "random"]},
+    ),
+}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--num-heads", type=int, default=8)
+    p.add_argument("--num-layers", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--source-len", type=int, default=128)
+    p.add_argument("--target-len", type=int, default=32)
+    p.add_argument("--new-tokens", type=int, default=32)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--variants", nargs="+", choices=list(ROWS), default=list(ROWS), metavar="NAME")
+    p.add_argument("--quick", action="store_true", help="tiny shapes: d_model 64, 4 heads, 1 repeat")
+    p.add_argument("--markdown", action="store_true")
+    args = p.parse_args()
+    if args.quick:
+        args.d_model, args.num_heads, args.batch_size, args.source_len = 64, 4, 2, 16
+        args.target_len, args.new_tokens, args.repeats = 8, 8, 1
+    args.variants = ["eager", "sdpa", *(v for v in args.variants if v not in ("eager", "sdpa"))]
+    return args
+
+
+def build(name, args):
+    whose, kwargs = ROWS[name]
+    common = dict(vocab_size=1000, d_model=args.d_model, num_heads=args.num_heads, d_kv=args.d_model // args.num_heads,
+                  d_ff=4 * args.d_model, num_layers=args.num_layers, dropout_rate=0.1, decoder_start_token_id=0)
+    torch.manual_seed(0)
+    if whose == "transformers":
+        return T5ForConditionalGeneration(T5Config(**common, **kwargs))
+    config = hf_attn_variants.VariantT5Config(**common, synthesizer_max_position=max(args.source_len, 512), **kwargs)
+    return hf_attn_variants.VariantT5ForConditionalGeneration(config)
+
+
+def time_generate(model, ids, args):
+    model.eval()
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
+                             use_cache=True, decoder_start_token_id=0)
+    assert out.shape[1] == args.new_tokens + 1
+    return time.perf_counter() - start
+
+
+def time_train_step(model, ids, labels):
+    model.train()
+    model.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    model(input_ids=ids, labels=labels).loss.backward()
+    elapsed = time.perf_counter() - start
+    model.zero_grad(set_to_none=True)
+    return elapsed
+
+
+def main():
+    args = parse_args()
+    models = {name: build(name, args) for name in args.variants}
+    torch.manual_seed(1)
+    ids = torch.randint(2, 1000, (args.batch_size, args.source_len))
+    labels = torch.randint(2, 1000, (args.batch_size, args.target_len))
+    gen = {name: [] for name in models}
+    train = {name: [] for name in models}
+    for step in range(args.warmup + args.repeats):
+        for name, model in models.items():  # interleaved
+            timings = time_generate(model, ids, args), time_train_step(model, ids, labels)
+            if step >= args.warmup:
+                gen[name].append(timings[0])
+                train[name].append(timings[1])
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}; "
+          f"d_model {args.d_model}, heads {args.num_heads}, layers {args.num_layers}+{args.num_layers}, batch "
+          f"{args.batch_size}, source {args.source_len}, target {args.target_len}, {args.new_tokens} new tokens; "
+          f"fastest of {args.repeats} (warmup {args.warmup})\n")
+    header = ["variant", "generate tok/s", "gen time / eager", "gen time / sdpa", "train step ms",
+              "step / eager", "step / sdpa"]
+    rows = []
+    for name in models:
+        g, t = min(gen[name]), min(train[name])
+        rows.append([name, f"{args.batch_size * args.new_tokens / g:.0f}", f"{g / min(gen['eager']):.2f}",
+                     f"{g / min(gen['sdpa']):.2f}", f"{t * 1e3:.0f}", f"{t / min(train['eager']):.2f}",
+                     f"{t / min(train['sdpa']):.2f}"])
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    for i, row in enumerate((header, *rows)):
+        cells = [c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))]
+        print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells))
+        if i == 0:
+            print("|" + "|".join((":" if j == 0 else "") + "-" * (w + 1) + ("" if j == 0 else ":")
+                                 for j, w in enumerate(widths)) + "|" if args.markdown else "  ".join("-" * w for w in widths))
+
+
+if __name__ == "__main__":
+    main()
