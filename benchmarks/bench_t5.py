@@ -51,7 +51,7 @@ def parse_args():
     p.add_argument("--source-len", type=int, default=128)
     p.add_argument("--target-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=32)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--variants", nargs="+", choices=list(ROWS), default=list(ROWS), metavar="NAME")
     p.add_argument("--quick", action="store_true", help="tiny shapes: d_model 64, 4 heads, 1 repeat")
