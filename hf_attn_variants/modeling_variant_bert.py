@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from torch.nn import CrossEntropyLoss
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -38,7 +38,7 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .attention_variants import AttentionSpec, VariantAttentionCore
 from .configuration_variant_bert import VariantBertConfig
-from .modeling_variant_utils import VariantPreTrainedModel
+from .modeling_variant_utils import VariantPreTrainedModel, sequence_classification_loss, span_loss
 
 logger = logging.get_logger(__name__)
 
@@ -611,21 +611,7 @@ class VariantBertForSequenceClassification(VariantBertPreTrainedModel):
             inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))
-        loss = None
-        if labels is not None:
-            if self.config.problem_type is None:
-                if self.num_labels == 1:
-                    self.config.problem_type = "regression"
-                elif labels.dtype in (torch.long, torch.int):
-                    self.config.problem_type = "single_label_classification"
-                else:
-                    self.config.problem_type = "multi_label_classification"
-            if self.config.problem_type == "regression":
-                loss = MSELoss()(logits.squeeze(), labels.squeeze()) if self.num_labels == 1 else MSELoss()(logits, labels)
-            elif self.config.problem_type == "single_label_classification":
-                loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
-            else:
-                loss = BCEWithLogitsLoss()(logits, labels)
+        loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -706,16 +692,7 @@ class VariantBertForQuestionAnswering(VariantBertPreTrainedModel):
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
-        total_loss = None
-        if start_positions is not None and end_positions is not None:
-            start_positions = start_positions.view(-1)
-            end_positions = end_positions.view(-1)
-            ignored_index = start_logits.size(1)  # positions outside the sequence are ignored
-            loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
-            total_loss = (
-                loss_fct(start_logits, start_positions.clamp(0, ignored_index))
-                + loss_fct(end_logits, end_positions.clamp(0, ignored_index))
-            ) / 2
+        total_loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringModelOutput(
             loss=total_loss, start_logits=start_logits, end_logits=end_logits, hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,

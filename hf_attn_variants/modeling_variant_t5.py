@@ -16,7 +16,7 @@ import math
 
 import torch
 from torch import nn
-from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
+from torch.nn import CrossEntropyLoss
 from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
@@ -37,7 +37,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention_variants import AttentionSpec, VariantAttentionCore
 from .configuration_variant_t5 import VariantT5Config
-from .modeling_variant_utils import VariantPreTrainedModel
+from .modeling_variant_utils import VariantPreTrainedModel, sequence_classification_loss, span_loss
 
 AUTO_MAP = {
     "AutoConfig": "configuration_variant_t5.VariantT5Config",
@@ -602,22 +602,7 @@ class VariantT5ForSequenceClassification(VariantT5PreTrainedModel):
         batch_size, _, hidden_size = outputs.last_hidden_state.shape
         sentence = outputs.last_hidden_state[eos_mask, :].view(batch_size, -1, hidden_size)[:, -1, :]
         logits = self.classification_head(sentence)
-        loss = None
-        if labels is not None:
-            if self.config.problem_type is None:
-                if self.config.num_labels == 1:
-                    self.config.problem_type = "regression"
-                elif labels.dtype in (torch.long, torch.int):
-                    self.config.problem_type = "single_label_classification"
-                else:
-                    self.config.problem_type = "multi_label_classification"
-            if self.config.problem_type == "regression":
-                loss = MSELoss()(logits.squeeze(), labels.squeeze()) if self.config.num_labels == 1 else MSELoss()(
-                    logits, labels)
-            elif self.config.problem_type == "single_label_classification":
-                loss = CrossEntropyLoss()(logits.view(-1, self.config.num_labels), labels.view(-1))
-            else:
-                loss = BCEWithLogitsLoss()(logits, labels)
+        loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
         fields = {k: v for k, v in outputs.items() if k != "last_hidden_state"}
         return Seq2SeqSequenceClassifierOutput(loss=loss, logits=logits, **fields)
 
@@ -668,16 +653,7 @@ class VariantT5ForQuestionAnswering(_VariantT5EncoderDecoder):
         )
         logits = self.qa_outputs(decoder_outputs.last_hidden_state)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
-        total_loss = None
-        if start_positions is not None and end_positions is not None:
-            start_positions = start_positions.view(-1)
-            end_positions = end_positions.view(-1)
-            ignored_index = start_logits.size(1)
-            loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
-            total_loss = (
-                loss_fct(start_logits, start_positions.clamp(0, ignored_index))
-                + loss_fct(end_logits, end_positions.clamp(0, ignored_index))
-            ) / 2
+        total_loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         return Seq2SeqQuestionAnsweringModelOutput(
             loss=total_loss, start_logits=start_logits, end_logits=end_logits,
             **self._seq2seq_fields(encoder_outputs, decoder_outputs),

@@ -3,9 +3,40 @@
 Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
 """
 
+import torch
+from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import PreTrainedModel
 
 from .attention_variants import VariantAttentionCore
+
+
+def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss of a sequence classification head, chosen by `config.problem_type` (inferred and recorded on first
+    use, as transformers' heads do): MSE for regression, cross-entropy, or BCE for multi-label."""
+    num_labels = config.num_labels
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        return MSELoss()(logits.squeeze(), labels.squeeze()) if num_labels == 1 else MSELoss()(logits, labels)
+    if config.problem_type == "single_label_classification":
+        return CrossEntropyLoss()(logits.view(-1, num_labels), labels.view(-1))
+    return BCEWithLogitsLoss()(logits, labels)
+
+
+def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch.Tensor | None:
+    """Extractive QA loss: mean of the start and end cross-entropies; positions outside the sequence are ignored."""
+    if start_positions is None or end_positions is None:
+        return None
+    ignored_index = start_logits.size(1)
+    loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
+    start_loss = loss_fct(start_logits, start_positions.view(-1).clamp(0, ignored_index))
+    end_loss = loss_fct(end_logits, end_positions.view(-1).clamp(0, ignored_index))
+    return (start_loss + end_loss) / 2
 
 
 class VariantPreTrainedModel(PreTrainedModel):

@@ -244,3 +244,24 @@ def test_albert_sharing_covers_the_variant_parameters(variant):
     model = build("VariantAlbertModel", variant, num_hidden_layers=6, num_hidden_groups=1)
     cores = [m for m in model.modules() if isinstance(m, hav.VariantAttentionCore)]
     assert len(cores) == model.config.inner_group_num
+
+
+@pytest.mark.parametrize(
+    "head", ["VariantBertForSequenceClassification", "VariantAlbertForSequenceClassification",
+             "VariantT5ForSequenceClassification"]
+)
+@pytest.mark.parametrize("problem", ["regression", "multi_label_classification"])
+def test_sequence_classification_problem_types(head, problem):
+    """`problem_type` is inferred from the labels as transformers' heads do, and picks MSE or BCE."""
+    num_labels = 1 if problem == "regression" else 3
+    model = build(head, "talking_heads", num_labels=num_labels)
+    inputs = head_inputs(head)
+    labels = torch.tensor([[0.5], [-1.0]]) if problem == "regression" else torch.tensor([[1.0, 0, 1], [0, 1, 0]])
+    inputs["labels"] = labels
+    out = model(**inputs)
+    assert model.config.problem_type == problem
+    if problem == "regression":
+        expected = torch.nn.functional.mse_loss(out.logits.squeeze(), labels.squeeze())
+    else:
+        expected = torch.nn.functional.binary_cross_entropy_with_logits(out.logits, labels)
+    torch.testing.assert_close(out.loss, expected)
