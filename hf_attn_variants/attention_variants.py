@@ -56,6 +56,7 @@ VARIANT_CONFIG_DEFAULTS = {
     "synthesizer_dense_factors": None,
     "synthesizer_mixture_normalize": True,
     "synthesizer_mixture_init": "uniform",
+    "admin": False,
 }
 
 VARIANT_CONFIG_DOCSTRING = """
@@ -99,6 +100,10 @@ VARIANT_CONFIG_DOCSTRING = """
             `"uniform"`: every component starts at the same weight. `"dot_product"`: the dot product starts at 1 and
             the synthetic components at 0, so a model warm-started from a vanilla checkpoint equals it at init and
             the synthetic weights still learn.
+        admin (`bool`, defaults to `False`):
+            Admin residuals (Liu et al. 2020) in a Post-LN family: each residual becomes `LN(omega * x + f(x))` with a
+            per-width parameter `omega` that starts at 1 (the ordinary model, exactly); `hf_attn_variants.admin`
+            profiles a batch to set it. T5 is Pre-LN and refuses it.
 """
 
 

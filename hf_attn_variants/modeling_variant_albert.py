@@ -35,7 +35,13 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .attention_variants import AttentionSpec, VariantAttentionCore
 from .configuration_variant_albert import VariantAlbertConfig
-from .modeling_variant_utils import VariantPreTrainedModel, sequence_classification_loss, span_loss
+from .modeling_variant_utils import (
+    VariantPreTrainedModel,
+    add_admin_omega,
+    admin_residual,
+    sequence_classification_loss,
+    span_loss,
+)
 
 AUTO_MAP = {
     "AutoConfig": "configuration_variant_albert.VariantAlbertConfig",
@@ -98,6 +104,7 @@ class VariantAlbertAttention(nn.Module):
         self.dense = nn.Linear(spec.value_size, config.hidden_size)  # h_v * d_v -> hidden
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        add_admin_omega(self, config, config.hidden_size)
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
         spec = self.spec
@@ -113,7 +120,7 @@ class VariantAlbertAttention(nn.Module):
             attn_implementation=self.config._attn_implementation, **kwargs,
         )
         attn_output = self.output_dropout(self.dense(attn_output.reshape(b, n, -1)))
-        return self.LayerNorm(hidden_states + attn_output), attn_weights
+        return self.LayerNorm(admin_residual(self, hidden_states, attn_output)), attn_weights
 
 
 class VariantAlbertLayer(GradientCheckpointingLayer):
@@ -127,13 +134,14 @@ class VariantAlbertLayer(GradientCheckpointingLayer):
         self.ffn_output = nn.Linear(config.intermediate_size, config.hidden_size)
         self.activation = ACT2FN[config.hidden_act]
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        add_admin_omega(self, config, config.hidden_size)
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
         attention_output, _ = self.attention(hidden_states, attention_mask, **kwargs)
         ffn_output = apply_chunking_to_forward(
             self.ff_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
         )
-        return self.full_layer_layer_norm(ffn_output + attention_output)
+        return self.full_layer_layer_norm(admin_residual(self, attention_output, ffn_output))
 
     def ff_chunk(self, attention_output):
         return self.ffn_output(self.activation(self.ffn(attention_output)))

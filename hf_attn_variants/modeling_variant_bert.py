@@ -38,7 +38,13 @@ from transformers.utils.output_capturing import capture_outputs
 
 from .attention_variants import AttentionSpec, VariantAttentionCore
 from .configuration_variant_bert import VariantBertConfig
-from .modeling_variant_utils import VariantPreTrainedModel, sequence_classification_loss, span_loss
+from .modeling_variant_utils import (
+    VariantPreTrainedModel,
+    add_admin_omega,
+    admin_residual,
+    sequence_classification_loss,
+    span_loss,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -161,10 +167,11 @@ class VariantBertSelfOutput(nn.Module):
         self.dense = nn.Linear(input_size, config.hidden_size)  # h_v * d_v -> hidden
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        add_admin_omega(self, config, config.hidden_size)
 
     def forward(self, hidden_states, input_tensor):
         hidden_states = self.dropout(self.dense(hidden_states))
-        return self.LayerNorm(hidden_states + input_tensor)
+        return self.LayerNorm(admin_residual(self, input_tensor, hidden_states))
 
 
 class VariantBertAttention(nn.Module):
@@ -201,10 +208,11 @@ class VariantBertOutput(nn.Module):
         self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        add_admin_omega(self, config, config.hidden_size)
 
     def forward(self, hidden_states, input_tensor):
         hidden_states = self.dropout(self.dense(hidden_states))
-        return self.LayerNorm(hidden_states + input_tensor)
+        return self.LayerNorm(admin_residual(self, input_tensor, hidden_states))
 
 
 class VariantBertLayer(GradientCheckpointingLayer):

@@ -346,6 +346,11 @@ class VariantT5Stack(VariantT5PreTrainedModel):
 
     def __init__(self, config):
         super().__init__(config)
+        if getattr(config, "admin", False):
+            raise ValueError(
+                "`admin`=True is not supported for T5: Admin rescales the residual that a Post-LN layer normalises, "
+                "and T5 is Pre-LN (x + f(LN(x)), the residual stream is never normalised). Set `admin`=False."
+            )
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         self.is_decoder = config.is_decoder
         self.block = nn.ModuleList(

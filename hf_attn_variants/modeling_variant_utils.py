@@ -4,10 +4,28 @@ Copied next to every saved checkpoint (remote code): imports only torch, public 
 """
 
 import torch
+from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import PreTrainedModel
+from transformers import initialization as init
 
 from .attention_variants import VariantAttentionCore
+
+
+def admin_residual(module, residual: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
+    """The LayerNorm input of a Post-LN residual: `omega * residual + branch` under Admin (`module.admin_omega`),
+    else `residual + branch`. While `hf_attn_variants.admin` profiles, `module.admin_recorder` sees each branch."""
+    recorder = getattr(module, "admin_recorder", None)
+    if recorder is not None:
+        recorder(module, branch)
+    omega = getattr(module, "admin_omega", None)
+    return residual + branch if omega is None else omega * residual + branch
+
+
+def add_admin_omega(module, config, width: int) -> None:
+    """Give a residual module its Admin parameter when `config.admin` asks for one (initialised to 1)."""
+    if getattr(config, "admin", False):
+        module.admin_omega = nn.Parameter(torch.ones(width))
 
 
 def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -87,3 +105,5 @@ class VariantPreTrainedModel(PreTrainedModel):
         super()._init_weights(module)
         if isinstance(module, VariantAttentionCore):
             module.init_variant_weights(self._variant_init_std())
+        if getattr(module, "admin_omega", None) is not None:
+            init.ones_(module.admin_omega)

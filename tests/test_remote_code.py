@@ -91,11 +91,12 @@ def _run_isolated(tmp_path, jobs):
     assert f"loaded {len(jobs)}" in proc.stdout
 
 
-def _save(tmp_path, head, variant):
-    model = build(head, variant)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.01 * torch.randn_like(p))
+def _save(tmp_path, head, variant, model=None):
+    if model is None:
+        model = build(head, variant)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn_like(p))
     path = tmp_path / f"{variant}-{head}"
     model.save_pretrained(path)
     inputs = head_inputs(head)
