@@ -14,6 +14,8 @@ import copy
 import math
 
 import torch
+import transformers
+from transformers import TrainerCallback
 
 from .modeling_variant_utils import VariantPreTrainedModel
 
@@ -82,7 +84,7 @@ def _count_parameters(model_class, config) -> int:
 
 
 def single_head_twin(config, model_class=None):
-    """The deep single-head twin of a multi-head config and both parameter counts.
+    """The deep single-head twin of a multi-head config (BERT, ALBERT or T5) and both parameter counts.
 
     L layers of h heads with head size d_h and feed-forward f become L*h layers of one head of size d_h and
     feed-forward f/h: the same number of attention heads in total and about the same size (Liu et al. 2021:
@@ -91,23 +93,106 @@ def single_head_twin(config, model_class=None):
     meta device, so nothing is allocated.
     """
     heads = config.num_attention_heads
-    head_size = getattr(config, "attention_head_size", None) or config.hidden_size // heads
-    if config.intermediate_size % heads:
-        raise ValueError(
-            f"`intermediate_size` ({config.intermediate_size}) is not a multiple of `num_attention_heads` ({heads}): "
-            "the twin's feed-forward width f/h would not be whole."
-        )
     twin = copy.deepcopy(config)
-    twin.num_hidden_layers = config.num_hidden_layers * heads
-    twin.num_attention_heads = 1
-    twin.attention_head_size = head_size
-    twin.intermediate_size = config.intermediate_size // heads
     twin.talking_heads_num_key_heads = twin.talking_heads_num_value_heads = None  # one head everywhere
+    if config.model_type == "variant_t5":  # T5 names its fields differently; its head size d_kv is explicit
+        if config.d_ff % heads:
+            raise ValueError(f"`d_ff` ({config.d_ff}) is not a multiple of `num_heads` ({heads}).")
+        twin.num_layers = config.num_layers * heads
+        twin.num_decoder_layers = config.num_decoder_layers * heads
+        twin.num_heads = 1
+        twin.d_ff = config.d_ff // heads
+    else:
+        if config.intermediate_size % heads:
+            raise ValueError(
+                f"`intermediate_size` ({config.intermediate_size}) is not a multiple of `num_attention_heads` "
+                f"({heads}): the twin's feed-forward width f/h would not be whole."
+            )
+        twin.num_hidden_layers = config.num_hidden_layers * heads
+        twin.num_attention_heads = 1
+        twin.attention_head_size = getattr(config, "attention_head_size", None) or config.hidden_size // heads
+        twin.intermediate_size = config.intermediate_size // heads
     if model_class is None:
         import hf_attn_variants
 
         model_class = {"variant_bert": hf_attn_variants.VariantBertModel,
-                       "variant_albert": hf_attn_variants.VariantAlbertModel}[config.model_type]
+                       "variant_albert": hf_attn_variants.VariantAlbertModel,
+                       "variant_t5": hf_attn_variants.VariantT5Model}[config.model_type]
     counts = {"multi_head": _count_parameters(model_class, config), "single_head": _count_parameters(model_class, twin)}
     counts["ratio"] = counts["single_head"] / counts["multi_head"]
     return twin, counts
+
+
+def _check_scalar_omegas(residuals):
+    for module in residuals:
+        omega = module.admin_omega
+        if not torch.all(omega == omega[0]) or omega[0] <= 0:
+            raise ValueError(
+                "Export folds one positive omega per residual into the branch's output projection; this model has an "
+                "omega that varies across the width (trained per-width). Keep it as a VariantBert/VariantAlbert model."
+            )
+
+
+@torch.no_grad()
+def export_to_transformers(model: VariantPreTrainedModel, save_directory) -> None:
+    """Write an Admin model as a plain transformers `Bert*`/`Albert*` checkpoint that loads without remote code.
+
+    LN(omega * x + f(x)) = LN(x + f(x) / omega) for a scalar omega > 0 (LayerNorm ignores a positive scale, up to
+    its epsilon), so each branch's output projection is divided by its omega. Possible when the attention is plain
+    dot-product with transformers' head size (hidden_size / num_attention_heads) and every omega is one scalar.
+    """
+    config = model.config
+    if config.attention_type != "dot_product":
+        raise ValueError(f"Only dot-product models export to plain transformers, not {config.attention_type!r}.")
+    head_size = getattr(config, "attention_head_size", None)
+    if head_size is not None and head_size * config.num_attention_heads != config.hidden_size:
+        raise ValueError(
+            f"transformers' {config.model_type.replace('variant_', '')} uses heads of hidden_size / num_attention_heads; "
+            f"this model has {config.num_attention_heads} head(s) of size {head_size} in width {config.hidden_size} "
+            "(a deep single-head twin), which it cannot represent."
+        )
+    residuals = _residuals(model)
+    _check_scalar_omegas(residuals)
+    reference_name = type(model).__name__.replace("Variant", "", 1)
+    reference_class = getattr(transformers, reference_name)
+    config_class = {"variant_bert": transformers.BertConfig, "variant_albert": transformers.AlbertConfig}[
+        config.model_type
+    ]
+    fields = {k: v for k, v in config.to_dict().items() if k in config_class().to_dict() and k != "model_type"}
+    fields.pop("auto_map", None)
+    fields.pop("architectures", None)
+    plain = reference_class(config_class(**fields))
+    folded = copy.deepcopy(model)
+    for module in [m for m in folded.modules() if getattr(m, "admin_omega", None) is not None]:
+        projection = module.dense if hasattr(module, "dense") else module.ffn_output
+        projection.weight.div_(module.admin_omega[0])
+        projection.bias.div_(module.admin_omega[0])
+    state = {k: v for k, v in folded.state_dict().items() if not k.endswith("admin_omega")}
+    missing, unexpected = plain.load_state_dict(state, strict=False)
+    if unexpected or any(not k.endswith(("position_ids", "token_type_ids")) for k in missing):
+        raise ValueError(f"Export mismatch: missing {missing}, unexpected {unexpected}.")
+    plain.save_pretrained(save_directory)
+
+
+class AdminProfilingCallback(TrainerCallback):
+    """A `transformers.TrainerCallback` that sets Admin's omegas before the first step.
+
+    `method="profile"` runs `admin_profile` on the first training batch (labels removed); `"closed_form"` uses
+    `admin_closed_form` (shared ALBERT layers need it). Pass it as `Trainer(..., callbacks=[AdminProfilingCallback()])`.
+    """
+
+    def __init__(self, method: str = "profile"):
+        if method not in ("profile", "closed_form"):
+            raise ValueError(f"`method`={method!r}; allowed: 'profile', 'closed_form'.")
+        self.method = method
+        self.omegas = None
+
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+        if self.method == "closed_form":
+            self.omegas = [admin_closed_form(model)]
+            return
+        batch = next(iter(train_dataloader))
+        device = next(model.parameters()).device
+        batch = {k: v.to(device) for k, v in batch.items() if k not in ("labels", "next_sentence_label",
+                                                                          "sentence_order_label")}
+        self.omegas = admin_profile(model, batch)

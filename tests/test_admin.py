@@ -131,3 +131,64 @@ def test_48_layer_single_head_trains_without_nan(dtype, admin):
     loss.backward()
     assert torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("head,method", [("VariantBertForMaskedLM", "profile"),
+                                         ("VariantAlbertForMaskedLM", "closed_form")])
+def test_export_to_plain_transformers(tmp_path, head, method):
+    """A profiled Admin model written as a plain transformers checkpoint: same outputs without remote code."""
+    from hf_attn_variants.admin import export_to_transformers
+
+    model = build(head, "dot_product", admin=True)
+    with torch.no_grad():  # branches of a trained size: at init (std 0.02) their variance is ~1e-4, omega ~1
+        for name, p in model.named_parameters():
+            if name.endswith(("dense.weight", "ffn_output.weight")):
+                p.mul_(40.0)
+    inputs = {k: v for k, v in head_inputs(head).items() if k != "labels"}
+    admin_profile(model, inputs) if method == "profile" else admin_closed_form(model)
+    assert max(w[0].item() for w in _omegas(model)) > 1.2  # the fold has something to do
+    export_to_transformers(model, tmp_path)
+    plain = getattr(transformers, head.replace("Variant", "")).from_pretrained(tmp_path).eval()
+    assert "auto_map" not in plain.config.to_dict()
+    with torch.no_grad():
+        torch.testing.assert_close(plain(**inputs).logits, model(**inputs).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_export_refuses_what_transformers_cannot_represent(tmp_path):
+    from hf_attn_variants.admin import export_to_transformers
+
+    with pytest.raises(ValueError, match="Only dot-product"):
+        export_to_transformers(build("VariantBertModel", "talking_heads", admin=True), tmp_path)
+    twin, _ = single_head_twin(hav.VariantBertConfig(**{**TINY, "intermediate_size": 40}, admin=True))
+    with pytest.raises(ValueError, match="deep single-head twin"):
+        export_to_transformers(hav.VariantBertModel(twin), tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+def test_trainer_callback_profiles_before_the_first_step(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    from hf_attn_variants.admin import AdminProfilingCallback
+    from test_trainer import _Batches
+
+    model = build("VariantBertForMaskedLM", "talking_heads", admin=True)
+    callback = AdminProfilingCallback()
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, report_to=[],
+                             save_strategy="no", use_cpu=True, disable_tqdm=True, learning_rate=1e-3)
+    Trainer(model=model, args=args, train_dataset=_Batches(), callbacks=[callback]).train()
+    assert callback.omegas is not None and callback.omegas[0] == 1.0 and callback.omegas[-1] > 1.0
+    assert _omegas(model)[-1].mean().item() == pytest.approx(callback.omegas[-1], rel=0.05)  # trained 2 steps
+
+
+def test_t5_single_head_twin_runs():
+    """T5 is Pre-LN: its deep single-head twin trains as it is (no Admin), encoder and decoder both deepened."""
+    config = hav.VariantT5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                 dropout_rate=0.0, relative_attention_num_buckets=8)
+    twin, counts = single_head_twin(config)
+    assert (twin.num_layers, twin.num_decoder_layers, twin.num_heads, twin.d_ff, twin.d_kv) == (8, 8, 1, 16, 8)
+    assert 0.8 < counts["ratio"] < 1.05
+    model = hav.VariantT5ForConditionalGeneration(twin).train()
+    inputs = head_inputs("VariantT5ForConditionalGeneration")
+    loss = model(**inputs).loss
+    loss.backward()
+    assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
