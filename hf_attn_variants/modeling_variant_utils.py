@@ -1,4 +1,5 @@
-"""What every family's `PreTrainedModel` shares: the full `auto_map`, the variant init, fixed synthesizers.
+"""What the families share beyond the attention: the `PreTrainedModel` base (full `auto_map`, the variant init,
+fixed synthesizers), Admin's residual, and the losses of the classification and span-QA heads.
 
 Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
 """
