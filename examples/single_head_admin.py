@@ -24,7 +24,7 @@ import torch
 from transformers import HfArgumentParser
 
 import hf_attn_variants as hav
-from hf_attn_variants.admin import admin_profile
+from hf_attn_variants.admin import admin_profile, single_head_twin
 
 SPECIAL = ["[PAD]", "[UNK]", "[MASK]"]
 
@@ -137,8 +137,6 @@ def main(argv=None) -> list[dict]:
         num_attention_heads=args.heads, intermediate_size=4 * args.hidden_size, max_position_embeddings=args.seq_len,
         hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, pad_token_id=0,
     )
-    from hf_attn_variants.admin import single_head_twin
-
     twin, _ = single_head_twin(base)
     twin_admin = hav.VariantBertConfig(**{**twin.to_dict(), "admin": True})
     runs = [

@@ -159,7 +159,6 @@ def export_to_transformers(model: VariantPreTrainedModel, save_directory) -> Non
         config.model_type
     ]
     fields = {k: v for k, v in config.to_dict().items() if k in config_class().to_dict() and k != "model_type"}
-    fields.pop("auto_map", None)
     fields.pop("architectures", None)
     plain = reference_class(config_class(**fields))
     folded = copy.deepcopy(model)
