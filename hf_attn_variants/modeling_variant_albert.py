@@ -41,6 +41,7 @@ from .modeling_variant_utils import (
     admin_residual,
     sequence_classification_loss,
     span_loss,
+    token_loss,
 )
 
 AUTO_MAP = {
@@ -321,6 +322,8 @@ class VariantAlbertForPreTraining(_VariantAlbertWithMLMHead):
 class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
     """Masked language modelling head (tied to the word embeddings)."""
 
+    accepts_loss_kwargs = True  # the loss uses `num_items_in_batch` (see `token_loss`)
+
     def __init__(self, config):
         super().__init__(config)
         self.albert = VariantAlbertModel(config, add_pooling_layer=False)
@@ -329,7 +332,7 @@ class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, **kwargs):
+                inputs_embeds=None, labels=None, num_items_in_batch=None, **kwargs):
         outputs = self.albert(
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
@@ -337,7 +340,7 @@ class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
         prediction_scores = self.predictions(outputs.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = CrossEntropyLoss()(prediction_scores.view(-1, self.config.vocab_size), labels.view(-1))
+            loss = token_loss(prediction_scores, labels, num_items_in_batch)
         return MaskedLMOutput(
             loss=loss, logits=prediction_scores, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -44,6 +44,7 @@ from .modeling_variant_utils import (
     admin_residual,
     sequence_classification_loss,
     span_loss,
+    token_loss,
 )
 
 logger = logging.get_logger(__name__)
@@ -550,6 +551,8 @@ class VariantBertLMHeadModel(_VariantBertWithLMHead, GenerationMixin):
 class VariantBertForMaskedLM(_VariantBertWithLMHead):
     """Masked language modelling head (tied to the word embeddings)."""
 
+    accepts_loss_kwargs = True  # the loss uses `num_items_in_batch` (see `token_loss`)
+
     def __init__(self, config):
         super().__init__(config)
         if config.is_decoder:
@@ -560,7 +563,8 @@ class VariantBertForMaskedLM(_VariantBertWithLMHead):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, labels=None, **kwargs):
+                inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, labels=None,
+                num_items_in_batch=None, **kwargs):
         outputs = self.bert(
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, encoder_hidden_states=encoder_hidden_states,
@@ -569,7 +573,7 @@ class VariantBertForMaskedLM(_VariantBertWithLMHead):
         prediction_scores = self.cls(outputs.last_hidden_state)
         masked_lm_loss = None
         if labels is not None:
-            masked_lm_loss = CrossEntropyLoss()(prediction_scores.view(-1, self.config.vocab_size), labels.view(-1))
+            masked_lm_loss = token_loss(prediction_scores, labels, num_items_in_batch)
         return MaskedLMOutput(
             loss=masked_lm_loss, logits=prediction_scores, hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,

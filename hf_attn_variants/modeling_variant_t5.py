@@ -37,7 +37,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention_variants import AttentionSpec, VariantAttentionCore
 from .configuration_variant_t5 import VariantT5Config
-from .modeling_variant_utils import VariantPreTrainedModel, sequence_classification_loss, span_loss
+from .modeling_variant_utils import VariantPreTrainedModel, sequence_classification_loss, span_loss, token_loss
 
 AUTO_MAP = {
     "AutoConfig": "configuration_variant_t5.VariantT5Config",
@@ -506,7 +506,7 @@ class VariantT5Model(_VariantT5EncoderDecoder):
 class VariantT5ForConditionalGeneration(_VariantT5EncoderDecoder, GenerationMixin):
     """Encoder-decoder with an LM head; `generate` with an `EncoderDecoderCache`."""
 
-    accepts_loss_kwargs = False
+    accepts_loss_kwargs = True  # the loss uses `num_items_in_batch` (see `token_loss`)
 
     def __init__(self, config):
         super().__init__(config)
@@ -525,7 +525,7 @@ class VariantT5ForConditionalGeneration(_VariantT5EncoderDecoder, GenerationMixi
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, cache=None, inputs_embeds=None, decoder_inputs_embeds=None, labels=None,
-                use_cache=None, **kwargs):
+                use_cache=None, num_items_in_batch=None, **kwargs):
         if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
             decoder_input_ids = self._shift_right(labels)
         encoder_outputs, decoder_outputs = self._encode_decode(
@@ -538,7 +538,7 @@ class VariantT5ForConditionalGeneration(_VariantT5EncoderDecoder, GenerationMixi
         lm_logits = self.lm_head(sequence_output)
         loss = None
         if labels is not None:
-            loss = CrossEntropyLoss(ignore_index=-100)(lm_logits.view(-1, lm_logits.size(-1)), labels.view(-1))
+            loss = token_loss(lm_logits, labels, num_items_in_batch)
         return Seq2SeqLMOutput(loss=loss, logits=lm_logits, **self._seq2seq_fields(encoder_outputs, decoder_outputs))
 
     def prepare_decoder_input_ids_from_labels(self, labels):
