@@ -1,0 +1,301 @@
+"""Convert transformers checkpoints into variant checkpoints, and Admin variants back to plain transformers.
+Package-only.
+
+    from hf_attn_variants.convert import convert, export_admin
+
+    convert("bert-base-uncased-local", "bert-th", attention_type="talking_heads")   # identity head maps
+    convert("t5-small-local", "t5-mix", attention_type="synthesizer")              # zero-start mixture
+    export_admin("my-admin-bert", "my-admin-bert-plain")                            # omega folded into the weights
+
+Both are function-preserving and prove it before writing: the new model and the original run on the same probe
+batch (`probe_inputs`) and every output tensor must agree, or nothing is written. The output is built in a temporary
+folder next to `output` and moved into place only when complete, so a failure never leaves a partial checkpoint.
+Tokenizer files found in the source folder are copied along.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import transformers
+
+import hf_attn_variants as hav
+
+from .admin import export_to_transformers
+
+FAMILIES = {"bert": "Bert", "albert": "Albert", "t5": "T5"}  # transformers model_type -> class name prefix
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "chat_template.jinja",
+)
+# attention_type -> the config fields that make the variant start as the original model
+FUNCTION_PRESERVING = {
+    "dot_product": {},
+    "talking_heads": {"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
+    "synthesizer": {"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
+}
+
+
+def probe_inputs(config, architecture: str) -> dict:
+    """A fixed batch for `architecture` (a class name): 2 rows of 8 tokens, the second right-padded; T5 models that
+    decode get 5 decoder tokens, multiple-choice heads 2 choices. Uses only torch (`publish.check_loads` runs this
+    function's source where the package cannot be imported)."""
+    import torch
+
+    ids = torch.arange(3, 19).reshape(2, 8) % config.vocab_size
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if architecture.endswith(("T5Model", "ForConditionalGeneration")):
+        inputs["decoder_input_ids"] = ids[:, :5]
+    if architecture.endswith("ForMultipleChoice"):
+        inputs = {k: v[:, None].expand(-1, 2, -1).contiguous() for k, v in inputs.items()}
+    return inputs
+
+
+def _mismatch(reference, candidate, inputs, atol: float, rtol: float) -> str | None:
+    """None if every tensor output of `candidate` equals `reference`'s within atol + rtol * |reference|; else why not."""
+    with torch.no_grad():
+        expected, got = reference(**inputs), candidate(**inputs)
+    for key, value in expected.items():
+        if not isinstance(value, torch.Tensor):
+            continue
+        if key not in got or got[key].shape != value.shape:
+            return f"output {key!r} is missing or has another shape"
+        error = (got[key] - value).abs()
+        if not torch.all(error <= atol + rtol * value.abs()):
+            return f"output {key!r} differs by up to {error.max().item():.3g}"
+    return None
+
+
+def _read_config(source: Path) -> dict:
+    if not source.is_dir():
+        raise FileNotFoundError(f"{source} is not a folder: pass a checkpoint folder (config.json + weights).")
+    path = source / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{source} has no config.json: pass a folder written by `save_pretrained`.")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not valid JSON ({error}).") from error
+
+
+def _check_output(output: Path) -> None:
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise FileExistsError(f"{output} exists and is not an empty folder: choose a new output folder.")
+
+
+def checkpoint_shapes(folder) -> dict[str, tuple[int, ...]]:
+    """The name and shape of every tensor in the checkpoint in `folder` (safetensors or PyTorch, sharded or not),
+    read from the files' headers. Uses only the standard library, torch and safetensors (see `probe_inputs`)."""
+    import json
+    from pathlib import Path
+
+    import torch
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    for index, single in (("model.safetensors.index.json", "model.safetensors"),
+                          ("pytorch_model.bin.index.json", "pytorch_model.bin")):
+        if (folder / index).is_file():
+            files = sorted(set(json.loads((folder / index).read_text())["weight_map"].values()))
+            break
+        if (folder / single).is_file():
+            files = [single]
+            break
+    else:
+        raise FileNotFoundError(f"{folder} has no weights (model.safetensors, pytorch_model.bin or a sharded index).")
+    shapes = {}
+    for name in files:
+        try:
+            if name.endswith(".safetensors"):
+                with safe_open(folder / name, "pt") as f:
+                    shapes.update({key: tuple(f.get_slice(key).get_shape()) for key in f.keys()})
+            else:
+                state = torch.load(folder / name, map_location="cpu", weights_only=True, mmap=True)
+                shapes.update({key: tuple(value.shape) for key, value in state.items()})
+        except Exception as error:  # truncated or corrupted: safetensors and torch raise their own types
+            raise ValueError(f"{folder / name} is not a readable weights file ({type(error).__name__}: {error}).")
+    return shapes
+
+
+def weights_report(model, shapes: dict) -> tuple[list[str], list[str]]:
+    """(missing, mismatched): the model's tensors that the checkpoint with these `shapes` does not provide (tied
+    copies of a provided tensor excepted), and those whose shape differs from the checkpoint's."""
+    state = model.state_dict()
+    mismatched = [f"{key}: checkpoint {shapes[key]}, config {tuple(value.shape)}"
+                  for key, value in state.items() if key in shapes and tuple(value.shape) != shapes[key]]
+    provided = {state[key].data_ptr() for key in shapes if key in state}
+    missing = [key for key, value in state.items() if key not in shapes and value.data_ptr() not in provided]
+    return sorted(missing), mismatched
+
+
+def _load(model_class, source: Path, **kwargs):
+    """`model_class.from_pretrained(source)` in eval mode; shapes that do not fit are reported by `weights_report`."""
+    try:
+        model = model_class.from_pretrained(source, ignore_mismatched_sizes=True, **kwargs)
+    except (OSError, RuntimeError, ValueError) as error:  # e.g. unreadable weights
+        raise ValueError(f"{source}: the weights do not load into {model_class.__name__}: {error}") from error
+    return model.eval()
+
+
+def _check_loaded(model, source: Path, shapes: dict, allowed_missing=frozenset()) -> None:
+    missing, mismatched = weights_report(model, shapes)
+    if mismatched:
+        raise ValueError(f"{source}: weight shapes do not fit its config.json: {'; '.join(mismatched[:5])}.")
+    missing = [key for key in missing if key not in allowed_missing]
+    if missing:
+        raise ValueError(
+            f"{source} lacks {len(missing)} weight(s) of {type(model).__name__}: {', '.join(missing[:5])}"
+            f"{', ...' if len(missing) > 5 else ''}."
+        )
+
+
+def _write_atomically(output: Path, write) -> Path:
+    """Run `write(tmp_folder)`, then move the folder to `output`; on any failure remove it and re-raise."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.partial-", dir=output.parent))
+    try:
+        write(tmp)
+        if output.exists():
+            output.rmdir()  # checked empty before any work started
+        os.replace(tmp, output)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return output
+
+
+def _copy_tokenizer(source: Path, target: Path) -> None:
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, target / name)
+
+
+def convert(
+    source,
+    output,
+    attention_type: str = "talking_heads",
+    *,
+    synthesizer_components=("dot_product", "random"),
+    architecture: str | None = None,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    **config_overrides,
+) -> Path:
+    """Turn a transformers BERT, ALBERT or T5 checkpoint folder into a variant checkpoint that computes the same
+    function, and write it to `output` (a new or empty folder). Returns `output`.
+
+    Args:
+        source: a folder written by transformers' `save_pretrained` (`config.json` with model_type "bert", "albert"
+            or "t5", and weights).
+        output: where the variant checkpoint goes; created only once the conversion has been verified.
+        attention_type: "talking_heads" (identity head maps), "synthesizer" (a mixture that starts as pure dot
+            product) or "dot_product" (a plain variant checkpoint, e.g. to train with `admin=True`).
+        synthesizer_components: the mixture's components for "synthesizer"; must include "dot_product".
+        architecture: the transformers class to convert (e.g. "BertForMaskedLM"); defaults to
+            `config.json`'s first `architectures` entry, else the family's base model.
+        atol, rtol: how close every output of the probe batch must be.
+        config_overrides: further variant config fields (e.g. `talking_heads_dynamic=["x2l"]`). The result is
+            verified like the rest, so a field that changes the function makes the conversion fail.
+
+    Raises:
+        FileNotFoundError: `source` is not a folder or lacks config.json or weights.
+        FileExistsError: `output` exists and is not empty.
+        ValueError: not a BERT/ALBERT/T5 checkpoint, missing weights or shapes that do not fit its config, an
+            architecture without a variant, or outputs that differ after conversion.
+    """
+    source, output = Path(source), Path(output)
+    _check_output(output)
+    config = _read_config(source)
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        hint = " (it is already a variant checkpoint)" if str(model_type).startswith("variant_") else ""
+        raise ValueError(
+            f"{source} holds a {model_type!r} checkpoint{hint}; convert takes transformers BERT, ALBERT or T5 "
+            f"checkpoints (model_type {', '.join(FAMILIES)})."
+        )
+    shapes = checkpoint_shapes(source)
+    prefix = FAMILIES[model_type]
+    architecture = architecture or (config.get("architectures") or [f"{prefix}Model"])[0]
+    if not (architecture.startswith(prefix) and hasattr(transformers, architecture)
+            and hasattr(hav, f"Variant{architecture}")):
+        options = sorted(n[len("Variant"):] for n in hav.__all__ if n.startswith(f"Variant{prefix}")
+                         and not n.endswith(("Config", "PreTrainedModel")))
+        raise ValueError(f"No variant of {architecture!r} for a {model_type} checkpoint; choose one of {options}.")
+    if attention_type not in FUNCTION_PRESERVING:
+        raise ValueError(f"attention_type={attention_type!r}; convert supports {', '.join(FUNCTION_PRESERVING)}.")
+    fields = {"attention_type": attention_type, **FUNCTION_PRESERVING[attention_type]}
+    if attention_type == "synthesizer":
+        if "dot_product" not in synthesizer_components:
+            raise ValueError(
+                f"synthesizer_components={list(synthesizer_components)} lacks 'dot_product': only a mixture that "
+                "starts as the dot product preserves the original model's function."
+            )
+        fields["synthesizer_components"] = list(synthesizer_components)
+    fields.update(config_overrides)
+
+    reference = _load(getattr(transformers, architecture), source)
+    _check_loaded(reference, source, shapes)
+    variant = _load(getattr(hav, f"Variant{architecture}"), source, **fields)
+    new_parameters = set(variant.state_dict()) - set(reference.state_dict())  # the variant's own, initialised
+    _check_loaded(variant, source, shapes, allowed_missing=new_parameters)
+    inputs = probe_inputs(reference.config, architecture)
+    problem = _mismatch(reference, variant, inputs, atol, rtol)
+    if problem:
+        raise ValueError(
+            f"The converted model does not compute the original's function: {problem}. The settings {fields} are "
+            "not function-preserving; nothing was written."
+        )
+
+    def write(folder):
+        variant.save_pretrained(folder)
+        _copy_tokenizer(source, folder)
+
+    return _write_atomically(output, write)
+
+
+def export_admin(source, output, *, atol: float = 1e-5, rtol: float = 1e-4) -> Path:
+    """Write the Admin variant checkpoint in `source` as a plain transformers `Bert*`/`Albert*` checkpoint in
+    `output` (a new or empty folder), with each residual's omega folded into its branch (see
+    `hf_attn_variants.admin.export_to_transformers`), after checking both give the same outputs. Returns `output`.
+
+    Raises FileNotFoundError / FileExistsError as `convert` does, and ValueError where the export is not exact
+    (a variant attention, single-head layers narrower than the width, omegas that vary across the width).
+    """
+    source, output = Path(source), Path(output)
+    _check_output(output)
+    config = _read_config(source)
+    if config.get("model_type") not in ("variant_bert", "variant_albert"):
+        raise ValueError(
+            f"{source} holds a {config.get('model_type')!r} checkpoint; export takes hf-attn-variants BERT or "
+            "ALBERT checkpoints (model_type variant_bert or variant_albert). T5 is Pre-LN and has no Admin."
+        )
+    shapes = checkpoint_shapes(source)
+    architecture = (config.get("architectures") or ["VariantBertModel"])[0]
+    model = _load(getattr(hav, architecture), source)
+    _check_loaded(model, source, shapes)
+
+    def write(folder):
+        export_to_transformers(model, folder)
+        plain = _load(getattr(transformers, architecture.replace("Variant", "", 1)), folder)
+        problem = _mismatch(model, plain, probe_inputs(model.config, architecture), atol, rtol)
+        if problem:
+            raise ValueError(f"The exported model does not compute the Admin model's function: {problem}.")
+        _copy_tokenizer(source, folder)
+
+    return _write_atomically(output, write)
+
+
+__all__ = ["FUNCTION_PRESERVING", "TOKENIZER_FILES", "checkpoint_shapes", "convert", "export_admin", "probe_inputs",
+           "weights_report"]

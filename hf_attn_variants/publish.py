@@ -1,0 +1,409 @@
+"""Publish a checkpoint folder to the Hugging Face Hub with a model card rendered from its training record.
+Package-only (a published checkpoint does not need it).
+
+    from hf_attn_variants.publish import publish, render_card, upload_card
+
+    publish("out/bert-mini-talking-heads", "me/bert-mini-talking-heads", private=True)
+
+    # in a Trainer script, after the Trainer pushed its output folder (with Trainer's default README):
+    trainer.push_to_hub()
+    upload_card(training_args.output_dir, trainer.hub_model_id)
+
+Both paths leave the same repository: the files `is_published` accepts (weights, config, the model's code, tokenizer
+files, the run's metrics and `training_info.json`) and a README.md rendered by `render_card`, whose quick start pins
+the commit that holds the code. The card's numbers come only from the folder's `all_results.json` (or
+`eval_results.json` / `train_results.json`), written by `Trainer.save_metrics`, and its `training_info.json`.
+
+The template and the per-attention text live in `hf_attn_variants/model_cards/` (package data: shipped in the wheel,
+read from the source tree in an editable install).
+"""
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
+
+from .convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
+
+CARD_DIR = Path(__file__).parent / "model_cards"
+RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "training_info.json")
+CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "README.md")
+FAMILY_NAMES = {"variant_bert": "BERT", "variant_albert": "ALBERT", "variant_t5": "T5"}
+# architecture suffix -> Hub pipeline tag (None: no pipeline fits)
+PIPELINE_TAGS = {
+    "ForMaskedLM": "fill-mask",
+    "ForPreTraining": "fill-mask",
+    "LMHeadModel": "text-generation",
+    "ForSequenceClassification": "text-classification",
+    "ForTokenClassification": "token-classification",
+    "ForQuestionAnswering": "question-answering",
+    "ForConditionalGeneration": "text2text-generation",
+    "ForMultipleChoice": None,
+    "ForNextSentencePrediction": None,
+    "EncoderModel": "feature-extraction",
+    "Model": "feature-extraction",
+}
+# Trainer.save_metrics keys that describe the run's speed, not the model's quality
+NOT_QUALITY = ("_runtime", "_samples_per_second", "_steps_per_second", "_flos", "epoch")
+STRUCTURE_FIELDS = ("num_hidden_layers", "num_layers", "num_decoder_layers", "hidden_size", "d_model", "embedding_size",
+                    "num_attention_heads", "num_heads", "attention_head_size", "d_kv", "intermediate_size", "d_ff",
+                    "vocab_size", "admin")
+
+
+def is_published(path: str) -> bool:
+    """Whether the file at `path` (relative to a checkpoint folder) belongs in the published repository: the
+    weights (`*.safetensors`), config, generation config, the model's code (`*.py`), tokenizer files, the run's
+    metrics and `training_info.json`, and README.md. Not: `training_args.bin` (a pickle), `trainer_state.json`,
+    TensorBoard `runs/`, `checkpoint-*/` or anything else in a sub-folder."""
+    return "/" not in path and (
+        path.endswith((".safetensors", ".py")) or path in CHECKPOINT_FILES + TOKENIZER_FILES + RUN_FILES
+    )
+
+
+# -- what the card says -----------------------------------------------------------------------------------------------
+
+
+def _load_yaml(name: str) -> dict:
+    return yaml.safe_load((CARD_DIR / name).read_text())
+
+
+def attention_setups(config: dict) -> list[str]:
+    """The card sections (keys of `model_cards/attention.yaml`) that describe a checkpoint's `config.json`: its
+    attention variant(s), "single-head" for one head per layer, "admin" for Admin residuals; "dot-product" if none."""
+    types = {config.get(key) for key in ("attention_type", "encoder_attention_type", "decoder_attention_type",
+                                         "cross_attention_type")} - {None, "dot_product"}
+    setups = []
+    if "talking_heads" in types:
+        setups.append("talking-heads")
+    if "synthesizer" in types:
+        components = list(config.get("synthesizer_components") or [])
+        if "dot_product" in components and len(components) > 1:
+            setups.append("synthesizer-mixture")
+        else:
+            setups.append({("dense",): "synthesizer-dense", ("random",): "synthesizer-random"}.get(
+                tuple(components), "synthesizer"))
+    if config.get("num_attention_heads", config.get("num_heads")) == 1:
+        setups.append("single-head")
+    if config.get("admin"):
+        setups.append("admin")
+    return setups or ["dot-product"]
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def read_run(folder) -> tuple[dict, dict, str | None]:
+    """(training_info, metrics, the metrics' file name) of a checkpoint folder; empty when not recorded."""
+    folder = Path(folder)
+    for name in ("all_results.json", "eval_results.json"):
+        if (folder / name).is_file():
+            metrics = _read_json(folder / name)
+            if name == "eval_results.json":
+                metrics = {**_read_json(folder / "train_results.json"), **metrics}
+            return _read_json(folder / "training_info.json"), metrics, name
+    metrics = _read_json(folder / "train_results.json")
+    return _read_json(folder / "training_info.json"), metrics, "train_results.json" if metrics else None
+
+
+def _quality_metrics(metrics: dict) -> dict[str, float]:
+    """eval_* and perplexity values, named without the eval_ prefix, e.g. {"loss": 2.1, "accuracy": 0.8}."""
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, (int, float)) and not key.endswith(NOT_QUALITY):
+            if key.startswith("eval_"):
+                out[key[len("eval_"):]] = value
+            elif key == "perplexity":
+                out[key] = value
+    return out
+
+
+def _table(rows, header=("", "")) -> str:
+    lines = [f"| {header[0]} | {header[1]} |", "|---|---|"]
+    lines += [f"| {key} | {value} |" for key, value in rows]
+    return "\n".join(lines)
+
+
+def _number(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _training_text(info: dict, metrics: dict, source: str | None) -> str:
+    parts = []
+    if info:
+        where = f"`{info['script']}`" if info.get("script") else "a training script"
+        parts.append(f"Trained with {where} for {info.get('task', 'an unrecorded task')}"
+                     + (f", preset `{info['preset']}`" if info.get("preset") else "")
+                     + (f", starting from `{info['base_model']}`" if info.get("base_model") else "") + ".")
+        dataset = info.get("dataset") or {}
+        if dataset:
+            parts.append("**Data:** " + "; ".join(f"{k}: {v}" for k, v in dataset.items() if v) + ".")
+        if info.get("training"):
+            parts.append(_table(info["training"].items(), ("hyperparameter", "value")))
+    else:
+        parts.append("No training record (`training_info.json`) was published with this checkpoint, so its "
+                     "training data and procedure are not documented here.")
+    train = [(k, _number(v)) for k, v in metrics.items() if k.startswith("train_") or k == "epoch"]
+    if train:
+        parts.append(f"Recorded by the run (`{source}`):\n\n" + _table(train, ("training metric", "value")))
+    return "\n\n".join(parts)
+
+
+def _evaluation_text(quality: dict, info: dict, source: str | None) -> str:
+    if not quality:
+        return "No evaluation metrics were recorded for this checkpoint."
+    dataset = (info.get("dataset") or {}).get("name")
+    where = f" on {dataset}" if dataset else ""
+    return (f"Measured{where} by the training run and copied from its `{source}`:\n\n"
+            + _table(((k, _number(v)) for k, v in quality.items()), ("metric", "value")))
+
+
+def _parameter_count(folder: Path) -> str:
+    total = 0
+    for shape in checkpoint_shapes(folder).values():
+        count = 1
+        for size in shape:
+            count *= size
+        total += count
+    return f"{total / 1e6:.1f}M" if total >= 1e5 else f"{total / 1e3:.1f}k"
+
+
+def render_card(folder, repo_id: str, revision: str, *, license: str = "apache-2.0",
+                base_model: str | None = None) -> ModelCard:
+    """The model card of the checkpoint in `folder`, as it will read on the Hub at `repo_id`.
+
+    Args:
+        folder: a checkpoint folder of this package (config.json with `auto_map`, weights, code files); its
+            `training_info.json`, `all_results.json` / `eval_results.json` / `train_results.json` are used when
+            present.
+        repo_id: the Hub repository ("user/name").
+        revision: the commit the quick start pins (the one that holds the code; `publish` passes it).
+        license: the card's license id.
+        base_model: the Hub id of the model this one started from; defaults to training_info.json's `base_model`.
+
+    The YAML metadata carries library_name, license, tags, datasets, base_model, pipeline_tag and, when the run
+    recorded evaluation metrics, its task and its dataset, a model-index of those metrics.
+    """
+    folder = Path(folder)
+    config = _read_json(folder / "config.json")
+    if config.get("model_type") not in FAMILY_NAMES:
+        raise ValueError(f"{folder} is not a hf-attn-variants checkpoint (model_type {config.get('model_type')!r}).")
+    architecture = (config.get("architectures") or [f"{config['model_type'].title().replace('_', '')}Model"])[0]
+    auto_class = next((auto for auto, target in config.get("auto_map", {}).items()
+                       if target.split(".")[-1] == architecture), None)
+    if auto_class is None:
+        raise ValueError(f"{folder}/config.json's auto_map names no Auto class for {architecture}: re-save the model "
+                         "with save_pretrained from this package.")
+    info, metrics, source = read_run(folder)
+    quality = _quality_metrics(metrics)
+    suffix = next(s for s in PIPELINE_TAGS if architecture.endswith(s))
+    task = info.get("task") or PIPELINE_TAGS[suffix]
+    dataset = (info.get("dataset") or {}).get("name")
+    base_model = base_model or info.get("base_model")
+    model_name = repo_id.split("/")[-1]
+
+    texts, papers = _load_yaml("attention.yaml"), _load_yaml("papers.yaml")
+    setups = [texts[key] for key in attention_setups(config)]
+    own = [key for setup in setups for key in setup["papers"]]
+    family = FAMILY_NAMES[config["model_type"]]
+    eval_results = [EvalResult(task_type=task, dataset_type=dataset, dataset_name=dataset, metric_type=metric,
+                               metric_value=value)
+                    for metric, value in quality.items()] if quality and task and dataset else None
+    card_data = ModelCardData(
+        library_name="transformers",
+        license=license,
+        tags=["hf-attn-variants", "custom_code", family.lower(), *[t for s in setups for t in s["tags"]]],
+        datasets=[dataset] if dataset else None,
+        base_model=base_model,
+        pipeline_tag=PIPELINE_TAGS[suffix],
+        model_name=model_name if eval_results else None,
+        eval_results=eval_results,
+    )
+    limitations = [
+        "`trust_remote_code=True` runs this repository's Python files: read them, and pin the revision you read.",
+        *[item for setup in setups for item in setup["limitations"]],
+    ]
+    steps = (info.get("training") or {}).get("max_steps")
+    if steps:
+        limitations.append(f"The metrics describe this run only ({steps} training steps"
+                           + (f" on {dataset}" if dataset else "") + "); they are not comparable with the papers' "
+                           "results at full scale.")
+    summary = (f"A {family} model (`{architecture}`) with {' and '.join(s['title'] for s in setups)}, "
+               f"{_parameter_count(folder)} parameters, built with hf-attn-variants"
+               + (f" from the preset `{info['preset']}`" if info.get("preset") else "") + ".")
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(CARD_DIR / "template.md"),
+        model_name=model_name,
+        summary=summary,
+        setups=[{**s, "papers": [papers[k] for k in s["papers"]]} for s in setups],
+        architecture=[(k, json.dumps(config[k])) for k in STRUCTURE_FIELDS + _variant_fields(config)
+                      if config.get(k) is not None],
+        auto_class=auto_class,
+        repo_id=repo_id,
+        revision=revision,
+        has_tokenizer=any((folder / name).is_file() for name in TOKENIZER_FILES),
+        training=_training_text(info, metrics, source),
+        evaluation=_evaluation_text(quality, info, source),
+        limitations=limitations,
+        own_papers=[papers[k] for k in dict.fromkeys(own)],
+        other_papers=[p for k, p in papers.items() if k not in own],
+    )
+
+
+def _variant_fields(config: dict) -> tuple[str, ...]:
+    """The config fields of the attention variants the checkpoint uses."""
+    used = {config.get(k) for k in ("attention_type", "encoder_attention_type", "decoder_attention_type",
+                                    "cross_attention_type")}
+    prefixes = tuple(f"{kind}_" for kind in ("talking_heads", "synthesizer") if kind in used)
+    return tuple(k for k in config if k.endswith("attention_type") or k.startswith(prefixes))
+
+
+# -- checks and uploads -----------------------------------------------------------------------------------------------
+
+_CHECK_SCRIPT = """
+import json, sys
+import torch, transformers
+try:
+    import hf_attn_variants
+except ImportError:
+    pass
+else:
+    raise SystemExit("hf_attn_variants is importable: the check would prove nothing")
+{helpers}
+folder = sys.argv[1]
+config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
+architecture = config.architectures[0]
+auto = next(a for a, target in config.auto_map.items() if target.split(".")[-1] == architecture)
+model = getattr(transformers, auto).from_pretrained(folder, trust_remote_code=True).eval()
+missing, mismatched = weights_report(model, checkpoint_shapes(folder))
+if missing or mismatched:
+    raise SystemExit(f"weights missing from the checkpoint: {{missing}}; shapes that do not fit: {{mismatched}}")
+with torch.no_grad():
+    out = model(**probe_inputs(config, architecture))
+shapes = {{k: list(v.shape) for k, v in out.items() if isinstance(v, torch.Tensor)}}
+bad = [k for k, v in out.items() if isinstance(v, torch.Tensor) and not torch.isfinite(v).all()]
+if bad:
+    raise SystemExit(f"non-finite outputs: {{bad}}")
+print(json.dumps({{"class": type(model).__name__, "auto_class": auto, "outputs": shapes}}))
+"""
+
+_BLOCK_PACKAGE = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'hf_attn_variants':
+            raise ModuleNotFoundError(name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def check_loads(folder, timeout: float = 600) -> dict:
+    """Load the checkpoint in `folder` the way a Hub user will: in a fresh interpreter where `hf_attn_variants`
+    cannot be imported, through the Auto class its `auto_map` names, with `trust_remote_code=True`; every weight
+    must come from the checkpoint with its shape, and a forward pass on a probe batch must give finite outputs.
+
+    Returns {"class", "auto_class", "outputs": {name: shape}}; raises RuntimeError with the subprocess's error.
+    """
+    helpers = "\n".join(textwrap.dedent(inspect.getsource(f)) for f in (checkpoint_shapes, weights_report,
+                                                                         probe_inputs))
+    script = _BLOCK_PACKAGE + _CHECK_SCRIPT.format(helpers=helpers)
+    with tempfile.TemporaryDirectory() as modules:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=modules)
+        proc = subprocess.run([sys.executable, "-I", "-c", script, str(Path(folder).resolve())], env=env,
+                              cwd=modules, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{folder} does not load with trust_remote_code=True where hf_attn_variants is not "
+                           f"installed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _check_folder(folder: Path) -> dict:
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} has no config.json: pass a folder written by save_pretrained.")
+    config = json.loads((folder / "config.json").read_text())
+    code = {target.split(".")[0] + ".py" for target in config.get("auto_map", {}).values()}
+    absent = sorted(name for name in code if not (folder / name).is_file())
+    if not code or absent:
+        raise FileNotFoundError(f"{folder} lacks the model's code ({', '.join(absent) or 'no auto_map'}): save it "
+                                "with save_pretrained from hf_attn_variants, which copies the .py files.")
+    return config
+
+
+@dataclass(frozen=True)
+class Published:
+    """Where a publish went: the repository URL, the commit holding the model (the card pins it), the card's."""
+
+    url: str
+    model_commit: str
+    card_commit: str
+
+
+def upload_card(folder, repo_id: str, revision: str | None = None, token: str | None = None, *,
+                license: str = "apache-2.0", base_model: str | None = None,
+                commit_message: str = "Model card (hf-attn-variants)") -> Published:
+    """Replace the README.md of `repo_id` with the card of `folder`, after the model was pushed there (by
+    `Trainer.push_to_hub`, `model.push_to_hub` or `publish`).
+
+    The card pins the repository's current commit on `revision` (default "main"), which must hold config.json and
+    the model's code. The same commit removes files that `publish` would not have uploaded (`is_published`: e.g.
+    Trainer's `training_args.bin`, `trainer_state.json`, `runs/`), so a Trainer push followed by `upload_card`
+    leaves the same files as `publish`. The card's metadata is validated by the Hub (`ModelCard.validate`) first.
+    """
+    folder = Path(folder)
+    config = _check_folder(folder)
+    api = HfApi(token=token)
+    info = api.model_info(repo_id, revision=revision or "main")
+    remote = {sibling.rfilename for sibling in info.siblings}
+    needed = {"config.json"} | {t.split(".")[0] + ".py" for t in config["auto_map"].values()}
+    if not needed <= remote:
+        raise ValueError(f"{repo_id} at {info.sha} lacks {sorted(needed - remote)}: push the model before its card.")
+    card = render_card(folder, repo_id, info.sha, license=license, base_model=base_model)
+    card.validate()
+    operations = [CommitOperationAdd("README.md", str(card).encode())]
+    operations += [CommitOperationDelete(path) for path in sorted(remote) if not is_published(path)]
+    commit = api.create_commit(repo_id, operations, commit_message=commit_message, revision=revision)
+    return Published(f"{api.endpoint}/{repo_id}", info.sha, commit.oid)
+
+
+def publish(folder, repo_id: str, *, private: bool = False, revision: str | None = None,
+            commit_message: str | None = None, token: str | None = None, license: str = "apache-2.0",
+            base_model: str | None = None) -> Published:
+    """Check, upload and document the checkpoint in `folder` as the Hub model repository `repo_id`.
+
+    1. `check_loads`: the folder loads with `trust_remote_code=True` where this package is not installed.
+    2. The card's metadata is validated by the Hub before anything is uploaded.
+    3. One commit uploads the files `is_published` accepts (weights, config, code, tokenizer, run records).
+    4. `upload_card` commits the card, which pins the commit of step 3.
+
+    Args:
+        private: create the repository private (no effect on an existing repository).
+        revision: a branch to publish to (created from main if it does not exist); default main.
+        commit_message: the message of the model commit.
+        token, license, base_model: the Hub token (default: the logged-in one); see `render_card`.
+    """
+    folder = Path(folder)
+    _check_folder(folder)
+    check_loads(folder)
+    render_card(folder, repo_id, "main", license=license, base_model=base_model).validate()  # metadata only
+    api = HfApi(token=token)
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    if revision and revision != "main":
+        api.create_branch(repo_id, branch=revision, exist_ok=True)
+    files = sorted(p.name for p in folder.iterdir() if p.is_file() and is_published(p.name) and p.name != "README.md")
+    api.create_commit(repo_id, [CommitOperationAdd(name, str(folder / name)) for name in files],
+                      commit_message=commit_message or f"Upload {folder.name} (hf-attn-variants)", revision=revision)
+    return upload_card(folder, repo_id, revision=revision, token=token, license=license, base_model=base_model)
+
+
+__all__ = ["Published", "attention_setups", "check_loads", "is_published", "publish", "read_run", "render_card",
+           "upload_card"]

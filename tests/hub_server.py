@@ -1,0 +1,322 @@
+"""A small Hub-compatible HTTP server on loopback, so no test reaches huggingface.co.
+
+It speaks the part of the Hub API that `huggingface_hub` 2.4 uses to push (`create_repo`, `create_branch`,
+`validate-yaml`, `preupload` answering "regular" for every file, NDJSON `commit`) and to pull (model info, the repo
+tree, HEAD/GET on `/{repo}/resolve/{rev}/{file}` with the `X-Repo-Commit`, `ETag` and `Content-Length` headers, and
+404s carrying the `X-Error-Code` that `hf_raise_for_status` maps to RepoNotFound / RevisionNotFound / EntryNotFound).
+Repositories live in memory: each commit is a full snapshot {path: bytes}, so a test can read what was pushed.
+
+`/api/validate-yaml` checks the card metadata with `card_metadata_errors` (the same check a test can call directly):
+the real Hub's schema is not public, so this checks what our cards promise — see that function.
+
+Use the `hub` fixture (tests/conftest.py imports it); point a subprocess at it with `hub.env(home)`: huggingface_hub
+reads `HF_ENDPOINT` once at import, so only a fresh interpreter is sure to use the loopback server.
+"""
+
+import base64
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+import yaml
+from huggingface_hub.repocard_data import model_index_to_eval_results
+
+# Values the Hub accepts for these fields (a subset: what our cards may write).
+LICENSES = {"apache-2.0", "mit", "bsd-3-clause", "cc-by-4.0", "cc-by-sa-4.0", "openrail", "other", "unknown"}
+PIPELINE_TAGS = {"fill-mask", "text-classification", "question-answering", "text2text-generation",
+                 "token-classification", "feature-extraction", "text-generation", "multiple-choice"}
+
+
+def card_metadata_errors(card_text: str) -> list[str]:
+    """What is wrong with a model card's YAML metadata (empty list: valid).
+
+    Checks that the front matter parses to a mapping; `library_name` is "transformers"; `tags` and `datasets` are
+    lists of strings; `license` and `pipeline_tag` take Hub values; `base_model` is a string or list of strings; and
+    `model-index` parses with huggingface_hub's own `model_index_to_eval_results` into results that each have a
+    task type, a dataset, a metric type and a numeric value.
+    """
+    if not card_text.startswith("---\n"):
+        return ["the card has no YAML front matter"]
+    try:
+        meta = yaml.safe_load(card_text.split("---\n", 2)[1])
+    except (IndexError, yaml.YAMLError) as error:
+        return [f"the YAML front matter does not parse: {error}"]
+    if not isinstance(meta, dict):
+        return ["the YAML front matter is not a mapping"]
+    errors = []
+    if meta.get("library_name") != "transformers":
+        errors.append(f"library_name is {meta.get('library_name')!r}, not 'transformers'")
+    for key in ("tags", "datasets"):
+        if key in meta and not (isinstance(meta[key], list) and all(isinstance(v, str) for v in meta[key])):
+            errors.append(f"{key} must be a list of strings")
+    if meta.get("license") not in LICENSES:
+        errors.append(f"license {meta.get('license')!r} is not a Hub license id")
+    if "pipeline_tag" in meta and meta["pipeline_tag"] not in PIPELINE_TAGS:
+        errors.append(f"pipeline_tag {meta['pipeline_tag']!r} is not a Hub pipeline tag")
+    base = meta.get("base_model")
+    if base is not None and not (isinstance(base, str) or all(isinstance(v, str) for v in base)):
+        errors.append("base_model must be a string or a list of strings")
+    if "model-index" in meta:
+        try:
+            name, results = model_index_to_eval_results(meta["model-index"])
+        except (KeyError, TypeError, IndexError) as error:
+            errors.append(f"model-index does not parse: {error!r}")
+        else:
+            if not name or not results:
+                errors.append("model-index needs a name and at least one result")
+            for r in results:
+                if not (r.task_type and r.dataset_type and r.dataset_name and r.metric_type):
+                    errors.append(f"model-index result misses a field: {r}")
+                if not isinstance(r.metric_value, (int, float)):
+                    errors.append(f"model-index metric {r.metric_type} has a non-numeric value {r.metric_value!r}")
+    return errors
+
+
+@dataclass
+class Repo:
+    private: bool
+    branches: dict[str, str] = field(default_factory=dict)  # name -> commit sha
+    commits: dict[str, dict] = field(default_factory=dict)  # sha -> {"files": {path: bytes}, "message", "parent"}
+
+    def resolve(self, revision: str) -> str | None:
+        if revision in self.branches:
+            return self.branches[revision]
+        return revision if revision in self.commits else None
+
+
+class HubState:
+    """The server's repositories, plus a log of (method, path) for every request it answered."""
+
+    def __init__(self):
+        self.repos: dict[str, Repo] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self._counter = 0
+
+    def new_commit(self, repo: Repo, files: dict, message: str, parent: str | None) -> str:
+        self._counter += 1
+        sha = hashlib.sha1(f"{self._counter}:{message}".encode()).hexdigest()
+        repo.commits[sha] = {"files": files, "message": message, "parent": parent}
+        return sha
+
+    def files(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
+        """The files of `repo_id` at `revision` (a branch or a commit sha)."""
+        repo = self.repos[repo_id]
+        return repo.commits[repo.resolve(revision)]["files"]
+
+    def history(self, repo_id: str, branch: str = "main") -> list[str]:
+        """Commit messages on `branch`, newest first."""
+        repo = self.repos[repo_id]
+        sha, messages = repo.branches[branch], []
+        while sha is not None:
+            messages.append(repo.commits[sha]["message"])
+            sha = repo.commits[sha]["parent"]
+        return messages
+
+
+def _etag(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # git's blob id, as the Hub uses
+
+
+class Handler(BaseHTTPRequestHandler):
+    state: HubState  # set on the subclass made by `serve`
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    # -- plumbing ------------------------------------------------------------------------------------------------
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, head: bool = False):
+        self.send_response(status)
+        headers = {"Content-Type": "application/json", **(headers or {})}
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _json(self, status: int, payload, **headers):
+        self._send(status, json.dumps(payload).encode(), headers)
+
+    def _error(self, status: int, code: str, message: str, head: bool = False, **headers):
+        body = json.dumps({"error": message}).encode()
+        self._send(status, body, {"X-Error-Code": code, "X-Error-Message": message, **headers}, head=head)
+
+    def _route(self, method: str):
+        url = urlsplit(self.path)
+        parts = [unquote(p) for p in url.path.strip("/").split("/")]
+        with self.state.lock:
+            self.state.requests.append((method, url.path))
+            try:
+                if parts[:2] == ["api", "models"]:
+                    return self._api_models(method, parts[2:], parse_qs(url.query))
+                if parts[:1] == ["api"]:
+                    return self._api(method, parts[1:])
+                if "resolve" in parts[1:3]:
+                    i = parts.index("resolve")
+                    return self._resolve(method, "/".join(parts[:i]), parts[i + 1], "/".join(parts[i + 2 :]))
+                return self._error(404, "NotFound", f"no route for {method} {url.path}")
+            except Exception as error:  # a bug in the server: make it visible in the client's error
+                return self._error(500, "ServerError", f"{type(error).__name__}: {error}")
+
+    def do_GET(self):
+        self._route("GET")
+
+    def do_HEAD(self):
+        self._route("HEAD")
+
+    def do_POST(self):
+        self._route("POST")
+
+    # -- /api/* ----------------------------------------------------------------------------------------------------
+    def _api(self, method, parts):
+        if method == "POST" and parts == ["repos", "create"]:
+            payload = json.loads(self._body())
+            if payload.get("type", "model") != "model":
+                return self._error(400, "BadRequest", "only model repositories are served here")
+            repo_id = f"{payload['organization']}/{payload['name']}" if payload.get("organization") else payload["name"]
+            if "/" not in repo_id:
+                repo_id = f"tester/{repo_id}"
+            url = f"http://{self.headers['Host']}/{repo_id}"
+            if repo_id in self.state.repos:
+                return self._json(409, {"error": "You already created this model repo", "url": url})
+            repo = Repo(private=bool(payload.get("private")))
+            repo.branches["main"] = self.state.new_commit(repo, {}, "initial commit", None)
+            self.state.repos[repo_id] = repo
+            return self._json(200, {"url": url, "name": repo_id, "id": repo_id})
+        if method == "POST" and parts == ["validate-yaml"]:
+            errors = card_metadata_errors(json.loads(self._body())["content"])
+            if errors:
+                return self._send(400, "; ".join(errors).encode(), {"Content-Type": "text/plain"})
+            return self._json(200, {"errors": [], "warnings": []})
+        if method == "GET" and parts == ["whoami-v2"]:
+            return self._json(200, {"type": "user", "name": "tester", "orgs": [], "auth": {}})
+        return self._error(404, "NotFound", f"no route for {method} /api/{'/'.join(parts)}")
+
+    def _repo(self, parts) -> tuple[str, Repo | None, list[str]]:
+        repo_id = "/".join(parts[:2])
+        return repo_id, self.state.repos.get(repo_id), parts[2:]
+
+    def _api_models(self, method, parts, query):
+        repo_id, repo, rest = self._repo(parts)
+        if repo is None:
+            return self._error(404, "RepoNotFound", f"Repository Not Found for url: {repo_id}")
+        if method == "GET" and (not rest or rest[0] == "revision"):
+            revision = rest[1] if rest else "main"
+            sha = repo.resolve(revision)
+            if sha is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
+            files = repo.commits[sha]["files"]
+            return self._json(200, {
+                "id": repo_id, "modelId": repo_id, "sha": sha, "private": repo.private,
+                "siblings": [{"rfilename": path, "size": len(data), "blobId": _etag(data)}
+                             for path, data in sorted(files.items())],
+                "tags": [], "lastModified": "2025-01-01T00:00:00.000Z",
+            })
+        if method == "GET" and rest[:1] == ["tree"]:
+            sha = repo.resolve(rest[1])
+            if sha is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rest[1]}")
+            prefix = "/".join(rest[2:])
+            files = repo.commits[sha]["files"]
+            return self._json(200, [{"type": "file", "path": path, "size": len(data), "oid": _etag(data)}
+                                    for path, data in sorted(files.items())
+                                    if not prefix or path.startswith(prefix + "/")])
+        if method == "POST" and rest[:1] == ["preupload"]:
+            payload = json.loads(self._body())
+            return self._json(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
+                                               "oid": None} for f in payload["files"]], "commitOid": None})
+        if method == "POST" and rest[:1] == ["commit"]:
+            return self._commit(repo_id, repo, rest[1])
+        if method == "POST" and rest[:1] == ["branch"]:
+            payload = json.loads(self._body() or b"{}")
+            if rest[1] in repo.branches:
+                return self._error(409, "Conflict", f"branch {rest[1]} already exists")
+            repo.branches[rest[1]] = repo.resolve(payload.get("startingPoint") or "main")
+            return self._json(200, {})
+        return self._error(404, "NotFound", f"no route for {method} /api/models/{'/'.join(parts)}")
+
+    def _commit(self, repo_id, repo, revision):
+        if revision not in repo.branches:
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision} (commits go to a branch)")
+        sha = repo.branches[revision]
+        files = dict(repo.commits[sha]["files"])
+        message = None
+        for line in self._body().splitlines():
+            item = json.loads(line)
+            key, value = item["key"], item["value"]
+            if key == "header":
+                message = value["summary"]
+            elif key == "file":
+                files[value["path"]] = base64.b64decode(value["content"])
+            elif key == "deletedFile":
+                files.pop(value["path"], None)
+            elif key == "deletedFolder":
+                files = {p: d for p, d in files.items() if not p.startswith(value["path"].rstrip("/") + "/")}
+            else:  # lfsFile: preupload answered "regular" for every file, so a client never sends one
+                return self._error(400, "BadRequest", f"unsupported commit operation {key!r}")
+        new = self.state.new_commit(repo, files, message, sha)
+        repo.branches[revision] = new
+        return self._json(200, {"commitUrl": f"http://{self.headers['Host']}/{repo_id}/commit/{new}",
+                                "commitOid": new, "pullRequestUrl": None})
+
+    # -- /{repo}/resolve/{rev}/{file} ---------------------------------------------------------------------------------
+    def _resolve(self, method, repo_id, revision, path):
+        head = method == "HEAD"
+        repo = self.state.repos.get(repo_id)
+        if repo is None:
+            return self._error(404, "RepoNotFound", f"Repository Not Found for url: {repo_id}", head=head)
+        sha = repo.resolve(revision)
+        if sha is None:
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head=head)
+        data = repo.commits[sha]["files"].get(path)
+        if data is None:
+            return self._error(404, "EntryNotFound", f"{path} does not exist on {revision}", head=head,
+                               **{"X-Repo-Commit": sha})
+        self._send(200, data, {"Content-Type": "application/octet-stream", "ETag": f'"{_etag(data)}"',
+                               "X-Repo-Commit": sha, "Accept-Ranges": "none"}, head=head)
+
+
+@dataclass
+class Hub:
+    """A running loopback Hub: `endpoint` is its URL, `state` its repositories."""
+
+    endpoint: str
+    state: HubState
+
+    def env(self, home) -> dict:
+        """Environment for a subprocess that talks to this server only: its own HF_HOME (empty cache, no stored
+        token), a dummy write token, Xet off, offline mode off."""
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_TOKEN", "HF_HUB_OFFLINE")}
+        env.update(HF_ENDPOINT=self.endpoint, HF_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_TOKEN="hf_loopback",
+                   HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="0", HF_HUB_ETAG_TIMEOUT="30",
+                   HF_HUB_DOWNLOAD_TIMEOUT="60")
+        return env
+
+
+def serve() -> tuple[ThreadingHTTPServer, Hub]:
+    state = HubState()
+    handler = type("BoundHandler", (Handler,), {"state": state})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, Hub(f"http://127.0.0.1:{server.server_address[1]}", state)
+
+
+@pytest.fixture(scope="module")
+def hub():
+    """A loopback Hub for the tests of one module."""
+    server, hub = serve()
+    yield hub
+    server.shutdown()
+    server.server_close()
