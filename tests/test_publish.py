@@ -1,0 +1,211 @@
+"""Publishing through a loopback Hub (tests/hub_server.py): a tiny real Trainer run is pushed by Trainer.push_to_hub +
+upload_card and by `hf-attn-variants publish`; both repositories hold the same files and cards with the run's real
+metrics and valid metadata, and load with trust_remote_code where the package is not installed, giving identical
+outputs. No test reaches huggingface.co: every Hub call runs in a subprocess whose HF_ENDPOINT is the loopback server.
+"""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from huggingface_hub import ModelCard
+
+from conftest import build
+from hub_server import card_metadata_errors, hub  # noqa: F401  (the fixture)
+from hf_attn_variants.presets import PRESETS, preset_config
+from hf_attn_variants.publish import _load_yaml, attention_setups, is_published, publish, render_card
+
+CODE = {"attention_variants.py", "modeling_variant_utils.py", "configuration_variant_bert.py", "modeling_variant_bert.py"}
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+# Runs with HF_ENDPOINT = the loopback Hub: a tiny Trainer run, Trainer.push_to_hub + upload_card, and the CLI.
+PUSH = textwrap.dedent(
+    """
+    import json, math, sys
+    from pathlib import Path
+    import torch, transformers
+    import hf_attn_variants as hav
+    from hf_attn_variants.cli import main
+    from hf_attn_variants.convert import probe_inputs
+    from hf_attn_variants.publish import upload_card
+
+    work = Path(sys.argv[1])
+    run = work / "run"
+    words = [f"w{i}" for i in range(94)]
+    tokenizer = transformers.BertTokenizer(
+        vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words])})
+    g = torch.Generator().manual_seed(0)
+    data = [tokenizer(" ".join(words[j] for j in torch.randint(0, 94, (12,), generator=g).tolist()))
+            for _ in range(32)]
+    torch.manual_seed(0)
+    model = hav.VariantBertForMaskedLM(hav.VariantBertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=64, attention_type="talking_heads"))
+    args = transformers.TrainingArguments(
+        output_dir=str(run), max_steps=4, per_device_train_batch_size=8, learning_rate=1e-3, report_to=[],
+        save_strategy="no", use_cpu=True, seed=0, hub_model_id="tester/trainer-path", disable_tqdm=True)
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=data[:24], eval_dataset=data[24:], processing_class=tokenizer,
+        data_collator=transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.3))
+    trainer.save_metrics("train", trainer.train().metrics)
+    metrics = trainer.evaluate()
+    metrics["perplexity"] = math.exp(metrics["eval_loss"])
+    trainer.save_metrics("eval", metrics)
+    trainer.save_model()
+    (run / "training_info.json").write_text(json.dumps({
+        "script": "tests/test_publish.py", "task": "fill-mask", "preset": None, "base_model": None,
+        "dataset": {"name": "random-words", "source": "generated in the test", "license": "cc0-1.0"},
+        "training": {"max_steps": 4, "learning_rate": 1e-3, "per_device_train_batch_size": 8, "seed": 0}}))
+
+    trainer.push_to_hub(commit_message="End of training")
+    published = upload_card(run, "tester/trainer-path")
+    assert main(["publish", str(run), "tester/cli-path", "--private", "--revision", "dev",
+                 "--commit-message", "First release"]) == 0
+
+    model.eval()
+    inputs = probe_inputs(model.config, "VariantBertForMaskedLM")
+    with torch.no_grad():
+        torch.save({"inputs": inputs, "logits": model(**inputs).logits}, work / "expected.pt")
+    print(json.dumps({"trainer_model_commit": published.model_commit}))
+    """
+)
+
+# Runs with the package blocked: pulls each repository at its pinned revision and runs it.
+PULL = textwrap.dedent(
+    """
+    import sys
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split('.')[0] == 'hf_attn_variants':
+                raise ModuleNotFoundError(name)
+    sys.meta_path.insert(0, Block())
+    import json, torch, transformers
+    expected = torch.load(sys.argv[1])
+    for repo, revision, out in json.loads(sys.argv[2]):
+        model = transformers.AutoModelForMaskedLM.from_pretrained(repo, trust_remote_code=True, revision=revision)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(repo, revision=revision)
+        assert tokenizer.convert_tokens_to_ids("w3") == 8
+        assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+        with torch.no_grad():
+            torch.save(model.eval()(**expected["inputs"]).logits, out)
+    """
+)
+
+
+def _run(hub, tmp_path, code, *args):
+    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=hub.env(tmp_path / "hf_home"),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+def _card(files):
+    text = files["README.md"].decode()
+    return text, {r.metric_type: r.metric_value for r in ModelCard(text).data.eval_results or []}
+
+
+def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_the_package(hub, tmp_path):
+    out = _run(hub, tmp_path, PUSH, tmp_path)
+    trainer_commit = json.loads(out.strip().splitlines()[-1])["trainer_model_commit"]
+    state = hub.state
+    trainer_files, cli_files = state.files("tester/trainer-path"), state.files("tester/cli-path", "dev")
+
+    # one layout, whichever path pushed: the checkpoint, its code, the tokenizer, the run's records and the card
+    assert set(trainer_files) == set(cli_files)
+    assert all(is_published(name) for name in cli_files)
+    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json", "all_results.json", "training_info.json",
+            *CODE} <= set(cli_files)
+    assert "training_args.bin" in state.files("tester/trainer-path", trainer_commit)  # Trainer pushed it ...
+    assert "training_args.bin" not in trainer_files  # ... and upload_card removed it with the card commit
+    for name in set(cli_files) - {"README.md", "all_results.json", "train_results.json", "eval_results.json"}:
+        assert trainer_files[name] == cli_files[name], name  # same bytes (metrics hold run times: same keys only)
+
+    # --private and --revision: a private repo whose main branch stays empty, two commits on dev
+    repo = state.repos["tester/cli-path"]
+    assert repo.private and state.files("tester/cli-path", "main") == {}
+    assert state.history("tester/cli-path", "dev")[:2] == ["Model card (hf-attn-variants)", "First release"]
+    assert ("POST", "/api/validate-yaml") in state.requests  # the card was validated by the Hub before upload
+
+    # the cards: valid metadata, the run's real metrics, and a quick start pinned to the commit holding the code
+    cli_commit = repo.commits[repo.branches["dev"]]["parent"]
+    results = json.loads(cli_files["all_results.json"])
+    for name, files, commit in (("trainer-path", trainer_files, trainer_commit), ("cli-path", cli_files, cli_commit)):
+        text, metrics = _card(files)
+        assert card_metadata_errors(text) == [] and ModelCard(text).data.library_name == "transformers"
+        assert metrics == {"loss": results["eval_loss"], "perplexity": results["perplexity"]}
+        assert f"| train_loss | {results['train_loss']:.4g} |" in text
+        assert ModelCard(text).data.datasets == ["random-words"]
+        assert f'revision = "{commit}"' in text and f'from_pretrained("tester/{name}"' in text
+        assert CODE <= set(state.files(f"tester/{name}", commit))
+    texts = [_card(f)[0].replace(n, "REPO").replace(c, "SHA") for n, f, c in
+             (("trainer-path", trainer_files, trainer_commit), ("cli-path", cli_files, cli_commit))]
+    assert texts[0] == texts[1]
+
+    # pull both at their pinned revisions where the package cannot be imported: identical outputs
+    jobs = [["tester/trainer-path", trainer_commit, str(tmp_path / "a.pt")],
+            ["tester/cli-path", cli_commit, str(tmp_path / "b.pt")]]
+    _run(hub, tmp_path, PULL, tmp_path / "expected.pt", json.dumps(jobs))
+    expected = torch.load(tmp_path / "expected.pt")["logits"]
+    for _, _, path in jobs:
+        torch.testing.assert_close(torch.load(path), expected, atol=1e-6, rtol=1e-6)
+
+
+def test_publish_refuses_a_folder_that_does_not_load_without_the_package(tmp_path):
+    build("VariantBertForMaskedLM", "talking_heads").save_pretrained(tmp_path)
+    (tmp_path / "attention_variants.py").unlink()  # the modeling code imports it: remote loading must fail
+    with pytest.raises(RuntimeError, match="does not load with trust_remote_code=True"):
+        publish(tmp_path, "tester/broken")  # fails before any Hub call (the test process is offline anyway)
+
+
+@pytest.mark.parametrize(
+    "head,variant,setup,paper",
+    [
+        ("VariantBertForSequenceClassification", "synth_random", "Random Synthesizer", "tay2021synthesizer"),
+        ("VariantAlbertForMaskedLM", "synth_mixture", "mixture of Synthesizer", "tay2021synthesizer"),
+        ("VariantT5ForConditionalGeneration", "talking_heads", "talking-heads", "shazeer2020talking"),
+    ],
+)
+def test_card_without_run_records_says_so_and_cites_its_paper_first(tmp_path, head, variant, setup, paper):
+    build(head, variant).save_pretrained(tmp_path)
+    text = str(render_card(tmp_path, "me/model", REVISION))
+    assert card_metadata_errors(text) == []
+    assert "No evaluation metrics were recorded" in text and "model-index" not in text
+    assert "No training record (`training_info.json`)" in text
+    assert setup in text.split("## Quick start")[0]
+    own = text.split("This model's attention comes from:")[1].split("The other papers")[0]
+    assert f"@{'inproceedings' if paper.startswith('tay') else 'article'}{{{paper}," in own
+    assert text.count("@article{") + text.count("@inproceedings{") == 4  # every paper, each once
+
+
+def test_every_preset_has_card_text_citing_the_presets_papers():
+    attention, papers = _load_yaml("attention.yaml"), _load_yaml("papers.yaml")
+    for name, preset in PRESETS.items():
+        if preset.size != "tiny":  # larger sizes change widths only; tiny configs are fast to build
+            continue
+        setups = attention_setups(preset_config(name).to_dict())
+        cited = {papers[key]["title"].split()[0] for s in setups for key in attention[s]["papers"]}
+        assert cited == {paper.split()[0] for paper in preset.papers}, (name, setups)
+
+
+def test_metadata_check_rejects_what_the_hub_would():
+    good = "---\nlibrary_name: transformers\nlicense: apache-2.0\ntags: [a]\n---\n"
+    assert card_metadata_errors(good) == []
+    assert card_metadata_errors(good.replace("apache-2.0", "my-own")) == ["license 'my-own' is not a Hub license id"]
+    bad_index = good.replace("tags: [a]\n", "tags: [a]\nmodel-index:\n- name: x\n  results:\n"
+                                           "  - task: {type: fill-mask}\n    dataset: {name: d, type: d}\n"
+                                           "    metrics: [{type: loss, value: high}]\n")
+    assert any("non-numeric" in e for e in card_metadata_errors(bad_index))
+    assert card_metadata_errors("# no metadata") == ["the card has no YAML front matter"]
+
+
+@pytest.mark.parametrize(
+    "path,published",
+    [("model.safetensors", True), ("modeling_variant_t5.py", True), ("spiece.model", True),
+     ("all_results.json", True), ("training_args.bin", False), ("trainer_state.json", False),
+     ("runs/events.out", False), ("checkpoint-10/model.safetensors", False)],
+)
+def test_is_published(path, published):
+    assert is_published(path) == published
