@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
                                                   "with the same outputs")
     convert.add_argument("source", help="folder written by transformers' save_pretrained")
     convert.add_argument("output", help="new (or empty) output folder")
-    convert.add_argument("--attention", default="talking_heads", choices=["talking_heads", "synthesizer", "dot_product"],
+    convert.add_argument("--attention", default="talking_heads",
+                         choices=["talking_heads", "synthesizer", "dot_product"],
                          help="talking_heads: identity head maps; synthesizer: zero-start mixture with dot product")
     convert.add_argument("--synthesizer-components", nargs="+", default=["dot_product", "random"],
                          help="mixture components for --attention synthesizer (must include dot_product)")

@@ -64,7 +64,8 @@ def probe_inputs(config, architecture: str) -> dict:
 
 
 def _mismatch(reference, candidate, inputs, atol: float, rtol: float) -> str | None:
-    """None if every tensor output of `candidate` equals `reference`'s within atol + rtol * |reference|; else why not."""
+    """None if every tensor output of `candidate` equals `reference`'s within atol + rtol * |reference|; else why
+    not."""
     with torch.no_grad():
         expected, got = reference(**inputs), candidate(**inputs)
     for key, value in expected.items():
@@ -125,7 +126,8 @@ def checkpoint_shapes(folder) -> dict[str, tuple[int, ...]]:
                 state = torch.load(folder / name, map_location="cpu", weights_only=True, mmap=True)
                 shapes.update({key: tuple(value.shape) for key, value in state.items()})
         except Exception as error:  # truncated or corrupted: safetensors and torch raise their own types
-            raise ValueError(f"{folder / name} is not a readable weights file ({type(error).__name__}: {error}).")
+            raise ValueError(f"{folder / name} is not a readable weights file ({type(error).__name__}: {error}).") \
+                from error
     return shapes
 
 
