@@ -107,11 +107,12 @@ class VariantPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        model = super().from_pretrained(*args, **kwargs)
+        result = super().from_pretrained(*args, **kwargs)
+        model = result[0] if isinstance(result, tuple) else result  # (model, loading_info) with output_loading_info
         for module in model.modules():  # loading hands back trainable parameters: re-apply fixed synthesizers
             if isinstance(module, VariantAttentionCore):
                 module.freeze_fixed_parameters()
-        return model
+        return result
 
     def _variant_init_std(self) -> float:
         """The std of the variant's weight matrices (synthesizers): the family's usual weight init."""

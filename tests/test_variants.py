@@ -80,6 +80,9 @@ def test_save_load_round_trip(tmp_path, variant, head):
         assert n1 == n2
         torch.testing.assert_close(p1, p2, atol=0, rtol=0, msg=n1)
     assert [p.requires_grad for p in model.parameters()] == [p.requires_grad for p in loaded.parameters()]
+    again, info = getattr(hav, head).from_pretrained(tmp_path, output_loading_info=True)  # (model, info) too
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    assert [p.requires_grad for p in model.parameters()] == [p.requires_grad for p in again.parameters()]
 
 
 @pytest.mark.parametrize("head", BASE_MODELS)
