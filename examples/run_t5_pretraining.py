@@ -1,0 +1,271 @@
+"""T5 span-corruption pretraining of the T5 variants (the T5 paper's objective), from a preset or a checkpoint.
+
+    python examples/run_t5_pretraining.py                                  # t5-mini-talking-heads on the embedded text
+    python examples/run_t5_pretraining.py --preset t5-mini-synthesizer-random --max_steps 1000
+    torchrun --nproc_per_node 2 examples/run_t5_pretraining.py ...        # or: accelerate launch ...
+
+Span corruption (Raffel et al. 2020, section 3.1.4): 15% of the tokens of each sequence (`--noise_density`) are
+dropped in spans of mean length 3 (`--mean_noise_span_length`); each span is replaced in the input by one sentinel
+(<extra_id_0>, <extra_id_1>, ...) and the target lists the sentinels, each followed by the tokens it replaced.
+With no data arguments it trains on The Devil's Dictionary (examples/data/) with a Unigram tokenizer trained on it
+once and cached. The output folder loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
+"""
+
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+from hf_attn_variants.publish import upload_card
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from example_utils import (  # noqa: E402
+    CORPUS,
+    CORPUS_INFO,
+    EpochCallback,
+    StepTimer,
+    check_max_length,
+    data_file_info,
+    example_generator,
+    family_of,
+    load_or_build_model,
+    parse_config_overrides,
+    project_tokenizer,
+    read_documents,
+    resume_checkpoint,
+    sentinel_ids,
+    split_documents,
+    write_training_info,
+)
+
+DEFAULTS = dict(
+    output_dir="outputs/t5-mini-talking-heads", max_steps=400, per_device_train_batch_size=32,
+    per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=40, weight_decay=0.0, lr_scheduler_type="linear",
+    eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
+    report_to="none", seed=42,
+)
+
+
+@dataclass
+class ModelArguments:
+    preset: str = field(default="t5-mini-talking-heads", metadata={
+        "help": "A T5 preset from hf_attn_variants.presets (t5-{tiny,mini,small,base}-{dot-product, talking-heads, "
+                "synthesizer-dense, synthesizer-random, synthesizer-mixture, single-head}); ignored with "
+                "--model_name_or_path."})
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "A checkpoint folder: one of ours, or a transformers T5 one (with --attention_type for a "
+                "function-preserving warm start)."})
+    attention_type: str | None = field(default=None, metadata={
+        "help": "Override the attention: dot_product, talking_heads or synthesizer."})
+    config_overrides: str | None = field(default=None, metadata={
+        "help": "JSON object of config fields, e.g. '{\"num_layers\": 6}'."})
+    tokenizer_name: str | None = field(default=None, metadata={
+        "help": "A tokenizer folder with <extra_id_N> sentinels. Default: the checkpoint's own, or the Unigram "
+                "tokenizer trained on the corpus."})
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary of the trained tokenizer (100 sentinels "
+                                                            "included)."})
+
+
+@dataclass
+class DataArguments:
+    train_file: str | None = field(default=None, metadata={
+        "help": "A text file (documents separated by blank lines). Default: the embedded corpus."})
+    validation_file: str | None = field(default=None, metadata={"help": "Same format. Default: a held-out split."})
+    validation_split_percentage: float = field(default=5.0, metadata={
+        "help": "Held-out share of the documents when there is no --validation_file."})
+    max_seq_length: int = field(default=128, metadata={
+        "help": "Encoder input length after corruption (sentinels and </s> included)."})
+    noise_density: float = field(default=0.15, metadata={"help": "Share of tokens that are corrupted."})
+    mean_noise_span_length: float = field(default=3.0, metadata={"help": "Mean length of a corrupted span."})
+
+
+def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_length: float,
+                            generator: torch.Generator) -> torch.Tensor:
+    """Which of `length` tokens are noise: round(length * density) of them, in round(noise / mean span length)
+    spans; span lengths are a uniformly random composition, noise and non-noise spans alternate, starting with
+    non-noise (the T5 paper's procedure)."""
+    num_noise = min(max(round(length * noise_density), 1), length - 1)
+    num_spans = max(round(num_noise / mean_noise_span_length), 1)
+    num_spans = min(num_spans, num_noise, length - num_noise)
+
+    def segment(items: int) -> torch.Tensor:  # `items` split into `num_spans` positive lengths, uniformly
+        cuts = torch.randperm(items - 1, generator=generator)[: num_spans - 1].sort().values + 1
+        bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([items])])
+        return bounds.diff()
+
+    noise_lengths, keep_lengths = segment(num_noise), segment(length - num_noise)
+    lengths = torch.stack([keep_lengths, noise_lengths], dim=1).flatten()
+    is_noise = torch.tensor([0, 1]).repeat(num_spans)
+    return torch.repeat_interleave(is_noise, lengths).bool()
+
+
+def corrupted_lengths(raw_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
+    """(input length, target length) of a corrupted sequence of `raw_length` tokens, </s> included."""
+    num_noise = min(max(round(raw_length * noise_density), 1), raw_length - 1)
+    num_spans = min(max(round(num_noise / mean_noise_span_length), 1), num_noise, raw_length - num_noise)
+    return raw_length - num_noise + num_spans + 1, num_noise + num_spans + 1
+
+
+def raw_length_for(input_length: int, noise_density: float, mean_noise_span_length: float) -> int:
+    """The longest raw token sequence whose corrupted input fits `input_length` (T5's inputs_length)."""
+    raw = input_length
+    while corrupted_lengths(raw + 1, noise_density, mean_noise_span_length)[0] <= input_length:
+        raw += 1
+    return raw
+
+
+def span_corrupt(tokens, mask: torch.Tensor, sentinels: list[int], eos: int) -> tuple[list[int], list[int]]:
+    """Inputs: every noise span replaced by the next sentinel; targets: each sentinel, then the span it replaced."""
+    inputs, targets, span = [], [], -1
+    for position, (token, noise) in enumerate(zip(tokens, mask.tolist())):
+        if noise:
+            if position == 0 or not mask[position - 1]:
+                span += 1
+                if span >= len(sentinels):
+                    raise ValueError(f"The sequence needs more than {len(sentinels)} sentinels: use a smaller "
+                                     "--max_seq_length or a larger --mean_noise_span_length.")
+                inputs.append(sentinels[span])
+                targets.append(sentinels[span])
+            targets.append(token)
+        else:
+            inputs.append(token)
+    return inputs + [eos], targets + [eos]
+
+
+class DataCollatorForT5SpanCorruption:
+    """Span-corrupts raw token sequences (`{"input_ids": [...]}` without </s>) and pads the batch.
+
+    Each example's noise comes from a generator seeded by its content, the seed and the epoch (see
+    `example_utils.example_generator`), so 1 and N processes corrupt alike. Examples that already carry `labels`
+    (a pre-corrupted eval set) are only padded.
+    """
+
+    def __init__(self, tokenizer, noise_density: float = 0.15, mean_noise_span_length: float = 3.0, seed: int = 0):
+        if not 0 < noise_density < 1:
+            raise ValueError(f"--noise_density must be in (0, 1), got {noise_density}.")
+        if mean_noise_span_length < 1:
+            raise ValueError(f"--mean_noise_span_length must be at least 1, got {mean_noise_span_length}.")
+        self.sentinels, self.eos, self.pad = sentinel_ids(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id
+        self.noise_density, self.mean_noise_span_length, self.seed, self.epoch = (
+            noise_density, mean_noise_span_length, seed, 0)
+
+    def corrupt(self, example: dict) -> dict:
+        tokens = list(example["input_ids"])
+        generator = example_generator(tokens, self.seed, self.epoch)
+        mask = random_spans_noise_mask(len(tokens), self.noise_density, self.mean_noise_span_length, generator)
+        inputs, targets = span_corrupt(tokens, mask, self.sentinels, self.eos)
+        return {"input_ids": inputs, "labels": targets}
+
+    def __call__(self, examples: list[dict]) -> dict:
+        examples = [e if "labels" in e else self.corrupt(e) for e in examples]
+        batch = {}
+        for key, fill in (("input_ids", self.pad), ("labels", -100)):
+            length = max(len(e[key]) for e in examples)
+            batch[key] = torch.tensor([list(e[key]) + [fill] * (length - len(e[key])) for e in examples])
+        batch["attention_mask"] = (batch["input_ids"] != self.pad).long()
+        return batch
+
+
+class Examples(torch.utils.data.Dataset):
+    def __init__(self, examples):
+        self.examples = examples
+
+    def __len__(self):
+        return len(self.examples)
+
+    def __getitem__(self, i):
+        return self.examples[i]
+
+
+def raw_blocks(documents, tokenizer, raw_length: int) -> list[dict]:
+    """The token stream of all documents (no </s>) cut into blocks of `raw_length`."""
+    stream = [t for doc in documents for line in doc for t in tokenizer(line, add_special_tokens=False)["input_ids"]]
+    return [{"input_ids": stream[i : i + raw_length]} for i in range(0, len(stream) - raw_length + 1, raw_length)]
+
+
+def compute_metrics(prediction):
+    nll, count, correct = prediction.predictions
+    loss = float(nll.sum() / count.sum())
+    return {"target_loss": loss, "perplexity": math.exp(min(loss, 50.0)),
+            "target_token_accuracy": float(correct.sum() / count.sum())}
+
+
+def reduce_logits(logits, labels):
+    logits = logits[0] if isinstance(logits, (tuple, list)) else logits
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum")
+    kept = labels.ne(-100)
+    correct = ((logits.argmax(-1) == labels) & kept).sum()
+    return nll.reshape(1), kept.sum().reshape(1), correct.reshape(1)
+
+
+def main(argv=None) -> dict:
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser.set_defaults(**DEFAULTS)
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+
+    if family_of(model_args.model_name_or_path, model_args.preset) != "t5":
+        raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
+    train_docs = read_documents(data_args.train_file or CORPUS)
+    if data_args.validation_file:
+        eval_docs = read_documents(data_args.validation_file)
+    else:
+        train_docs, eval_docs = split_documents(train_docs, data_args.validation_split_percentage,
+                                                training_args.seed)
+    if model_args.tokenizer_name or model_args.model_name_or_path:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    else:
+        tokenizer = project_tokenizer("unigram", model_args.vocab_size)
+    collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
+                                               training_args.seed)
+    model = load_or_build_model("ForConditionalGeneration", model_args.model_name_or_path, model_args.preset,
+                                tokenizer, model_args.attention_type,
+                                parse_config_overrides(model_args.config_overrides))
+    raw_length = raw_length_for(data_args.max_seq_length, data_args.noise_density, data_args.mean_noise_span_length)
+    _, target_length = corrupted_lengths(raw_length, data_args.noise_density, data_args.mean_noise_span_length)
+    check_max_length(model.config, data_args.max_seq_length)
+    check_max_length(model.config, target_length, argument="the target length of --max_seq_length")
+
+    train_set = Examples(raw_blocks(train_docs, tokenizer, raw_length))
+    eval_collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density,
+                                                    data_args.mean_noise_span_length, seed=1234)
+    eval_set = Examples([eval_collator.corrupt(e) for e in raw_blocks(eval_docs, tokenizer, raw_length)])
+    if not len(train_set) or not len(eval_set):
+        raise ValueError(f"The data gives no block of {raw_length} tokens for training and evaluation: use more text "
+                         "or a smaller --max_seq_length.")
+
+    timer = StepTimer()
+    training_args.remove_unused_columns = False
+    trainer = Trainer(
+        model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set, data_collator=collator,
+        processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
+        callbacks=[EpochCallback(collator), timer],
+    )
+    train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    trainer.save_model()
+    metrics = {**train_result.metrics, "train_seconds_per_step": timer.seconds_per_step,
+               "num_parameters": sum(p.numel() for p in model.parameters())}
+    metrics.update(trainer.evaluate())
+    trainer.log_metrics("all", metrics)
+    trainer.save_metrics("all", metrics)
+    trainer.save_state()
+    if trainer.is_world_process_zero():
+        write_training_info(
+            training_args.output_dir, __file__, "text2text-generation", model_args.preset,
+            model_args.model_name_or_path, data_file_info(data_args.train_file, CORPUS_INFO), training_args,
+            max_seq_length=data_args.max_seq_length, objective="span corruption",
+            noise_density=data_args.noise_density, mean_noise_span_length=data_args.mean_noise_span_length,
+        )
+    if training_args.push_to_hub:  # Trainer's upload, then the real model card in place of Trainer's default one
+        trainer.push_to_hub()
+        if trainer.is_world_process_zero():
+            upload_card(training_args.output_dir, trainer.hub_model_id, token=training_args.hub_token)
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
