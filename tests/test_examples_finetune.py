@@ -200,3 +200,25 @@ def test_squad_exact_match_and_f1_known_cases():
         "exact_match": 0.0, "f1": pytest.approx(100 * (2 / 3 + 0.8) / 2)}
     assert run_qa.squad_metrics({"a": "Epte", "b": "king charles iii"}, examples) == {"exact_match": 100.0,
                                                                                      "f1": 100.0}
+
+
+def test_warm_start_from_a_vanilla_bert_and_resume(tmp_path):
+    """A transformers BERT folder + --attention_type: a function-preserving talking-heads start; then a second run
+    with `--resume_from_checkpoint last` continues from the saved checkpoint."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    tokenizer = project_tokenizer("wordpiece", 8000)
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                               intermediate_size=37, max_position_embeddings=64)).save_pretrained(tmp_path / "bert")
+    tokenizer.save_pretrained(tmp_path / "bert")
+    argv = ["--output_dir", str(tmp_path / "out"), *FAST, "--model_name_or_path", str(tmp_path / "bert"),
+            "--attention_type", "talking_heads", "--max_train_samples", "16", "--max_eval_samples", "8",
+            "--max_seq_length", "64", "--save_strategy", "steps", "--save_steps", "2"]
+    run_classification.main([*argv, "--max_steps", "2"])
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (config["model_type"], config["attention_type"], config["talking_heads_init"]) == (
+        "variant_bert", "talking_heads", "identity")
+    run_classification.main([*argv, "--max_steps", "4", "--resume_from_checkpoint", "last"])
+    steps = [entry["step"] for entry in json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
+             if "loss" in entry]
+    assert steps == [1, 2, 3, 4]  # steps 1-2 restored from checkpoint-2's state, 3-4 trained after resuming
