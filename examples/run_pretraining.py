@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import HfArgumentParser, Trainer, TrainingArguments
+from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.admin import AdminProfilingCallback, admin_closed_form
 from hf_attn_variants.publish import upload_card
@@ -79,6 +79,9 @@ class DataArguments:
         "help": "Same format. Default: --validation_split_percentage of the training documents."})
     validation_split_percentage: float = field(default=5.0, metadata={
         "help": "Held-out share of the documents when there is no --validation_file."})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "Keep only the first N training sequences (quick runs, tests)."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N eval sequences."})
     max_seq_length: int = field(default=128, metadata={"help": "Tokens per sequence, [CLS] and [SEP] included."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict."})
     whole_word_masking: bool = field(default=False, metadata={
@@ -219,17 +222,20 @@ def main(argv=None) -> dict:
         tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
     else:
         tokenizer = project_tokenizer("wordpiece", model_args.vocab_size)
+    set_seed(training_args.seed)  # the same initial weights on every process and every run
     head = "ForMaskedLM" if objective == "none" else "ForPreTraining"
     model = load_or_build_model(head, model_args.model_name_or_path, model_args.preset, tokenizer,
                                 model_args.attention_type, parse_config_overrides(model_args.config_overrides))
     check_max_length(model.config, data_args.max_seq_length)
 
-    train_set = PairDataset(build_examples(train_docs, tokenizer, data_args, training_args.seed))
+    train_set = PairDataset(build_examples(train_docs, tokenizer, data_args, training_args.seed)
+                            [: data_args.max_train_samples])
     collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
                                 training_args.seed)
     eval_collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking, seed=1234)
     # The eval set is masked once: every evaluation, and every model trained on the same data, sees the same masks.
-    eval_set = PairDataset([eval_collator.mask(e) for e in build_examples(eval_docs, tokenizer, data_args, 1234)])
+    eval_set = PairDataset([eval_collator.mask(e) for e in build_examples(eval_docs, tokenizer, data_args, 1234)
+                            [: data_args.max_eval_samples]])
 
     callbacks, timer = [EpochCallback(collator)], StepTimer()
     callbacks.append(timer)

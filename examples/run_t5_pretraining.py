@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import HfArgumentParser, Trainer, TrainingArguments
+from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.publish import upload_card
 
@@ -76,6 +76,9 @@ class DataArguments:
     validation_file: str | None = field(default=None, metadata={"help": "Same format. Default: a held-out split."})
     validation_split_percentage: float = field(default=5.0, metadata={
         "help": "Held-out share of the documents when there is no --validation_file."})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "Keep only the first N training sequences (quick runs, tests)."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N eval sequences."})
     max_seq_length: int = field(default=128, metadata={
         "help": "Encoder input length after corruption (sentinels and </s> included)."})
     noise_density: float = field(default=0.15, metadata={"help": "Share of tokens that are corrupted."})
@@ -222,6 +225,7 @@ def main(argv=None) -> dict:
         tokenizer = project_tokenizer("unigram", model_args.vocab_size)
     collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
                                                training_args.seed)
+    set_seed(training_args.seed)  # the same initial weights on every process and every run
     model = load_or_build_model("ForConditionalGeneration", model_args.model_name_or_path, model_args.preset,
                                 tokenizer, model_args.attention_type,
                                 parse_config_overrides(model_args.config_overrides))
@@ -230,10 +234,11 @@ def main(argv=None) -> dict:
     check_max_length(model.config, data_args.max_seq_length)
     check_max_length(model.config, target_length, argument="the target length of --max_seq_length")
 
-    train_set = Examples(raw_blocks(train_docs, tokenizer, raw_length))
+    train_set = Examples(raw_blocks(train_docs, tokenizer, raw_length)[: data_args.max_train_samples])
     eval_collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density,
                                                     data_args.mean_noise_span_length, seed=1234)
-    eval_set = Examples([eval_collator.corrupt(e) for e in raw_blocks(eval_docs, tokenizer, raw_length)])
+    eval_set = Examples([eval_collator.corrupt(e)
+                         for e in raw_blocks(eval_docs, tokenizer, raw_length)[: data_args.max_eval_samples]])
     if not len(train_set) or not len(eval_set):
         raise ValueError(f"The data gives no block of {raw_length} tokens for training and evaluation: use more text "
                          "or a smaller --max_seq_length.")

@@ -1,0 +1,260 @@
+"""The pretraining example scripts (masked LM with NSP/SOP, T5 span corruption), their masking and span-corruption
+collators, the same first step on 1 and 2 processes (torchrun), and clear errors for bad input before training."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+import run_pretraining  # noqa: E402
+import run_t5_pretraining  # noqa: E402
+from example_utils import MaskedLMCollator, mask_example, project_tokenizer  # noqa: E402
+from run_t5_pretraining import (  # noqa: E402
+    DataCollatorForT5SpanCorruption,
+    corrupted_lengths,
+    random_spans_noise_mask,
+    raw_length_for,
+)
+
+FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
+        "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--warmup_steps", "0",
+        "--max_eval_samples", "16"]
+NO_DROPOUT = '{"hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0}'
+
+
+def logged_losses(output_dir) -> list[float]:
+    history = json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
+    return [entry["loss"] for entry in history if "loss" in entry]
+
+
+def assert_learns(output_dir) -> None:
+    losses = logged_losses(output_dir)
+    assert len(losses) >= 8 and all(math.isfinite(x) for x in losses)
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.3, losses
+
+
+def run_isolated(script: str) -> str:
+    """Run `script` in an interpreter that cannot import hf_attn_variants (remote code only); return its stdout."""
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.split('.')[0] == 'hf_attn_variants':\n"
+            "            raise ModuleNotFoundError(name)\n"
+            "sys.meta_path.insert(0, Block())\n" + script)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["HF_HUB_OFFLINE"] = "1"
+    proc = subprocess.run([sys.executable, "-I", "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout
+
+
+def test_masked_lm_pretraining_learns_and_reloads_as_remote_code(tmp_path):
+    """The main job's script on a tiny preset: loss falls, perplexity is reported, and the folder works as the README
+    says: AutoModelForMaskedLM with trust_remote_code and a fill-mask pipeline, without the package."""
+    out = tmp_path / "mlm"
+    metrics = run_pretraining.main(FAST + ["--preset", "bert-tiny-talking-heads", "--output_dir", str(out),
+                                           "--max_steps", "12", "--learning_rate", "3e-3", "--max_train_samples", "96",
+                                           "--whole_word_masking", "true"])
+    assert_learns(out)
+    assert math.isfinite(metrics["eval_perplexity"]) and metrics["eval_perplexity"] > 1
+    assert metrics["eval_perplexity"] == pytest.approx(math.exp(metrics["eval_mlm_loss"]), rel=1e-6)
+    info = json.loads((out / "training_info.json").read_text())
+    assert info["task"] == "fill-mask" and info["preset"] == "bert-tiny-talking-heads"
+    assert json.loads((out / "all_results.json").read_text())["eval_perplexity"] == metrics["eval_perplexity"]
+    stdout = run_isolated(
+        "from transformers import AutoModelForMaskedLM, pipeline\n"
+        f"model = AutoModelForMaskedLM.from_pretrained({str(out)!r}, trust_remote_code=True)\n"
+        "assert type(model).__module__.startswith('transformers_modules'), type(model).__module__\n"
+        "assert model.config.attention_type == 'talking_heads'\n"
+        f"fill = pipeline('fill-mask', model={str(out)!r}, trust_remote_code=True)\n"
+        "print(len(fill('A cynic is a [MASK] whose faulty vision sees things as they are.')))\n"
+    )
+    assert stdout.strip().endswith("5")
+
+
+@pytest.mark.parametrize("preset,objective,label", [("bert-tiny-synthesizer-random", "nsp", "next_sentence_label"),
+                                                    ("albert-tiny-talking-heads", "sop", "sentence_order_label")])
+def test_sentence_objectives(tmp_path, preset, objective, label):
+    """NSP (BERT) and SOP (ALBERT) train the ForPreTraining head; pairs are balanced; the accuracy is reported."""
+    metrics = run_pretraining.main(FAST + ["--preset", preset, "--output_dir", str(tmp_path), "--max_steps", "10",
+                                           "--learning_rate", "3e-3", "--sentence_objective", objective])
+    assert 0 <= metrics["eval_sentence_accuracy"] <= 1 and math.isfinite(metrics["eval_mlm_loss"])
+    assert_learns(tmp_path)
+    tokenizer = project_tokenizer("wordpiece")
+    docs = run_pretraining.tokenize_sentences(run_pretraining.read_documents()[:200], tokenizer)
+    pairs = run_pretraining.pair_examples(docs, tokenizer, 64, objective, seed=0)
+    labels = [p[label] for p in pairs]
+    assert 0.4 < sum(labels) / len(labels) < 0.6
+    sep = tokenizer.sep_token_id
+    for pair in pairs:
+        ids = pair["input_ids"]
+        assert len(ids) <= 64 and ids[0] == tokenizer.cls_token_id and ids[-1] == sep and ids.count(sep) == 2
+        assert pair["token_type_ids"] == [0] * (ids.index(sep) + 1) + [1] * (len(ids) - ids.index(sep) - 1)
+
+
+def test_sop_swaps_the_segments_it_labels():
+    tokenizer = project_tokenizer("wordpiece")
+    docs = [[[100 + 3 * i + j for j in range(1 + i % 3)] for i in range(300)]]  # ids increase along the text
+    for pair in run_pretraining.pair_examples(docs, tokenizer, 64, "sop", seed=3):
+        ids = pair["input_ids"]
+        cut = ids.index(tokenizer.sep_token_id)
+        first, second = ids[1:cut], ids[cut + 1 : -1]
+        in_order = first[-1] < second[0]
+        assert in_order == (pair["sentence_order_label"] == 0)
+
+
+def test_masking_is_per_example_and_whole_word():
+    tokenizer = project_tokenizer("wordpiece")
+    text = "Abdication, an act whereby a sovereign attests his sense of the high temperature of the throne. " * 3
+    ids = tokenizer(text)["input_ids"]
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        inputs, labels = mask_example(ids, tokenizer, 0.15, True, g)
+        predicted = (labels != -100).tolist()
+        assert abs(sum(predicted) - 0.15 * (len(ids) - 2)) <= 3  # whole words can overshoot by a word
+        for i, token in enumerate(tokens):  # a continuation is predicted exactly when its word start is
+            if token.startswith("##"):
+                assert predicted[i] == predicted[i - 1]
+        assert not predicted[0] and not predicted[-1]  # never [CLS]/[SEP]
+        changed = inputs != torch.tensor(ids)
+        assert not (changed & (labels == -100)).any()  # only predicted positions change
+    # The same example gets the same mask in any batch (1 or N processes), and a new one each epoch.
+    collator = MaskedLMCollator(tokenizer, 0.15, False, seed=0)
+    examples = [{"input_ids": tokenizer(f"Sentence number {i} of the test.")["input_ids"]} for i in range(6)]
+    whole = collator(examples)
+    halves = [collator(examples[:3]), collator(examples[3:])]
+    for key in ("input_ids", "labels"):
+        width = min(whole[key].shape[1], halves[0][key].shape[1])
+        torch.testing.assert_close(whole[key][:3, :width], halves[0][key][:, :width])
+    collator.epoch = 1
+    assert not torch.equal(collator(examples)["labels"], whole["labels"])
+
+
+def test_span_corruption_collator():
+    """T5's span corruption: round(L * density) noise tokens in round(noise / mean) spans, alternating with kept
+    spans from a kept start; sentinels <extra_id_0>, <extra_id_1>, ... in order; inputs + targets give back the text."""
+    tokenizer = project_tokenizer("unigram")
+    sentinels = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(100)])
+    assert sentinels[0] == len(tokenizer) - 1 and sentinels[1] == len(tokenizer) - 2
+    g = torch.Generator().manual_seed(0)
+    span_lengths = []
+    for length in (20, 57, 114):
+        mask = random_spans_noise_mask(length, 0.15, 3.0, g)
+        noise = round(length * 0.15)
+        assert mask.sum() == noise and not mask[0]
+        starts = (mask[1:] & ~mask[:-1]).sum().item()
+        assert starts == max(round(noise / 3.0), 1)
+    for _ in range(200):  # 114 tokens: 17 noise tokens in round(17 / 3) = 6 spans, mean 2.83, lengths random
+        mask = random_spans_noise_mask(114, 0.15, 3.0, g).int()
+        edges = torch.diff(torch.cat([torch.tensor([0]), mask, torch.tensor([0])]))
+        lengths = ((edges == -1).nonzero() - (edges == 1).nonzero()).flatten().tolist()
+        assert len(lengths) == 6 and sum(lengths) == 17 and min(lengths) >= 1
+        span_lengths += lengths
+    assert len(set(span_lengths)) > 5  # a random composition, not fixed lengths
+
+    collator = DataCollatorForT5SpanCorruption(tokenizer, 0.15, 3.0, seed=0)
+    text = "Zoology, n. The science and history of the animal kingdom, including its king, the House Fly."
+    raw = tokenizer(text, add_special_tokens=False)["input_ids"]
+    example = collator.corrupt({"input_ids": raw})
+    inputs, targets = example["input_ids"], example["labels"]
+    assert inputs[-1] == targets[-1] == tokenizer.eos_token_id
+    used = [t for t in inputs if t in sentinels]
+    assert used == sentinels[: len(used)] and [t for t in targets if t in sentinels] == used
+    spans, current = {}, None
+    for t in targets[:-1]:
+        if t in sentinels:
+            current = t
+            spans[current] = []
+        else:
+            spans[current].append(t)
+    rebuilt = [x for t in inputs[:-1] for x in (spans[t] if t in sentinels else [t])]
+    assert rebuilt == raw
+    assert tokenizer.decode(rebuilt) == text
+    raw_length = raw_length_for(128, 0.15, 3.0)
+    assert corrupted_lengths(raw_length, 0.15, 3.0)[0] == 128  # inputs fill --max_seq_length exactly
+    batch = collator([{"input_ids": raw}, {"input_ids": raw[:20]}])
+    assert batch["labels"][1].eq(-100).any() and (batch["attention_mask"] == (batch["input_ids"] != 0)).all()
+
+
+def test_t5_span_corruption_pretraining_learns_and_reloads(tmp_path):
+    metrics = run_t5_pretraining.main(FAST + ["--preset", "t5-tiny-synthesizer-random", "--output_dir", str(tmp_path),
+                                              "--max_steps", "10", "--learning_rate", "1e-2",
+                                              "--max_train_samples", "80"])
+    assert_learns(tmp_path)
+    assert metrics["eval_perplexity"] == pytest.approx(math.exp(metrics["eval_target_loss"]), rel=1e-6)
+    assert 0 <= metrics["eval_target_token_accuracy"] <= 1
+    stdout = run_isolated(
+        "import torch\n"
+        "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n"
+        f"model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path)!r}, trust_remote_code=True)\n"
+        f"tok = AutoTokenizer.from_pretrained({str(tmp_path)!r}, trust_remote_code=True)\n"
+        "ids = tok('The science of <extra_id_0> kingdom.', return_tensors='pt').input_ids\n"
+        "print(model.generate(ids, max_new_tokens=4, do_sample=False).shape[0])\n"
+    )
+    assert stdout.strip() == "1"
+
+
+def test_first_step_on_two_processes_equals_one_process(tmp_path):
+    """torchrun, 2 CPU processes (gloo) x 4 sequences against 1 process x 8: the same logged loss and the same
+    weights after the step (masks depend on the example, and the loss is normalised by the step's token count)."""
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun is not on PATH")
+    common = ["--preset", "bert-tiny-dot-product", "--max_steps", "1", "--logging_steps", "1",
+              "--max_train_samples", "8", "--max_eval_samples", "8", "--max_seq_length", "32",
+              "--save_strategy", "no", "--eval_strategy", "no", "--use_cpu", "--disable_tqdm", "true",
+              "--warmup_steps", "0", "--learning_rate", "1e-2", "--config_overrides", NO_DROPOUT]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    script = str(EXAMPLES / "run_pretraining.py")
+    runs = {
+        "one": [sys.executable, script, "--per_device_train_batch_size", "8"],
+        "two": [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", "29533",
+                script, "--per_device_train_batch_size", "4", "--ddp_backend", "gloo"],
+    }
+    for name, command in runs.items():
+        proc = subprocess.run(command + common + ["--output_dir", str(tmp_path / name)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+    (one,), (two,) = logged_losses(tmp_path / "one"), logged_losses(tmp_path / "two")
+    assert two == pytest.approx(one, rel=1e-6)
+    from safetensors.torch import load_file
+
+    a, b = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=5e-5, msg=key)
+
+
+@pytest.mark.parametrize("args,error,match", [
+    (["--train_file", "/nonexistent/corpus.txt"], FileNotFoundError, "No such data file"),
+    (["--max_seq_length", "256"], ValueError, "max_position_embeddings=128"),
+    (["--preset", "bert-tiny-synthesizer-dense", "--config_overrides", '{"synthesizer_max_position": 64}',
+      "--max_seq_length", "100"], ValueError, "synthesizer_max_position=64"),
+    (["--preset", "bert-huge-talking-heads"], ValueError, "Unknown preset"),
+    (["--preset", "albert-tiny-dot-product", "--sentence_objective", "nsp"], ValueError, "use sop"),
+    (["--preset", "t5-tiny-dot-product"], ValueError, "run_t5_pretraining"),
+    (["--config_overrides", "num_hidden_layers=3"], ValueError, "JSON object"),
+    (["--resume_from_checkpoint", "last"], ValueError, "holds no checkpoint"),
+])
+def test_bad_input_fails_before_training(tmp_path, args, error, match):
+    with pytest.raises(error, match=match):
+        run_pretraining.main(["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path / "x"),
+                              "--max_steps", "1", *args])
+    assert not (tmp_path / "x" / "model.safetensors").exists()
+
+
+def test_t5_bad_input_fails_before_training(tmp_path):
+    with pytest.raises(ValueError, match="synthesizer_max_position=128"):
+        run_t5_pretraining.main(["--preset", "t5-tiny-synthesizer-dense", "--output_dir", str(tmp_path),
+                                 "--max_seq_length", "200", "--max_steps", "1"])
+    with pytest.raises(ValueError, match="run_pretraining"):
+        run_t5_pretraining.main(["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path)])
