@@ -25,7 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments
+from transformers import (
+    AutoTokenizer,
+    DataCollatorWithPadding,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
@@ -207,6 +214,7 @@ def main(argv=None) -> dict:
 
     family = family_of(model_args.model_name_or_path, model_args.preset)
     tokenizer = load_tokenizer(model_args, family)
+    set_seed(training_args.seed)  # the same initial weights on every process and every run
     model = load_or_build_model(
         "ForSequenceClassification", model_args.model_name_or_path, model_args.preset, tokenizer,
         model_args.attention_type, parse_config_overrides(model_args.config_overrides),

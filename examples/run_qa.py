@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from transformers import DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments
+from transformers import DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
@@ -214,6 +214,7 @@ def main(argv=None) -> dict:
     if not tokenizer.is_fast:
         raise ValueError("Extractive QA maps tokens back to characters, which needs a fast tokenizer "
                          "(tokenizer.json): pass --tokenizer_name with one.")
+    set_seed(training_args.seed)  # the same initial weights on every process and every run
     model = load_or_build_model("ForQuestionAnswering", model_args.model_name_or_path, model_args.preset, tokenizer,
                                 model_args.attention_type, parse_config_overrides(model_args.config_overrides))
     check_max_length(model.config, data_args.max_seq_length)

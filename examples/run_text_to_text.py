@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from transformers import DataCollatorForSeq2Seq, HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers import (
+    DataCollatorForSeq2Seq,
+    HfArgumentParser,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
@@ -112,6 +118,7 @@ def main(argv=None) -> dict:
     training_args.generation_max_length = training_args.generation_max_length or data_args.max_target_length
 
     tokenizer = load_tokenizer(model_args, family)
+    set_seed(training_args.seed)  # the same initial weights on every process and every run
     model = load_or_build_model("ForConditionalGeneration", model_args.model_name_or_path, model_args.preset,
                                 tokenizer, model_args.attention_type,
                                 parse_config_overrides(model_args.config_overrides))
