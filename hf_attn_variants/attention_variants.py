@@ -18,15 +18,38 @@ Shapes: b batch, n query length, m key length, h_k/h/h_v key, softmax and value 
 """
 
 import math
+import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+import transformers
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from transformers import initialization as init
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+# The transformers releases this code is tested with (pyproject.toml declares the same range). Every modeling and
+# configuration file, and the package, imports this module first, and the check runs before any other transformers
+# import: an older release is refused here with what to install, not with an ImportError deep inside loading (or,
+# worse, wrong outputs: before 5.14 transformers' SDPA silently drops T5's relative position bias).
+SUPPORTED_TRANSFORMERS = "transformers>=5.14,<6"
+_TRANSFORMERS_VERSION = tuple(int(part) for part in re.match(r"(\d+)\.(\d+)", transformers.__version__).groups())
+if _TRANSFORMERS_VERSION < (5, 14):
+    raise ImportError(
+        f"hf-attn-variants models need {SUPPORTED_TRANSFORMERS}, found transformers {transformers.__version__}. "
+        f"Upgrade with: pip install '{SUPPORTED_TRANSFORMERS}'. (transformers 4.x cannot load these models: they are "
+        "built on the v5 model API.)"
+    )
+if _TRANSFORMERS_VERSION >= (6, 0):
+    warnings.warn(
+        f"hf-attn-variants models are tested with {SUPPORTED_TRANSFORMERS}, found transformers "
+        f"{transformers.__version__}; if loading or outputs fail, install '{SUPPORTED_TRANSFORMERS}'.",
+        stacklevel=2,
+    )
+
+from transformers import initialization as init  # noqa: E402  (after the version check, on purpose)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # noqa: E402
 
 ATTENTION_TYPES = ("dot_product", "talking_heads", "synthesizer")
 SYNTHESIZER_COMPONENTS = ("dot_product", "dense", "random", "factorized_dense", "factorized_random")

@@ -39,7 +39,9 @@ from transformers.utils.output_capturing import capture_outputs
 from .attention_variants import AttentionSpec, VariantAttentionCore
 from .configuration_variant_bert import VariantBertConfig
 from .modeling_variant_utils import (
+    CACHE_FIELD,
     VariantPreTrainedModel,
+    cache_field,
     add_admin_omega,
     admin_residual,
     sequence_classification_loss,
@@ -273,7 +275,7 @@ class VariantBertEncoder(nn.Module):
                 **kwargs,
             )
         return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, cache=cache if use_cache else None
+            last_hidden_state=hidden_states, **cache_field(cache if use_cache else None)
         )
 
 
@@ -401,7 +403,7 @@ class VariantBertModel(VariantBertPreTrainedModel):
         use_cache=None,
         **kwargs,
     ):
-        if cache is None and "past_key_values" in kwargs:  # the name before transformers 5.3x
+        if cache is None and "past_key_values" in kwargs:  # the name before transformers 5.24
             cache = kwargs.pop("past_key_values")
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
@@ -422,7 +424,7 @@ class VariantBertModel(VariantBertPreTrainedModel):
         )
         if self.config.is_decoder:
             attention_mask = create_causal_mask(
-                config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask, cache=cache,
+                config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask, **cache_field(cache)
             )
         else:
             attention_mask = create_bidirectional_mask(
@@ -447,7 +449,7 @@ class VariantBertModel(VariantBertPreTrainedModel):
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=sequence_output,
             pooler_output=pooled_output,
-            cache=encoder_outputs.cache,
+            **cache_field(getattr(encoder_outputs, CACHE_FIELD)),
         )
 
 
@@ -541,7 +543,7 @@ class VariantBertLMHeadModel(_VariantBertWithLMHead, GenerationMixin):
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,
-            cache=outputs.cache,
+            **cache_field(getattr(outputs, CACHE_FIELD)),
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
             cross_attentions=outputs.cross_attentions,

@@ -37,7 +37,14 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention_variants import AttentionSpec, VariantAttentionCore
 from .configuration_variant_t5 import VariantT5Config
-from .modeling_variant_utils import VariantPreTrainedModel, sequence_classification_loss, span_loss, token_loss
+from .modeling_variant_utils import (
+    CACHE_FIELD,
+    VariantPreTrainedModel,
+    cache_field,
+    sequence_classification_loss,
+    span_loss,
+    token_loss,
+)
 
 AUTO_MAP = {
     "AutoConfig": "configuration_variant_t5.VariantT5Config",
@@ -367,7 +374,7 @@ class VariantT5Stack(VariantT5PreTrainedModel):
     @capture_outputs
     def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
                 inputs_embeds=None, cache=None, use_cache=None, **kwargs):
-        if cache is None and "past_key_values" in kwargs:  # the older name
+        if cache is None and "past_key_values" in kwargs:  # the name before transformers 5.24
             cache = kwargs.pop("past_key_values")
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
@@ -382,7 +389,7 @@ class VariantT5Stack(VariantT5PreTrainedModel):
         if self.is_decoder:
             self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             attention_mask = create_causal_mask(
-                config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=self_cache
+                config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, **cache_field(self_cache)
             )
         else:
             attention_mask = create_bidirectional_mask(
@@ -409,7 +416,7 @@ class VariantT5Stack(VariantT5PreTrainedModel):
             if self.is_decoder and encoder_hidden_states is not None:
                 encoder_decoder_position_bias = cross_bias
         hidden_states = self.dropout(self.final_layer_norm(hidden_states))
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **cache_field(cache))
 
 
 def _stacks(config):
@@ -473,7 +480,7 @@ class _VariantT5EncoderDecoder(VariantT5PreTrainedModel):
     @staticmethod
     def _seq2seq_fields(encoder_outputs, decoder_outputs):
         return dict(
-            cache=decoder_outputs.cache,
+            **cache_field(getattr(decoder_outputs, CACHE_FIELD)),
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,

@@ -9,8 +9,19 @@ from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from .attention_variants import VariantAttentionCore
+
+# The one compatibility shim: transformers 5.24 renamed `past_key_values` to `cache` (model outputs, mask helpers,
+# `generate`); older 5.x releases know only the old name. Every cache handed to transformers goes through
+# `cache_field`; the forwards take `cache=` and also accept `past_key_values=` (what older `generate` passes).
+CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
+def cache_field(cache) -> dict:
+    """`{name: cache}` under the name this transformers uses, for `**` into an output class or a mask helper."""
+    return {CACHE_FIELD: cache}
 
 
 def admin_residual(module, residual: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
