@@ -67,9 +67,10 @@ LOADER = textwrap.dedent(
 )
 
 
-def _run_isolated(tmp_path, jobs):
+def _run_isolated(tmp_path, jobs, python=sys.executable, loader=LOADER):
+    """Run `loader` over `jobs` in a fresh `python` (another virtual environment's, for the compatibility check)."""
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    (tmp_path / "loader.py").write_text(LOADER)
+    (tmp_path / "loader.py").write_text(loader)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HUB_OFFLINE"] = "1"
     env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
@@ -85,7 +86,7 @@ def _run_isolated(tmp_path, jobs):
         f"exec(open({str(tmp_path / 'loader.py')!r}).read())\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-I", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        [python, "-I", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert f"loaded {len(jobs)}" in proc.stdout
