@@ -45,8 +45,8 @@ from example_utils import (  # noqa: E402
 )
 
 DEFAULTS = dict(  # the main job; every one can be overridden on the command line
-    output_dir="outputs/bert-mini-talking-heads", max_steps=400, per_device_train_batch_size=32,
-    per_device_eval_batch_size=64, learning_rate=5e-4, warmup_steps=40, weight_decay=0.01, lr_scheduler_type="linear",
+    output_dir="outputs/bert-mini-talking-heads", max_steps=300, per_device_train_batch_size=32, max_seq_length=64,
+    per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=30, weight_decay=0.01, lr_scheduler_type="linear",
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
     report_to="none", seed=42,
 )
@@ -82,7 +82,7 @@ class DataArguments:
     max_train_samples: int | None = field(default=None, metadata={
         "help": "Keep only the first N training sequences (quick runs, tests)."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N eval sequences."})
-    max_seq_length: int = field(default=128, metadata={"help": "Tokens per sequence, [CLS] and [SEP] included."})
+    max_seq_length: int = field(default=64, metadata={"help": "Tokens per sequence, [CLS] and [SEP] included."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict."})
     whole_word_masking: bool = field(default=False, metadata={
         "help": "Mask whole words (a word's WordPiece continuations with it)."})

@@ -258,3 +258,21 @@ def test_t5_bad_input_fails_before_training(tmp_path):
                                  "--max_seq_length", "200", "--max_steps", "1"])
     with pytest.raises(ValueError, match="run_pretraining"):
         run_t5_pretraining.main(["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path)])
+
+
+def test_side_by_side_comparison(tmp_path):
+    pytest.importorskip("matplotlib")
+    import compare_attention
+
+    rows = compare_attention.main(["--size", "tiny", "--attention", "dot-product,single-head-admin", "--max_steps", "4",
+                                   "--eval_steps", "2", "--max_seq_length", "32", "--output_dir", str(tmp_path),
+                                   "--max_train_samples", "64", "--max_eval_samples", "16", "--disable_tqdm", "true"])
+    assert [r["preset"] for r in rows] == ["bert-tiny-dot-product", "bert-tiny-single-head-admin"]
+    assert [step for step, _ in rows[0]["curve"]] == [step for step, _ in rows[1]["curve"]] == [2, 4]
+    single = json.loads((tmp_path / "bert-tiny-single-head-admin" / "config.json").read_text())
+    assert single["num_hidden_layers"] == 4 and single["num_attention_heads"] == 1 and single["admin"]
+    table = (tmp_path / "results.md").read_text()
+    assert "| single-head-admin | `bert-tiny-single-head-admin` |" in table
+    assert (tmp_path / "eval_loss.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="Unknown attention setup"):
+        compare_attention.main(["--attention", "dot-product,linear", "--output_dir", str(tmp_path)])

@@ -1,0 +1,98 @@
+"""Every attention type side by side: the same masked-LM pretraining (data, steps, schedule, seed, masks) for dot
+product, talking heads, Synthesizer dense / random / mixture and the deep single-head twin with Admin.
+
+    python examples/compare_attention.py                      # bert-mini size; see the README for the time it takes
+    python examples/compare_attention.py --family albert --size tiny --max_steps 50
+
+Prints a table (final eval MLM loss, perplexity, parameters, seconds per training step) and writes `results.md`,
+`results.json` and `eval_loss.png` (eval curves) into --output_dir. Any other argument goes to
+examples/run_pretraining.py unchanged (e.g. --learning_rate 1e-3 --bf16).
+"""
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run_pretraining  # noqa: E402
+
+ATTENTION = ["dot-product", "talking-heads", "synthesizer-dense", "synthesizer-random", "synthesizer-mixture",
+             "single-head-admin"]
+
+
+@dataclass
+class CompareArguments:
+    family: str = field(default="bert", metadata={"help": "bert or albert."})
+    size: str = field(default="mini", metadata={"help": "tiny, mini, small or base (see hf_attn_variants.presets)."})
+    attention: str = field(default=",".join(ATTENTION), metadata={"help": "Comma-separated attention setups."})
+    output_dir: str = field(default="outputs/compare", metadata={"help": "One sub-folder per run, plus the results."})
+    max_steps: int = field(default=300, metadata={"help": "Training steps of every run."})
+    eval_steps: int = field(default=25, metadata={"help": "Steps between evaluations (the curve's points)."})
+    max_seq_length: int = field(default=64, metadata={"help": "Tokens per sequence."})
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Sequences per step."})
+    learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate (linear warm-up and decay)."})
+    seed: int = field(default=42, metadata={"help": "The same seed for every run."})
+
+
+def curve(output_dir: Path) -> list[tuple[int, float]]:
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    points = {e["step"]: e["eval_mlm_loss"] for e in history if "eval_mlm_loss" in e}
+    return sorted(points.items())
+
+
+def main(argv=None) -> list[dict]:
+    args, passthrough = HfArgumentParser(CompareArguments).parse_known_args(argv)
+    setups = [a for a in args.attention.split(",") if a]
+    unknown = sorted(set(setups) - set(ATTENTION))
+    if unknown:
+        raise ValueError(f"Unknown attention setup(s) {unknown}: choose from {', '.join(ATTENTION)}.")
+    out = Path(args.output_dir)
+    rows = []
+    for attention in setups:
+        preset = f"{args.family}-{args.size}-{attention}"
+        run_dir = out / preset
+        metrics = run_pretraining.main([
+            "--preset", preset, "--output_dir", str(run_dir), "--max_steps", str(args.max_steps),
+            "--eval_steps", str(args.eval_steps), "--max_seq_length", str(args.max_seq_length),
+            "--per_device_train_batch_size", str(args.per_device_train_batch_size),
+            "--learning_rate", str(args.learning_rate), "--seed", str(args.seed),
+            "--warmup_steps", str(max(1, args.max_steps // 10)), "--save_strategy", "no", *passthrough,
+        ])
+        rows.append({"attention": attention, "preset": preset, "eval_mlm_loss": metrics["eval_mlm_loss"],
+                     "perplexity": metrics["eval_perplexity"], "parameters": metrics["num_parameters"],
+                     "seconds_per_step": metrics["train_seconds_per_step"], "curve": curve(run_dir)})
+    lines = ["| attention | preset | eval MLM loss | perplexity | parameters | s/step |",
+             "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['attention']} | `{r['preset']}` | {r['eval_mlm_loss']:.3f} | {r['perplexity']:.1f} | "
+              f"{r['parameters'] / 1e6:.2f}M | {r['seconds_per_step']:.3f} |" for r in rows]
+    table = "\n".join(lines)
+    print(table)
+    (out / "results.md").write_text(table + "\n")
+    (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install -e '.[examples]'): no eval_loss.png")
+        return rows
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for r in rows:
+        steps, losses = zip(*r["curve"])
+        ax.plot(steps, losses, marker=".", label=r["attention"])
+    ax.set_xlabel("training step")
+    ax.set_ylabel("eval masked-LM loss")
+    ax.set_title(f"{args.family}-{args.size}: same data, steps, schedule and seed")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "eval_loss.png", dpi=120)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
