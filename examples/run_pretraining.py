@@ -45,7 +45,7 @@ from example_utils import (  # noqa: E402
 )
 
 DEFAULTS = dict(  # the main job; every one can be overridden on the command line
-    output_dir="outputs/bert-mini-talking-heads", max_steps=300, per_device_train_batch_size=32, max_seq_length=64,
+    output_dir="outputs/bert-mini-talking-heads", max_steps=300, per_device_train_batch_size=16, max_seq_length=64,
     per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=30, weight_decay=0.01, lr_scheduler_type="linear",
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
     report_to="none", seed=42,

@@ -48,7 +48,7 @@ SIZES = {
 }
 
 TALKING_HEADS = "Talking-Heads Attention (Shazeer et al., 2020)"
-SYNTHESIZER = "Synthesizer: Rethinking Self-Attention in Transformer Models (Tay et al., 2020)"
+SYNTHESIZER = "Synthesizer: Rethinking Self-Attention for Transformer Models (Tay et al., 2021)"
 SINGLE_HEAD = "Multi-head or Single-head? An Empirical Comparison for Transformer Training (Liu et al., 2021)"
 ADMIN = "Understanding the Difficulty of Training Transformers (Admin; Liu et al., 2020)"
 
