@@ -32,7 +32,7 @@ class CompareArguments:
     max_steps: int = field(default=300, metadata={"help": "Training steps of every run."})
     eval_steps: int = field(default=25, metadata={"help": "Steps between evaluations (the curve's points)."})
     max_seq_length: int = field(default=64, metadata={"help": "Tokens per sequence."})
-    per_device_train_batch_size: int = field(default=32, metadata={"help": "Sequences per step."})
+    per_device_train_batch_size: int = field(default=16, metadata={"help": "Sequences per step."})
     learning_rate: float = field(default=1e-3, metadata={"help": "Peak learning rate (linear warm-up and decay)."})
     seed: int = field(default=42, metadata={"help": "The same seed for every run."})
 

@@ -13,14 +13,16 @@ import shutil
 import tempfile
 import time
 import zlib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, PreTrainedTokenizerFast, TrainerCallback
+from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 import hf_attn_variants as hav
 from hf_attn_variants.presets import PRESETS, preset_config
+from hf_attn_variants.publish import upload_card
 
 DATA = Path(__file__).resolve().parent / "data"
 CORPUS = DATA / "devils_dictionary.txt"
@@ -140,6 +142,36 @@ def sentinel_ids(tokenizer) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------------------- models
+@dataclass
+class ModelArguments:
+    """Where the model and tokenizer come from; each script sets its own default `--preset`."""
+
+    preset: str | None = field(default=None, metadata={
+        "help": "A preset from hf_attn_variants.presets, {bert,albert,t5}-{tiny,mini,small,base}-{dot-product, "
+                "talking-heads, synthesizer-dense, synthesizer-random, synthesizer-mixture, single-head-admin (T5: "
+                "single-head)}; the family picks the model class. Ignored with --model_name_or_path."})
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "A checkpoint folder to start from: one of ours, or a transformers BERT/ALBERT/T5 one (with "
+                "--attention_type for a function-preserving warm start)."})
+    attention_type: str | None = field(default=None, metadata={
+        "help": "Override the attention: dot_product, talking_heads or synthesizer."})
+    config_overrides: str | None = field(default=None, metadata={
+        "help": "JSON object of config fields, e.g. '{\"synthesizer_components\": [\"dense\", \"random\"]}'."})
+    tokenizer_name: str | None = field(default=None, metadata={
+        "help": "A tokenizer folder. Default: the checkpoint's own, or the project's tokenizer of the family "
+                "(WordPiece for BERT/ALBERT, Unigram with sentinels for T5), trained on the corpus once and cached."})
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary of the project's tokenizer."})
+
+
+def load_tokenizer(model_args: ModelArguments, family: str):
+    """The checkpoint's (or --tokenizer_name's) tokenizer, else the project's tokenizer of the family."""
+    if model_args.tokenizer_name or model_args.model_name_or_path:
+        # trust_remote_code: our checkpoints' config names their code; without it transformers asks on the terminal
+        return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path,
+                                             trust_remote_code=True)
+    return project_tokenizer("unigram" if family == "t5" else "wordpiece", model_args.vocab_size)
+
+
 def family_of(model_name_or_path: str | None, preset: str | None) -> str:
     """'bert', 'albert' or 't5', from a checkpoint's config.json or a preset name."""
     if model_name_or_path:
@@ -163,7 +195,9 @@ def parse_config_overrides(text: str | None) -> dict:
     try:
         overrides = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"--config_overrides must be a JSON object, e.g. '{{\"num_hidden_layers\": 6}}': {err}") from None
+        raise ValueError(
+            f"--config_overrides must be a JSON object, e.g. '{{\"num_hidden_layers\": 6}}': {err}"
+        ) from None
     if not isinstance(overrides, dict):
         raise ValueError("--config_overrides must be a JSON object, e.g. '{\"num_hidden_layers\": 6}'.")
     return overrides
@@ -208,7 +242,8 @@ def length_limit(config) -> tuple[int | None, str]:
         return None, ""
     if config.attention_type == "synthesizer" and config.synthesizer_max_position is not None:
         limit = min(config.synthesizer_max_position, config.max_position_embeddings)
-        return limit, "synthesizer_max_position" if limit < config.max_position_embeddings else "max_position_embeddings"
+        field_name = "synthesizer_max_position" if limit < config.max_position_embeddings else "max_position_embeddings"
+        return limit, field_name
     return config.max_position_embeddings, "max_position_embeddings"
 
 
@@ -227,19 +262,28 @@ def example_generator(input_ids, seed: int, epoch: int) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + epoch * 7_919 + digest) % (2**63))
 
 
-def mask_example(input_ids, tokenizer, probability: float, whole_word: bool, generator: torch.Generator):
-    """BERT's masking of one example: `probability` of the tokens (or of the words, with `whole_word`: WordPiece
-    continuations '##' go with their word) are predicted; of those 80% become [MASK], 10% a random token, 10% stay.
-    Returns (inputs, labels) with -100 where nothing is predicted."""
+def word_continuation(tokenizer):
+    """Whether a token continues the word before it: WordPiece marks continuations with '##', SentencePiece-style
+    (metaspace) vocabularies mark word starts with '▁' instead."""
+    if any(token.startswith("▁") for token in tokenizer.get_vocab()):
+        return lambda token: not token.startswith("▁")
+    return lambda token: token.startswith("##")
+
+
+def mask_example(input_ids, tokenizer, probability: float, continues, generator: torch.Generator):
+    """BERT's masking of one example: `probability` of the tokens are predicted, or whole words with `continues`
+    (see `word_continuation`: a word's continuation tokens go with it); of those 80% become [MASK], 10% a random
+    token, 10% stay. Returns (inputs, labels) with -100 where nothing is predicted."""
     ids = torch.as_tensor(input_ids, dtype=torch.long)
     special = torch.tensor(tokenizer.get_special_tokens_mask(ids.tolist(), already_has_special_tokens=True),
                            dtype=torch.bool)
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     words, current = [], []  # groups of positions predicted together
     for position, (token, is_special) in enumerate(zip(tokens, special.tolist())):
-        if is_special:
+        if is_special:  # a word never continues across [CLS]/[SEP]
+            current = []
             continue
-        if whole_word and current and token.startswith("##"):
+        if continues is not None and current and continues(token):
             current.append(position)
         else:
             current = [position]
@@ -272,12 +316,12 @@ class MaskedLMCollator:
             raise ValueError(f"`mlm_probability` must be in (0, 1), got {probability}.")
         if tokenizer.mask_token_id is None:
             raise ValueError("The tokenizer has no mask token, which masked-LM pretraining needs.")
-        self.tokenizer, self.probability, self.whole_word, self.seed, self.epoch = (
-            tokenizer, probability, whole_word, seed, 0)
+        self.tokenizer, self.probability, self.seed, self.epoch = tokenizer, probability, seed, 0
+        self.continues = word_continuation(tokenizer) if whole_word else None
 
     def mask(self, example: dict) -> dict:
         generator = example_generator(example["input_ids"], self.seed, self.epoch)
-        inputs, labels = mask_example(example["input_ids"], self.tokenizer, self.probability, self.whole_word,
+        inputs, labels = mask_example(example["input_ids"], self.tokenizer, self.probability, self.continues,
                                       generator)
         return {**example, "input_ids": inputs, "labels": labels}
 
@@ -332,6 +376,31 @@ class StepTimer(TrainerCallback):
 
 
 # -------------------------------------------------------------------------------------------------- bookkeeping
+def finish(trainer, train_result, model_args: ModelArguments, script: str, task: str, dataset: dict,
+           extra_metrics: dict | None = None, **training) -> dict:
+    """What every script does after training: save the model and tokenizer, evaluate, write train/eval/all results,
+    the trainer state and `training_info.json`, and with --push_to_hub push the folder and then the real model card
+    (in place of Trainer's default README). Returns the train and eval metrics."""
+    args = trainer.args
+    trainer.save_model()
+    train_metrics = {**train_result.metrics, **(extra_metrics or {}),
+                     "num_parameters": sum(p.numel() for p in trainer.model.parameters())}
+    trainer.log_metrics("train", train_metrics)
+    trainer.save_metrics("train", train_metrics)
+    eval_metrics = trainer.evaluate()
+    trainer.log_metrics("eval", eval_metrics)
+    trainer.save_metrics("eval", eval_metrics)  # save_metrics also merges both into all_results.json
+    trainer.save_state()
+    if trainer.is_world_process_zero():
+        write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path, dataset,
+                            args, **training)
+    if args.push_to_hub:
+        trainer.push_to_hub()
+        if trainer.is_world_process_zero():
+            upload_card(args.output_dir, trainer.hub_model_id, token=args.hub_token)
+    return {**train_metrics, **eval_metrics}
+
+
 def resume_checkpoint(training_args) -> str | None:
     """`--resume_from_checkpoint PATH`, or `last` for the newest checkpoint in --output_dir; None starts afresh."""
     checkpoint = training_args.resume_from_checkpoint

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 from transformers import (
-    AutoTokenizer,
     DataCollatorWithPadding,
     HfArgumentParser,
     Trainer,
@@ -37,14 +36,15 @@ from transformers import (
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
     DATA,
+    ModelArguments,
     check_max_length,
     data_file_info,
     family_of,
+    finish,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
-    project_tokenizer,
     resume_checkpoint,
-    write_training_info,
 )
 
 RT_POLARITY = {"train": DATA / "rt_polarity_train.csv", "validation": DATA / "rt_polarity_validation.csv"}
@@ -57,28 +57,11 @@ RT_POLARITY_INFO = {
 KNOWN_TEXT_COLUMNS = [("sentence1", "sentence2"), ("question", "sentence"), ("premise", "hypothesis"),
                       ("sentence", None), ("text", None)]
 DEFAULTS = dict(
-    output_dir="outputs/classification", num_train_epochs=10, per_device_train_batch_size=32,
+    preset="bert-tiny-talking-heads", output_dir="outputs/classification", num_train_epochs=10,
+    per_device_train_batch_size=32,
     per_device_eval_batch_size=64, learning_rate=5e-4, warmup_steps=0.1, weight_decay=0.01, eval_strategy="epoch",
     logging_steps=10, save_strategy="epoch", save_total_limit=1, report_to="none", seed=42,
 )
-
-
-@dataclass
-class ModelArguments:
-    preset: str = field(default="bert-tiny-talking-heads", metadata={
-        "help": "A preset from hf_attn_variants.presets, {bert,albert,t5}-{tiny,mini,small,base}-{dot-product, "
-                "talking-heads, synthesizer-dense, synthesizer-random, synthesizer-mixture, single-head(-admin)}; "
-                "the family picks the model class. Ignored with --model_name_or_path."})
-    model_name_or_path: str | None = field(default=None, metadata={
-        "help": "A checkpoint folder to start from: one of ours, or a transformers BERT/ALBERT/T5 one (with "
-                "--attention_type for a function-preserving warm start)."})
-    attention_type: str | None = field(default=None, metadata={
-        "help": "Override the attention: dot_product, talking_heads or synthesizer."})
-    config_overrides: str | None = field(default=None, metadata={
-        "help": "JSON object of config fields, e.g. '{\"synthesizer_components\": [\"dense\", \"random\"]}'."})
-    tokenizer_name: str | None = field(default=None, metadata={
-        "help": "A tokenizer folder. Default: the checkpoint's own, or the project's tokenizer of the family."})
-    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary of the project's tokenizer."})
 
 
 @dataclass
@@ -183,13 +166,6 @@ def predicted_classes(logits, labels):
     return (logits[0] if isinstance(logits, tuple) else logits).argmax(-1)
 
 
-def load_tokenizer(model_args, family: str):
-    """The checkpoint's (or --tokenizer_name's) tokenizer, else the project's tokenizer of the family."""
-    if model_args.tokenizer_name or model_args.model_name_or_path:
-        return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
-    return project_tokenizer("unigram" if family == "t5" else "wordpiece", model_args.vocab_size)
-
-
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
@@ -233,24 +209,9 @@ def main(argv=None) -> dict:
         preprocess_logits_for_metrics=predicted_classes,
     )
     train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    trainer.save_model()
-    trainer.log_metrics("train", train_result.metrics)
-    trainer.save_metrics("train", train_result.metrics)
-    eval_metrics = trainer.evaluate()
-    trainer.log_metrics("eval", eval_metrics)
-    trainer.save_metrics("eval", eval_metrics)
-    metrics = {**train_result.metrics, **eval_metrics}  # save_metrics also wrote them together to all_results.json
-    trainer.save_state()
-    if trainer.is_world_process_zero():
-        write_training_info(
-            training_args.output_dir, __file__, "text-classification", model_args.preset,
-            model_args.model_name_or_path, data_file_info(data_args.train_file, RT_POLARITY_INFO), training_args,
-            max_seq_length=data_args.max_seq_length, labels=labels, text_columns=[c for c in columns if c],
-        )
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-    return metrics
-
+    return finish(trainer, train_result, model_args, __file__, "text-classification",
+                  data_file_info(data_args.train_file, RT_POLARITY_INFO), max_seq_length=data_args.max_seq_length,
+                  labels=labels, text_columns=[c for c in columns if c])
 
 if __name__ == "__main__":
     main()

@@ -22,7 +22,6 @@ import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.admin import AdminProfilingCallback, admin_closed_form
-from hf_attn_variants.publish import upload_card
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
@@ -30,44 +29,28 @@ from example_utils import (  # noqa: E402
     CORPUS_INFO,
     EpochCallback,
     MaskedLMCollator,
+    ModelArguments,
     StepTimer,
     check_max_length,
     data_file_info,
     family_of,
+    finish,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
-    project_tokenizer,
     read_documents,
     resume_checkpoint,
     split_documents,
     split_sentences,
-    write_training_info,
 )
 
 DEFAULTS = dict(  # the main job; every one can be overridden on the command line
-    output_dir="outputs/bert-mini-talking-heads", max_steps=300, per_device_train_batch_size=16, max_seq_length=64,
+    preset="bert-mini-talking-heads", output_dir="outputs/bert-mini-talking-heads", max_steps=300,
+    per_device_train_batch_size=16, max_seq_length=64,
     per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=30, weight_decay=0.01, lr_scheduler_type="linear",
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
     report_to="none", seed=42,
 )
-
-
-@dataclass
-class ModelArguments:
-    preset: str = field(default="bert-mini-talking-heads", metadata={
-        "help": "A preset from hf_attn_variants.presets (bert-/albert-{tiny,mini,small,base}-{dot-product, "
-                "talking-heads, synthesizer-dense, synthesizer-random, synthesizer-mixture, single-head-admin}); "
-                "ignored with --model_name_or_path."})
-    model_name_or_path: str | None = field(default=None, metadata={
-        "help": "A checkpoint folder to start from: one of ours, or a transformers BERT/ALBERT one (with "
-                "--attention_type for a function-preserving warm start)."})
-    attention_type: str | None = field(default=None, metadata={
-        "help": "Override the attention: dot_product, talking_heads or synthesizer."})
-    config_overrides: str | None = field(default=None, metadata={
-        "help": "JSON object of config fields, e.g. '{\"synthesizer_components\": [\"dense\", \"random\"]}'."})
-    tokenizer_name: str | None = field(default=None, metadata={
-        "help": "A tokenizer folder. Default: the checkpoint's own, or the WordPiece tokenizer trained on the corpus."})
-    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary of the trained tokenizer."})
 
 
 @dataclass
@@ -216,12 +199,7 @@ def main(argv=None) -> dict:
     else:
         train_docs, eval_docs = split_documents(train_docs, data_args.validation_split_percentage,
                                                 training_args.seed)
-    if model_args.tokenizer_name or model_args.model_name_or_path:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
-    else:
-        tokenizer = project_tokenizer("wordpiece", model_args.vocab_size)
+    tokenizer = load_tokenizer(model_args, family)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     head = "ForMaskedLM" if objective == "none" else "ForPreTraining"
     model = load_or_build_model(head, model_args.model_name_or_path, model_args.preset, tokenizer,
@@ -237,8 +215,8 @@ def main(argv=None) -> dict:
     eval_set = PairDataset([eval_collator.mask(e) for e in build_examples(eval_docs, tokenizer, data_args, 1234)
                             [: data_args.max_eval_samples]])
 
-    callbacks, timer = [EpochCallback(collator)], StepTimer()
-    callbacks.append(timer)
+    timer = StepTimer()
+    callbacks = [EpochCallback(collator), timer]
     if getattr(model.config, "admin", False) and not model_args.model_name_or_path:
         if family == "albert":  # shared layers run several times with one omega: the closed form applies
             admin_closed_form(model)
@@ -252,25 +230,11 @@ def main(argv=None) -> dict:
         callbacks=callbacks,
     )
     train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    trainer.save_model()
-    metrics = {**train_result.metrics, "train_seconds_per_step": timer.seconds_per_step,
-               "num_parameters": sum(p.numel() for p in model.parameters())}
-    metrics.update(trainer.evaluate())
-    trainer.log_metrics("all", metrics)
-    trainer.save_metrics("all", metrics)
-    trainer.save_state()
-    if trainer.is_world_process_zero():
-        write_training_info(
-            training_args.output_dir, __file__, "fill-mask", model_args.preset, model_args.model_name_or_path,
-            data_file_info(data_args.train_file, CORPUS_INFO), training_args,
-            max_seq_length=data_args.max_seq_length, mlm_probability=data_args.mlm_probability,
-            whole_word_masking=data_args.whole_word_masking, sentence_objective=objective,
-        )
-    if training_args.push_to_hub:  # Trainer's upload, then the real model card in place of Trainer's default one
-        trainer.push_to_hub()
-        if trainer.is_world_process_zero():
-            upload_card(training_args.output_dir, trainer.hub_model_id, token=training_args.hub_token)
-    return metrics
+    return finish(trainer, train_result, model_args, __file__, "fill-mask",
+                  data_file_info(data_args.train_file, CORPUS_INFO),
+                  extra_metrics={"train_seconds_per_step": timer.seconds_per_step},
+                  max_seq_length=data_args.max_seq_length, mlm_probability=data_args.mlm_probability,
+                  whole_word_masking=data_args.whole_word_masking, sentence_objective=objective)
 
 
 if __name__ == "__main__":

@@ -32,15 +32,16 @@ from transformers import DataCollatorWithPadding, HfArgumentParser, Trainer, Tra
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
     DATA,
+    ModelArguments,
     check_max_length,
     data_file_info,
     family_of,
+    finish,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
     resume_checkpoint,
-    write_training_info,
 )
-from run_classification import ModelArguments, load_tokenizer  # noqa: E402
 
 SQUAD = {"train": DATA / "squad_train.json", "validation": DATA / "squad_validation.json"}
 SQUAD_INFO = {
@@ -49,7 +50,8 @@ SQUAD_INFO = {
     "license": "CC BY-SA 4.0",
 }
 DEFAULTS = dict(
-    output_dir="outputs/qa", num_train_epochs=10, per_device_train_batch_size=16, per_device_eval_batch_size=64,
+    preset="bert-tiny-talking-heads", output_dir="outputs/qa", num_train_epochs=10, per_device_train_batch_size=16,
+    per_device_eval_batch_size=64,
     learning_rate=5e-4, warmup_steps=0.1, weight_decay=0.01, eval_strategy="epoch", logging_steps=10,
     save_strategy="epoch", save_total_limit=1, report_to="none", seed=42,
 )
@@ -232,23 +234,9 @@ def main(argv=None) -> dict:
         data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute_metrics,
     )
     train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    trainer.save_model()
-    trainer.log_metrics("train", train_result.metrics)
-    trainer.save_metrics("train", train_result.metrics)
-    eval_metrics = trainer.evaluate()
-    trainer.log_metrics("eval", eval_metrics)
-    trainer.save_metrics("eval", eval_metrics)
-    trainer.save_state()
-    if trainer.is_world_process_zero():
-        write_training_info(
-            training_args.output_dir, __file__, "question-answering", model_args.preset,
-            model_args.model_name_or_path, data_file_info(data_args.train_file, SQUAD_INFO), training_args,
-            max_seq_length=data_args.max_seq_length, doc_stride=data_args.doc_stride,
-        )
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-    return {**train_result.metrics, **eval_metrics}  # save_metrics also wrote them together to all_results.json
-
+    return finish(trainer, train_result, model_args, __file__, "question-answering",
+                  data_file_info(data_args.train_file, SQUAD_INFO), max_seq_length=data_args.max_seq_length,
+                  doc_stride=data_args.doc_stride)
 
 if __name__ == "__main__":
     main()

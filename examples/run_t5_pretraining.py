@@ -19,54 +19,34 @@ from pathlib import Path
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from hf_attn_variants.publish import upload_card
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
     CORPUS,
     CORPUS_INFO,
     EpochCallback,
+    ModelArguments,
     StepTimer,
     check_max_length,
     data_file_info,
     example_generator,
     family_of,
+    finish,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
-    project_tokenizer,
     read_documents,
     resume_checkpoint,
     sentinel_ids,
     split_documents,
-    write_training_info,
 )
 
 DEFAULTS = dict(
-    output_dir="outputs/t5-mini-talking-heads", max_steps=400, per_device_train_batch_size=32,
+    preset="t5-mini-talking-heads", output_dir="outputs/t5-mini-talking-heads", max_steps=300,
+    per_device_train_batch_size=16,
     per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=40, weight_decay=0.0, lr_scheduler_type="linear",
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
     report_to="none", seed=42,
 )
-
-
-@dataclass
-class ModelArguments:
-    preset: str = field(default="t5-mini-talking-heads", metadata={
-        "help": "A T5 preset from hf_attn_variants.presets (t5-{tiny,mini,small,base}-{dot-product, talking-heads, "
-                "synthesizer-dense, synthesizer-random, synthesizer-mixture, single-head}); ignored with "
-                "--model_name_or_path."})
-    model_name_or_path: str | None = field(default=None, metadata={
-        "help": "A checkpoint folder: one of ours, or a transformers T5 one (with --attention_type for a "
-                "function-preserving warm start)."})
-    attention_type: str | None = field(default=None, metadata={
-        "help": "Override the attention: dot_product, talking_heads or synthesizer."})
-    config_overrides: str | None = field(default=None, metadata={
-        "help": "JSON object of config fields, e.g. '{\"num_layers\": 6}'."})
-    tokenizer_name: str | None = field(default=None, metadata={
-        "help": "A tokenizer folder with <extra_id_N> sentinels. Default: the checkpoint's own, or the Unigram "
-                "tokenizer trained on the corpus."})
-    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary of the trained tokenizer (100 sentinels "
-                                                            "included)."})
 
 
 @dataclass
@@ -217,12 +197,7 @@ def main(argv=None) -> dict:
     else:
         train_docs, eval_docs = split_documents(train_docs, data_args.validation_split_percentage,
                                                 training_args.seed)
-    if model_args.tokenizer_name or model_args.model_name_or_path:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
-    else:
-        tokenizer = project_tokenizer("unigram", model_args.vocab_size)
+    tokenizer = load_tokenizer(model_args, "t5")
     collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
                                                training_args.seed)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
@@ -251,26 +226,11 @@ def main(argv=None) -> dict:
         callbacks=[EpochCallback(collator), timer],
     )
     train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    trainer.save_model()
-    metrics = {**train_result.metrics, "train_seconds_per_step": timer.seconds_per_step,
-               "num_parameters": sum(p.numel() for p in model.parameters())}
-    metrics.update(trainer.evaluate())
-    trainer.log_metrics("all", metrics)
-    trainer.save_metrics("all", metrics)
-    trainer.save_state()
-    if trainer.is_world_process_zero():
-        write_training_info(
-            training_args.output_dir, __file__, "text2text-generation", model_args.preset,
-            model_args.model_name_or_path, data_file_info(data_args.train_file, CORPUS_INFO), training_args,
-            max_seq_length=data_args.max_seq_length, objective="span corruption",
-            noise_density=data_args.noise_density, mean_noise_span_length=data_args.mean_noise_span_length,
-        )
-    if training_args.push_to_hub:  # Trainer's upload, then the real model card in place of Trainer's default one
-        trainer.push_to_hub()
-        if trainer.is_world_process_zero():
-            upload_card(training_args.output_dir, trainer.hub_model_id, token=training_args.hub_token)
-    return metrics
-
+    return finish(trainer, train_result, model_args, __file__, "text2text-generation",
+                  data_file_info(data_args.train_file, CORPUS_INFO),
+                  extra_metrics={"train_seconds_per_step": timer.seconds_per_step},
+                  max_seq_length=data_args.max_seq_length, objective="span corruption",
+                  noise_density=data_args.noise_density, mean_noise_span_length=data_args.mean_noise_span_length)
 
 if __name__ == "__main__":
     main()

@@ -32,19 +32,19 @@ from transformers import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
+    ModelArguments,
     check_max_length,
     data_file_info,
     family_of,
+    finish,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
     resume_checkpoint,
-    write_training_info,
 )
 from run_classification import (  # noqa: E402
     RT_POLARITY,
     RT_POLARITY_INFO,
-    ModelArguments,
-    load_tokenizer,
     read_table,
     require_columns,
 )
@@ -141,24 +141,10 @@ def main(argv=None) -> dict:
         compute_metrics=compute_metrics,
     )
     train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    trainer.save_model()
-    trainer.log_metrics("train", train_result.metrics)
-    trainer.save_metrics("train", train_result.metrics)
-    eval_metrics = trainer.evaluate()
-    trainer.log_metrics("eval", eval_metrics)
-    trainer.save_metrics("eval", eval_metrics)
-    trainer.save_state()
-    if trainer.is_world_process_zero():
-        write_training_info(
-            training_args.output_dir, __file__, "text2text-generation", model_args.preset,
-            model_args.model_name_or_path, data_file_info(data_args.train_file, RT_POLARITY_INFO), training_args,
-            max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
-            source_prefix=prefix,
-        )
-    if training_args.push_to_hub:
-        trainer.push_to_hub()
-    return {**train_result.metrics, **eval_metrics}  # save_metrics also wrote them together to all_results.json
-
+    return finish(trainer, train_result, model_args, __file__, "text2text-generation",
+                  data_file_info(data_args.train_file, RT_POLARITY_INFO),
+                  max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
+                  source_prefix=prefix)
 
 if __name__ == "__main__":
     main()

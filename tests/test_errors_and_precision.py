@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import TINY, VARIANTS, build, make_config
+from conftest import TINY, build, make_config
 
 
 @pytest.mark.parametrize(

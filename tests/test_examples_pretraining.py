@@ -17,7 +17,7 @@ sys.path.insert(0, str(EXAMPLES))
 
 import run_pretraining  # noqa: E402
 import run_t5_pretraining  # noqa: E402
-from example_utils import MaskedLMCollator, mask_example, project_tokenizer  # noqa: E402
+from example_utils import MaskedLMCollator, mask_example, project_tokenizer, word_continuation  # noqa: E402
 from run_t5_pretraining import (  # noqa: E402
     DataCollatorForT5SpanCorruption,
     corrupted_lengths,
@@ -119,7 +119,7 @@ def test_masking_is_per_example_and_whole_word():
     tokens = tokenizer.convert_ids_to_tokens(ids)
     g = torch.Generator().manual_seed(0)
     for _ in range(20):
-        inputs, labels = mask_example(ids, tokenizer, 0.15, True, g)
+        inputs, labels = mask_example(ids, tokenizer, 0.15, word_continuation(tokenizer), g)
         predicted = (labels != -100).tolist()
         assert abs(sum(predicted) - 0.15 * (len(ids) - 2)) <= 3  # whole words can overshoot by a word
         for i, token in enumerate(tokens):  # a continuation is predicted exactly when its word start is
@@ -128,6 +128,9 @@ def test_masking_is_per_example_and_whole_word():
         assert not predicted[0] and not predicted[-1]  # never [CLS]/[SEP]
         changed = inputs != torch.tensor(ids)
         assert not (changed & (labels == -100)).any()  # only predicted positions change
+    # SentencePiece-style vocabularies (T5's, vanilla ALBERT's) mark word starts instead: '▁' begins a word.
+    unigram = word_continuation(project_tokenizer("unigram"))
+    assert [unigram(t) for t in ["▁The", "ory", "▁of"]] == [False, True, False]
     # The same example gets the same mask in any batch (1 or N processes), and a new one each epoch.
     collator = MaskedLMCollator(tokenizer, 0.15, False, seed=0)
     examples = [{"input_ids": tokenizer(f"Sentence number {i} of the test.")["input_ids"]} for i in range(6)]
