@@ -16,6 +16,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 import run_pretraining  # noqa: E402
+from hub_server import card_metadata_errors, hub  # noqa: E402, F401  (the fixture)
 import run_t5_pretraining  # noqa: E402
 from example_utils import MaskedLMCollator, mask_example, project_tokenizer, word_continuation  # noqa: E402
 from run_t5_pretraining import (  # noqa: E402
@@ -279,3 +280,25 @@ def test_side_by_side_comparison(tmp_path):
     assert (tmp_path / "eval_loss.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="Unknown attention setup"):
         compare_attention.main(["--attention", "dot-product,linear", "--output_dir", str(tmp_path)])
+
+
+def test_push_to_hub_passes_through_with_the_real_card(hub, tmp_path):
+    """--push_to_hub: Trainer's upload, then the model card rendered from the run replaces Trainer's README; the
+    repository holds what `hf-attn-variants publish` would upload (loopback Hub, a fresh interpreter)."""
+    out = tmp_path / "pushed"
+    command = [sys.executable, str(EXAMPLES / "run_pretraining.py"), *FAST, "--preset", "bert-tiny-talking-heads",
+               "--output_dir", str(out), "--max_steps", "2", "--max_train_samples", "16", "--push_to_hub",
+               "--hub_model_id", "tester/tiny-mlm"]
+    proc = subprocess.run(command, env=hub.env(tmp_path / "hf_home"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    files = hub.state.files("tester/tiny-mlm")
+    code = {"attention_variants.py", "configuration_variant_bert.py", "modeling_variant_bert.py",
+            "modeling_variant_utils.py"}
+    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json", "all_results.json",
+            "training_info.json", *code} <= set(files)
+    assert "training_args.bin" not in files
+    card = files["README.md"].decode()
+    assert card_metadata_errors(card) == [] and "hf-attn-variants" in card
+    results = json.loads(files["all_results.json"])
+    assert f"| perplexity | {results['eval_perplexity']:.4g} |" in card
+    assert "bert-tiny-talking-heads" in card and "Talking-Heads Attention" in card
