@@ -52,6 +52,30 @@ def read_documents(path: str | os.PathLike = CORPUS) -> list[list[str]]:
     return documents
 
 
+@dataclass
+class CorpusArguments:
+    """The text the pretraining scripts read; each script's DataArguments adds its own fields."""
+
+    train_file: str | None = field(default=None, metadata={
+        "help": "A text file: documents separated by blank lines, one paragraph per line. Default: the embedded "
+                "corpus."})
+    validation_file: str | None = field(default=None, metadata={
+        "help": "Same format. Default: --validation_split_percentage of the training documents."})
+    validation_split_percentage: float = field(default=5.0, metadata={
+        "help": "Held-out share of the documents when there is no --validation_file."})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "Keep only the first N training sequences (quick runs, tests)."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N eval sequences."})
+
+
+def corpus_documents(args: CorpusArguments, seed: int) -> tuple[list, list]:
+    """(training documents, eval documents): the given files, or the embedded corpus split by document."""
+    train = read_documents(args.train_file or CORPUS)
+    if args.validation_file:
+        return train, read_documents(args.validation_file)
+    return split_documents(train, args.validation_split_percentage, seed)
+
+
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')_]*\s+(?=[\"'(_]*[A-Z0-9])")
 
 

@@ -25,22 +25,21 @@ from hf_attn_variants.admin import AdminProfilingCallback, admin_closed_form
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
-    CORPUS,
     CORPUS_INFO,
+    CorpusArguments,
     EpochCallback,
     MaskedLMCollator,
     ModelArguments,
     StepTimer,
     check_max_length,
+    corpus_documents,
     data_file_info,
     family_of,
     finish,
     load_or_build_model,
     load_tokenizer,
     parse_config_overrides,
-    read_documents,
     resume_checkpoint,
-    split_documents,
     split_sentences,
 )
 
@@ -54,17 +53,7 @@ DEFAULTS = dict(  # the main job; every one can be overridden on the command lin
 
 
 @dataclass
-class DataArguments:
-    train_file: str | None = field(default=None, metadata={
-        "help": "A text file: documents separated by blank lines, one paragraph per line. Default: the embedded "
-                "corpus."})
-    validation_file: str | None = field(default=None, metadata={
-        "help": "Same format. Default: --validation_split_percentage of the training documents."})
-    validation_split_percentage: float = field(default=5.0, metadata={
-        "help": "Held-out share of the documents when there is no --validation_file."})
-    max_train_samples: int | None = field(default=None, metadata={
-        "help": "Keep only the first N training sequences (quick runs, tests)."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N eval sequences."})
+class DataArguments(CorpusArguments):
     max_seq_length: int = field(default=64, metadata={"help": "Tokens per sequence, [CLS] and [SEP] included."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict."})
     whole_word_masking: bool = field(default=False, metadata={
@@ -193,12 +182,7 @@ def main(argv=None) -> dict:
     if (objective, family) in (("nsp", "albert"), ("sop", "bert")):
         raise ValueError(f"--sentence_objective {objective} is not {family}'s pretraining task: use "
                          f"{'sop' if family == 'albert' else 'nsp'} (or none).")
-    train_docs = read_documents(data_args.train_file or CORPUS)
-    if data_args.validation_file:
-        eval_docs = read_documents(data_args.validation_file)
-    else:
-        train_docs, eval_docs = split_documents(train_docs, data_args.validation_split_percentage,
-                                                training_args.seed)
+    train_docs, eval_docs = corpus_documents(data_args, training_args.seed)
     tokenizer = load_tokenizer(model_args, family)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     head = "ForMaskedLM" if objective == "none" else "ForPreTraining"

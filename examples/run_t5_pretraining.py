@@ -21,12 +21,13 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
-    CORPUS,
     CORPUS_INFO,
+    CorpusArguments,
     EpochCallback,
     ModelArguments,
     StepTimer,
     check_max_length,
+    corpus_documents,
     data_file_info,
     example_generator,
     family_of,
@@ -34,10 +35,8 @@ from example_utils import (  # noqa: E402
     load_or_build_model,
     load_tokenizer,
     parse_config_overrides,
-    read_documents,
     resume_checkpoint,
     sentinel_ids,
-    split_documents,
 )
 
 DEFAULTS = dict(
@@ -50,15 +49,7 @@ DEFAULTS = dict(
 
 
 @dataclass
-class DataArguments:
-    train_file: str | None = field(default=None, metadata={
-        "help": "A text file (documents separated by blank lines). Default: the embedded corpus."})
-    validation_file: str | None = field(default=None, metadata={"help": "Same format. Default: a held-out split."})
-    validation_split_percentage: float = field(default=5.0, metadata={
-        "help": "Held-out share of the documents when there is no --validation_file."})
-    max_train_samples: int | None = field(default=None, metadata={
-        "help": "Keep only the first N training sequences (quick runs, tests)."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N eval sequences."})
+class DataArguments(CorpusArguments):
     max_seq_length: int = field(default=128, metadata={
         "help": "Encoder input length after corruption (sentinels and </s> included)."})
     noise_density: float = field(default=0.15, metadata={"help": "Share of tokens that are corrupted."})
@@ -191,12 +182,7 @@ def main(argv=None) -> dict:
 
     if family_of(model_args.model_name_or_path, model_args.preset) != "t5":
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
-    train_docs = read_documents(data_args.train_file or CORPUS)
-    if data_args.validation_file:
-        eval_docs = read_documents(data_args.validation_file)
-    else:
-        train_docs, eval_docs = split_documents(train_docs, data_args.validation_split_percentage,
-                                                training_args.seed)
+    train_docs, eval_docs = corpus_documents(data_args, training_args.seed)
     tokenizer = load_tokenizer(model_args, "t5")
     collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
                                                training_args.seed)

@@ -16,9 +16,15 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
 import run_pretraining  # noqa: E402
-from hub_server import card_metadata_errors, hub  # noqa: E402, F401  (the fixture)
 import run_t5_pretraining  # noqa: E402
-from example_utils import MaskedLMCollator, mask_example, project_tokenizer, word_continuation  # noqa: E402
+from example_utils import (  # noqa: E402
+    MaskedLMCollator,
+    mask_example,
+    project_tokenizer,
+    read_documents,
+    word_continuation,
+)
+from hub_server import card_metadata_errors, hub  # noqa: E402, F401  (the fixture)
 from run_t5_pretraining import (  # noqa: E402
     DataCollatorForT5SpanCorruption,
     corrupted_lengths,
@@ -91,7 +97,7 @@ def test_sentence_objectives(tmp_path, preset, objective, label):
     assert 0 <= metrics["eval_sentence_accuracy"] <= 1 and math.isfinite(metrics["eval_mlm_loss"])
     assert_learns(tmp_path)
     tokenizer = project_tokenizer("wordpiece")
-    docs = run_pretraining.tokenize_sentences(run_pretraining.read_documents()[:200], tokenizer)
+    docs = run_pretraining.tokenize_sentences(read_documents()[:200], tokenizer)
     pairs = run_pretraining.pair_examples(docs, tokenizer, 64, objective, seed=0)
     labels = [p[label] for p in pairs]
     assert 0.4 < sum(labels) / len(labels) < 0.6
