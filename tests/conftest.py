@@ -8,6 +8,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import hf_attn_variants as hav  # noqa: E402
+from hub_server import hub  # noqa: E402, F401  (the loopback Hub fixture, for every test module)
 
 TINY = dict(
     vocab_size=99,

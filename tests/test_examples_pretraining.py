@@ -24,7 +24,7 @@ from example_utils import (  # noqa: E402
     read_documents,
     word_continuation,
 )
-from hub_server import card_metadata_errors, hub  # noqa: E402, F401  (the fixture)
+from hub_server import card_metadata_errors  # noqa: E402
 from run_t5_pretraining import (  # noqa: E402
     DataCollatorForT5SpanCorruption,
     corrupted_lengths,

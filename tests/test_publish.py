@@ -14,7 +14,7 @@ import torch
 from huggingface_hub import ModelCard
 
 from conftest import build
-from hub_server import card_metadata_errors, hub  # noqa: F401  (the fixture)
+from hub_server import card_metadata_errors
 from hf_attn_variants.presets import PRESETS, preset_config
 from hf_attn_variants.publish import _load_yaml, attention_setups, is_published, publish, render_card
 
