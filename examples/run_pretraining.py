@@ -63,17 +63,6 @@ class DataArguments(CorpusArguments):
                 "prediction); nsp/sop train the ForPreTraining head."})
 
 
-class PairDataset(torch.utils.data.Dataset):
-    def __init__(self, examples):
-        self.examples = examples
-
-    def __len__(self):
-        return len(self.examples)
-
-    def __getitem__(self, i):
-        return self.examples[i]
-
-
 def tokenize_sentences(documents, tokenizer):
     """Every document as a list of sentences, each a list of token ids (no special tokens)."""
     return [[tokenizer(s, add_special_tokens=False)["input_ids"] for p in doc for s in split_sentences(p)]
@@ -190,14 +179,13 @@ def main(argv=None) -> dict:
                                 model_args.attention_type, parse_config_overrides(model_args.config_overrides))
     check_max_length(model.config, data_args.max_seq_length)
 
-    train_set = PairDataset(build_examples(train_docs, tokenizer, data_args, training_args.seed)
-                            [: data_args.max_train_samples])
+    train_set = build_examples(train_docs, tokenizer, data_args, training_args.seed)[: data_args.max_train_samples]
     collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
                                 training_args.seed)
     eval_collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking, seed=1234)
     # The eval set is masked once: every evaluation, and every model trained on the same data, sees the same masks.
-    eval_set = PairDataset([eval_collator.mask(e) for e in build_examples(eval_docs, tokenizer, data_args, 1234)
-                            [: data_args.max_eval_samples]])
+    eval_set = [eval_collator.mask(e)
+                for e in build_examples(eval_docs, tokenizer, data_args, 1234)[: data_args.max_eval_samples]]
 
     timer = StepTimer()
     callbacks = [EpochCallback(collator), timer]

@@ -143,17 +143,6 @@ class DataCollatorForT5SpanCorruption:
         return batch
 
 
-class Examples(torch.utils.data.Dataset):
-    def __init__(self, examples):
-        self.examples = examples
-
-    def __len__(self):
-        return len(self.examples)
-
-    def __getitem__(self, i):
-        return self.examples[i]
-
-
 def raw_blocks(documents, tokenizer, raw_length: int) -> list[dict]:
     """The token stream of all documents (no </s>) cut into blocks of `raw_length`."""
     stream = [t for doc in documents for line in doc for t in tokenizer(line, add_special_tokens=False)["input_ids"]]
@@ -195,12 +184,12 @@ def main(argv=None) -> dict:
     check_max_length(model.config, data_args.max_seq_length)
     check_max_length(model.config, target_length, argument="the target length of --max_seq_length")
 
-    train_set = Examples(raw_blocks(train_docs, tokenizer, raw_length)[: data_args.max_train_samples])
+    train_set = raw_blocks(train_docs, tokenizer, raw_length)[: data_args.max_train_samples]
     eval_collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density,
                                                     data_args.mean_noise_span_length, seed=1234)
-    eval_set = Examples([eval_collator.corrupt(e)
-                         for e in raw_blocks(eval_docs, tokenizer, raw_length)[: data_args.max_eval_samples]])
-    if not len(train_set) or not len(eval_set):
+    eval_set = [eval_collator.corrupt(e)
+                for e in raw_blocks(eval_docs, tokenizer, raw_length)[: data_args.max_eval_samples]]
+    if not train_set or not eval_set:
         raise ValueError(f"The data gives no block of {raw_length} tokens for training and evaluation: use more text "
                          "or a smaller --max_seq_length.")
 
