@@ -41,7 +41,6 @@ from .modeling_variant_utils import (
     admin_residual,
     sequence_classification_loss,
     span_loss,
-    token_loss,
 )
 
 AUTO_MAP = {
@@ -322,7 +321,7 @@ class VariantAlbertForPreTraining(_VariantAlbertWithMLMHead):
 class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
     """Masked language modelling head (tied to the word embeddings)."""
 
-    accepts_loss_kwargs = True  # the loss uses `num_items_in_batch` (see `token_loss`)
+    accepts_loss_kwargs = True  # `self.loss_function` (ForMaskedLMLoss) uses `num_items_in_batch`
 
     def __init__(self, config):
         super().__init__(config)
@@ -340,7 +339,8 @@ class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
         prediction_scores = self.predictions(outputs.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = token_loss(prediction_scores, labels, num_items_in_batch)
+            loss = self.loss_function(prediction_scores, labels, self.config.vocab_size,
+                                       num_items_in_batch=num_items_in_batch)
         return MaskedLMOutput(
             loss=loss, logits=prediction_scores, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

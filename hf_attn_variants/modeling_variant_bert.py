@@ -46,7 +46,6 @@ from .modeling_variant_utils import (
     admin_residual,
     sequence_classification_loss,
     span_loss,
-    token_loss,
 )
 
 logger = logging.get_logger(__name__)
@@ -553,7 +552,7 @@ class VariantBertLMHeadModel(_VariantBertWithLMHead, GenerationMixin):
 class VariantBertForMaskedLM(_VariantBertWithLMHead):
     """Masked language modelling head (tied to the word embeddings)."""
 
-    accepts_loss_kwargs = True  # the loss uses `num_items_in_batch` (see `token_loss`)
+    accepts_loss_kwargs = True  # `self.loss_function` (ForMaskedLMLoss) uses `num_items_in_batch`
 
     def __init__(self, config):
         super().__init__(config)
@@ -575,7 +574,8 @@ class VariantBertForMaskedLM(_VariantBertWithLMHead):
         prediction_scores = self.cls(outputs.last_hidden_state)
         masked_lm_loss = None
         if labels is not None:
-            masked_lm_loss = token_loss(prediction_scores, labels, num_items_in_batch)
+            masked_lm_loss = self.loss_function(prediction_scores, labels, self.config.vocab_size,
+                                       num_items_in_batch=num_items_in_batch)
         return MaskedLMOutput(
             loss=masked_lm_loss, logits=prediction_scores, hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,

@@ -21,6 +21,7 @@ from transformers import GenerationMixin
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.loss.loss_utils import ForMaskedLMLoss
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -43,7 +44,6 @@ from .modeling_variant_utils import (
     cache_field,
     sequence_classification_loss,
     span_loss,
-    token_loss,
 )
 
 AUTO_MAP = {
@@ -513,7 +513,7 @@ class VariantT5Model(_VariantT5EncoderDecoder):
 class VariantT5ForConditionalGeneration(_VariantT5EncoderDecoder, GenerationMixin):
     """Encoder-decoder with an LM head; `generate` with an `EncoderDecoderCache`."""
 
-    accepts_loss_kwargs = True  # the loss uses `num_items_in_batch` (see `token_loss`)
+    accepts_loss_kwargs = True  # ForMaskedLMLoss uses `num_items_in_batch`
 
     def __init__(self, config):
         super().__init__(config)
@@ -545,7 +545,8 @@ class VariantT5ForConditionalGeneration(_VariantT5EncoderDecoder, GenerationMixi
         lm_logits = self.lm_head(sequence_output)
         loss = None
         if labels is not None:
-            loss = token_loss(lm_logits, labels, num_items_in_batch)
+            # transformers maps *ForConditionalGeneration to the shifting causal loss; T5's labels are not shifted
+            loss = ForMaskedLMLoss(lm_logits, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch)
         return Seq2SeqLMOutput(loss=loss, logits=lm_logits, **self._seq2seq_fields(encoder_outputs, decoder_outputs))
 
     def prepare_decoder_input_ids_from_labels(self, labels):

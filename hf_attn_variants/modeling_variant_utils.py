@@ -58,21 +58,6 @@ def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Ten
     return BCEWithLogitsLoss()(logits, labels)
 
 
-def token_loss(logits, labels, num_items_in_batch=None) -> torch.Tensor:
-    """Cross-entropy over the labelled tokens (-100 ignored), in float32.
-
-    Without `num_items_in_batch`: the mean over this batch's labelled tokens. With it (Trainer passes the number
-    of labelled tokens in the whole step: every accumulated micro-batch on every process): the sum divided by it,
-    so that gradient accumulation and data-parallel averaging give the loss of the whole step exactly.
-    """
-    logits = logits.view(-1, logits.size(-1)).float()
-    labels = labels.view(-1).to(logits.device)
-    if num_items_in_batch is None:
-        return nn.functional.cross_entropy(logits, labels, ignore_index=-100)
-    total = nn.functional.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
-    return total / torch.as_tensor(num_items_in_batch, device=total.device)
-
-
 def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch.Tensor | None:
     """Extractive QA loss: mean of the start and end cross-entropies; positions outside the sequence are ignored."""
     if start_positions is None or end_positions is None:
@@ -96,7 +81,7 @@ class VariantPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     # The heads average their loss over the batch and ignore `num_items_in_batch`: tell Trainer, so it neither
     # scales the loss by the number of processes nor skips its own gradient-accumulation averaging. A token-level
-    # head that uses `num_items_in_batch` (masked LM, seq2seq LM, causal LM) sets it back to True.
+    # head whose loss uses `num_items_in_batch` (transformers' ForMaskedLMLoss / ForCausalLMLoss) sets it back to True.
     accepts_loss_kwargs = False
     # dot_product dispatches to SDPA when nothing needs the weights, synthesizers fold into one SDPA call where
     # they can; the other variants compute their own attention. Flash/flex kernels cannot express them.
