@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, PreTrainedTokenizerFast, TrainerCallback
+from transformers import AutoTokenizer, PreTrainedTokenizerFast, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 import hf_attn_variants as hav
@@ -196,18 +196,23 @@ def load_tokenizer(model_args: ModelArguments, family: str):
     return project_tokenizer("unigram" if family == "t5" else "wordpiece", model_args.vocab_size)
 
 
+def checkpoint_model_type(model_name_or_path: str) -> str:
+    """The `model_type` of a checkpoint folder: one of transformers' BERT/ALBERT/T5 or ours."""
+    config_file = Path(model_name_or_path) / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{model_name_or_path} has no config.json: pass a folder saved with "
+                                "`save_pretrained` (a transformers BERT/ALBERT/T5 or one of ours).")
+    model_type = json.loads(config_file.read_text()).get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise ValueError(f"{model_name_or_path} is a {model_type!r} checkpoint; these scripts take BERT, ALBERT "
+                         f"or T5 ones (model_type one of {sorted(MODEL_TYPES)}).")
+    return model_type
+
+
 def family_of(model_name_or_path: str | None, preset: str | None) -> str:
     """'bert', 'albert' or 't5', from a checkpoint's config.json or a preset name."""
     if model_name_or_path:
-        config_file = Path(model_name_or_path) / "config.json"
-        if not config_file.is_file():
-            raise FileNotFoundError(f"{model_name_or_path} has no config.json: pass a folder saved with "
-                                    "`save_pretrained` (a transformers BERT/ALBERT/T5 or one of ours).")
-        model_type = json.loads(config_file.read_text()).get("model_type")
-        if model_type not in MODEL_TYPES:
-            raise ValueError(f"{model_name_or_path} is a {model_type!r} checkpoint; these scripts take BERT, ALBERT "
-                             f"or T5 ones (model_type one of {sorted(MODEL_TYPES)}).")
-        return MODEL_TYPES[model_type]
+        return MODEL_TYPES[checkpoint_model_type(model_name_or_path)]
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}. Choose one of: {', '.join(PRESETS)}.")
     return PRESETS[preset].family
@@ -239,8 +244,7 @@ def load_or_build_model(head: str, model_name_or_path: str | None, preset: str |
     if attention_type:
         overrides["attention_type"] = attention_type
     if model_name_or_path:
-        vanilla = not AutoConfig.from_pretrained(model_name_or_path, trust_remote_code=True).model_type.startswith(
-            "variant_")
+        vanilla = not checkpoint_model_type(model_name_or_path).startswith("variant_")
         if vanilla and attention_type:  # function-preserving warm start, unless the user chose otherwise
             overrides.setdefault("talking_heads_init", "identity")
             overrides.setdefault("synthesizer_mixture_init", "dot_product")
