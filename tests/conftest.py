@@ -10,6 +10,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import hf_attn_variants as hav  # noqa: E402
 from hub_server import hub  # noqa: E402, F401  (the loopback Hub fixture, for every test module)
 
+# Prologue of a script run in an interpreter that must not import this package (remote code only): a meta-path
+# finder refuses `hf_attn_variants` however it is installed.
+BLOCK_PACKAGE = (
+    "import sys\n"
+    "class Block:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] == 'hf_attn_variants':\n"
+    "            raise ModuleNotFoundError(name)\n"
+    "sys.meta_path.insert(0, Block())\n"
+)
+
 TINY = dict(
     vocab_size=99,
     hidden_size=32,

@@ -17,6 +17,7 @@ sys.path.insert(0, str(EXAMPLES))
 
 import run_pretraining  # noqa: E402
 import run_t5_pretraining  # noqa: E402
+from conftest import BLOCK_PACKAGE  # noqa: E402
 from example_utils import (  # noqa: E402
     MaskedLMCollator,
     mask_example,
@@ -51,12 +52,7 @@ def assert_learns(output_dir) -> None:
 
 def run_isolated(script: str) -> str:
     """Run `script` in an interpreter that cannot import hf_attn_variants (remote code only); return its stdout."""
-    code = ("import sys\n"
-            "class Block:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name.split('.')[0] == 'hf_attn_variants':\n"
-            "            raise ModuleNotFoundError(name)\n"
-            "sys.meta_path.insert(0, Block())\n" + script)
+    code = BLOCK_PACKAGE + script
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HUB_OFFLINE"] = "1"
     proc = subprocess.run([sys.executable, "-I", "-c", code], env=env, capture_output=True, text=True, timeout=600)

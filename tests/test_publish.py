@@ -13,7 +13,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from conftest import build
+from conftest import BLOCK_PACKAGE, build
 from hub_server import card_metadata_errors
 from hf_attn_variants.presets import PRESETS, preset_config
 from hf_attn_variants.publish import _load_yaml, attention_setups, is_published, publish, render_card
@@ -75,14 +75,8 @@ PUSH = textwrap.dedent(
 )
 
 # Runs with the package blocked: pulls each repository at its pinned revision and runs it.
-PULL = textwrap.dedent(
+PULL = BLOCK_PACKAGE + textwrap.dedent(
     """
-    import sys
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name.split('.')[0] == 'hf_attn_variants':
-                raise ModuleNotFoundError(name)
-    sys.meta_path.insert(0, Block())
     import json, torch, transformers
     expected = torch.load(sys.argv[1])
     for repo, revision, out in json.loads(sys.argv[2]):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import HEADS, T5_HEADS, VARIANTS, build, family, head_inputs
+from conftest import BLOCK_PACKAGE, HEADS, T5_HEADS, VARIANTS, build, family, head_inputs
 
 PACKAGE = Path(hav.__file__).parent
 REMOTE_FILES = {  # what a saved checkpoint of each family carries
@@ -76,13 +76,8 @@ def _run_isolated(tmp_path, jobs, python=sys.executable, loader=LOADER):
     env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
     # -I: no cwd, PYTHONPATH or user site on sys.path; and a finder that refuses the package however it is installed
     code = (
-        "import sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'hf_attn_variants':\n"
-        "            raise ModuleNotFoundError(name)\n"
-        "sys.meta_path.insert(0, Block())\n"
-        f"sys.argv = ['loader', {str(tmp_path / 'jobs.json')!r}]\n"
+        BLOCK_PACKAGE
+        + f"sys.argv = ['loader', {str(tmp_path / 'jobs.json')!r}]\n"
         f"exec(open({str(tmp_path / 'loader.py')!r}).read())\n"
     )
     proc = subprocess.run(
