@@ -359,19 +359,19 @@ class MaskedLMCollator:
 
 
 def pad_batch(examples: list[dict], pad_token_id: int) -> dict:
-    """Right-pads every sequence field to the longest example (labels with -100) and adds the attention mask."""
-    length = max(len(e["input_ids"]) for e in examples)
+    """Right-pads every sequence field to its longest example (input_ids with the pad token, labels with -100, the
+    rest with 0; labels may be shorter than the inputs, as a seq2seq target) and adds the attention mask."""
     batch = {}
     for key in examples[0]:
         values = [torch.as_tensor(e[key]) for e in examples]
         if values[0].dim() == 0:
             batch[key] = torch.stack(values)
             continue
+        length = max(len(v) for v in values)
         fill = -100 if key == "labels" else pad_token_id if key == "input_ids" else 0
         batch[key] = torch.stack([torch.cat([v, v.new_full((length - len(v),), fill)]) for v in values])
-    batch["attention_mask"] = torch.stack(
-        [torch.cat([torch.ones(len(e["input_ids"]), dtype=torch.long),
-                    torch.zeros(length - len(e["input_ids"]), dtype=torch.long)]) for e in examples])
+    lengths = torch.tensor([len(e["input_ids"]) for e in examples])
+    batch["attention_mask"] = (torch.arange(batch["input_ids"].shape[1]) < lengths[:, None]).long()
     return batch
 
 

@@ -34,6 +34,7 @@ from example_utils import (  # noqa: E402
     finish,
     load_or_build_model,
     load_tokenizer,
+    pad_batch,
     parse_config_overrides,
     resume_checkpoint,
     sentinel_ids,
@@ -134,13 +135,7 @@ class DataCollatorForT5SpanCorruption:
         return {"input_ids": inputs, "labels": targets}
 
     def __call__(self, examples: list[dict]) -> dict:
-        examples = [e if "labels" in e else self.corrupt(e) for e in examples]
-        batch = {}
-        for key, fill in (("input_ids", self.pad), ("labels", -100)):
-            length = max(len(e[key]) for e in examples)
-            batch[key] = torch.tensor([list(e[key]) + [fill] * (length - len(e[key])) for e in examples])
-        batch["attention_mask"] = (batch["input_ids"] != self.pad).long()
-        return batch
+        return pad_batch([e if "labels" in e else self.corrupt(e) for e in examples], self.pad)
 
 
 def raw_blocks(documents, tokenizer, raw_length: int) -> list[dict]:
