@@ -7,7 +7,7 @@ import torch
 import transformers
 
 import hf_attn_variants as hav
-from conftest import TINY, build, head_inputs
+from conftest import SAME_WEIGHTS, TINY, build, head_inputs
 from hf_attn_variants.admin import admin_closed_form, admin_profile, single_head_twin
 from test_remote_code import _run_isolated, _save
 
@@ -25,7 +25,7 @@ def test_omega_one_is_the_ordinary_model_exactly(head):
     assert all(torch.equal(w, torch.ones_like(w)) for w in _omegas(admin))
     inputs = head_inputs(head)
     with torch.no_grad():
-        torch.testing.assert_close(admin(**inputs).logits, plain(**inputs).logits, atol=0, rtol=0)
+        torch.testing.assert_close(admin(**inputs).logits, plain(**inputs).logits, **SAME_WEIGHTS)
 
 
 def test_admin_warm_start_equals_transformers_bert(tmp_path):

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import HEADS, TINY, VARIANTS, build, family, head_inputs, make_config
+from conftest import HEADS, SAME_WEIGHTS, TINY, VARIANTS, build, family, head_inputs, make_config
 
 # (output field, expected shape) per head for inputs of batch 2, seq 7 (multiple choice: 3 choices)
 # (output field, expected shape) per kind of head for inputs of batch 2, seq 7 (multiple choice: 3 choices)
@@ -71,14 +71,21 @@ def test_save_load_round_trip(tmp_path, variant, head):
     model.save_pretrained(tmp_path)
     loaded = getattr(hav, head).from_pretrained(tmp_path).eval()
     assert loaded.config.attention_type == model.config.attention_type
-    with torch.no_grad():
-        a, b = model(**inputs), loaded(**inputs)
-    for key in a.keys():
-        if isinstance(a[key], torch.Tensor):
-            torch.testing.assert_close(a[key], b[key], atol=0, rtol=0, msg=key)
     for (n1, p1), (n2, p2) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert n1 == n2
-        torch.testing.assert_close(p1, p2, atol=0, rtol=0, msg=n1)
+        torch.testing.assert_close(p1, p2, atol=0, rtol=0, msg=n1)  # weights: bitwise
+    with torch.no_grad():
+        a, b = model(**inputs), loaded(**inputs)
+    keys = [key for key in a.keys() if isinstance(a[key], torch.Tensor)]
+    for key in keys:  # outputs: two computations, which may round differently (SAME_WEIGHTS)
+        torch.testing.assert_close(a[key], b[key], **SAME_WEIGHTS, msg=key)
+    # non-vacuity: one wrong weight (a single embedding entry off by 1e-3) fails that tolerance
+    with torch.no_grad():
+        loaded.get_input_embeddings().weight[inputs["input_ids"].flatten()[0], 0] += 1e-3
+        wrong = loaded(**inputs)
+    field = SHAPES[_kind(head)][0]
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(a[field], wrong[field], **SAME_WEIGHTS)
     assert [p.requires_grad for p in model.parameters()] == [p.requires_grad for p in loaded.parameters()]
     again, info = getattr(hav, head).from_pretrained(tmp_path, output_loading_info=True)  # (model, info) too
     assert not info["missing_keys"] and not info["unexpected_keys"]
@@ -146,6 +153,44 @@ def test_warm_start_mixture_learns():
     inputs = head_inputs("VariantBertForMaskedLM")
     model(**inputs).loss.backward()
     assert (core.mixture_weights.grad[1:].abs() > 0).all()
+
+
+def _mixture_cores(model):
+    return [m for m in model.modules() if isinstance(m, hav.VariantAttentionCore) and hasattr(m, "mixture_weights")]
+
+
+def test_normalised_mixture_sums_to_one_and_keeps_its_starts():
+    """alpha sums to one for any learned w; the uniform and the warm start are exact and keep the meaning of
+    checkpoints saved with w / sum(w) (a uniform w of any value means alpha = 1/C in both forms)."""
+    core = _mixture_cores(build("VariantBertModel", "synth_mixture"))[0]
+    with torch.no_grad():
+        for w in (torch.randn(3), torch.tensor([0.7, 0.7, 0.7]), torch.tensor([1.0, 0.0, 0.0])):
+            core.mixture_weights.copy_(w)
+            alpha = core._mixture_alpha()
+            torch.testing.assert_close(alpha.sum(), torch.tensor(1.0))
+            if torch.all(w == w[0]):  # uniform: 1/C, as w / sum(w) gave
+                torch.testing.assert_close(alpha, torch.full((3,), 1 / 3))
+            if w.sum() == 1:  # a w that already sums to one is used exactly as it is (the warm start)
+                assert torch.equal(alpha, w)
+
+
+@pytest.mark.parametrize("weights", [[0.0, 0.0], [1e-8, -1e-8], [0.5, -0.49]])
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_normalised_mixture_has_no_singularity(weights, implementation):
+    """Weights that sum to zero (or nearly) give bounded alpha and finite outputs: no division by a learned sum."""
+    torch.manual_seed(0)
+    config = make_config("synth_mixture", synthesizer_components=["dot_product", "random"],
+                         attn_implementation=implementation)
+    model = hav.VariantBertModel(config).eval()
+    w = torch.tensor(weights)
+    with torch.no_grad():
+        for core in _mixture_cores(model):
+            core.mixture_weights.copy_(w)
+        alpha = _mixture_cores(model)[0]._mixture_alpha()
+        out = model(**{k: v for k, v in head_inputs("VariantBertModel").items()}).last_hidden_state
+    torch.testing.assert_close(alpha.sum(), torch.tensor(1.0))
+    assert alpha.abs().max() <= w.abs().max() + 1  # w / sum(w) gave [50, -49] for [0.5, -0.49]
+    assert torch.isfinite(out).all()
 
 
 @pytest.mark.parametrize("head", ["VariantBertModel", "VariantBertForSequenceClassification", "VariantAlbertForPreTraining"])

@@ -1,0 +1,160 @@
+"""Independent references: each paper's formulas transcribed directly, as float64 einsums over weights read from the
+model, against a BERT attention layer computed by the model (eager and SDPA implementations, padding and causal masks).
+
+The transcriptions follow the papers and DESIGN.md, not our code paths: talking heads materialise the full per-pair
+maps `P_l + D_x(x_i) + D_m(m_j)` (our code never does), mask after the pre-softmax map; the factorized dense
+Synthesizer tiles with `repeat_interleave` / `repeat`; the mixture weights are `alpha = w + (1 - sum(w)) / C`.
+Every variant parameter is re-drawn at a scale where it matters, and each case checks that the reference itself moves
+when those parameters move, so agreement to 1e-10 is not agreement between two things that ignore them.
+"""
+
+import pytest
+import torch
+
+import hf_attn_variants as hav
+from conftest import TINY
+
+TALKING_HEADS = dict(attention_type="talking_heads", talking_heads_num_key_heads=2, talking_heads_num_value_heads=8)
+CASES = {
+    "talking_heads": TALKING_HEADS,
+    "talking_heads_square": dict(attention_type="talking_heads"),
+    "talking_heads_pre_only": dict(TALKING_HEADS, talking_heads_num_value_heads=None, talking_heads_post_softmax=False),
+    "talking_heads_post_only": dict(TALKING_HEADS, talking_heads_num_key_heads=None, talking_heads_pre_softmax=False),
+    **{f"talking_heads_{d}": dict(TALKING_HEADS, talking_heads_dynamic=[d]) for d in ("x2l", "m2l", "x2w", "m2w")},
+    "synth_dense": dict(attention_type="synthesizer", synthesizer_components=["dense"]),
+    "synth_random": dict(attention_type="synthesizer", synthesizer_components=["random"]),
+    "synth_factorized_dense": dict(attention_type="synthesizer", synthesizer_components=["factorized_dense"],
+                                   synthesizer_dense_factors=[4, 16]),
+    "synth_factorized_random": dict(attention_type="synthesizer", synthesizer_components=["factorized_random"],
+                                    synthesizer_factorized_rank=3),
+    "synth_mixture": dict(attention_type="synthesizer", synthesizer_dense_factors=[4, 16],
+                          synthesizer_components=["dot_product", "dense", "random", "factorized_random",
+                                                  "factorized_dense"]),
+    "synth_mixture_unnormalized": dict(attention_type="synthesizer", synthesizer_mixture_normalize=False,
+                                       synthesizer_components=["dot_product", "dense", "random"]),
+}
+BATCH, SEQ = 3, 9
+
+
+def _heads(x, weight, bias, heads):
+    """x W^T + b split into heads: [b, n, heads, size]."""
+    out = torch.einsum("bnd,od->bno", x, weight) + bias
+    return out.view(*x.shape[:2], heads, -1)
+
+
+def _dynamic(x, weight, rows, cols):
+    """A dynamic projection D(x_i)[r, c] = (x_i W)[r * cols + c]: [b, n, rows, cols]."""
+    return torch.einsum("bnd,de->bne", x, weight).view(*x.shape[:2], rows, cols)
+
+
+def reference_talking_heads(layer, p, x, mask):
+    """Shazeer et al. (2020), eqs. of DESIGN 2: L = sum_k J (P_l + D_x + D_m); + mask; softmax; U = sum_h W (P_w + ...)."""
+    cfg = layer.core.spec
+    h_k, h, h_v = cfg.num_key_heads, cfg.num_heads, cfg.num_value_heads
+    b, n = x.shape[:2]
+    q = _heads(x, p["query.weight"], p["query.bias"], h_k)
+    k = _heads(x, p["key.weight"], p["key.bias"], h_k)
+    v = _heads(x, p["value.weight"], p["value.bias"], h_v)
+    J = torch.einsum("bikd,bjkd->bijk", q, k) * cfg.key_head_size**-0.5  # [b, i, j, h_k]
+    if cfg.pre_softmax:
+        P = p["core.pre_softmax_proj"].expand(b, n, n, h_k, h)  # [b, i, j, h_k, h]: one map per (query, key) pair
+        if "x2l" in cfg.dynamic:
+            P = P + _dynamic(x, p["core.dynamic_x2l"], h_k, h)[:, :, None]
+        if "m2l" in cfg.dynamic:
+            P = P + _dynamic(x, p["core.dynamic_m2l"], h_k, h)[:, None, :]
+        L = torch.einsum("bijk,bijkh->bijh", J, P)
+    else:
+        L = J
+    L = L + mask[..., None]  # the mask after the map
+    W = torch.softmax(L, dim=2)  # over the keys j
+    if cfg.post_softmax:
+        P = p["core.post_softmax_proj"].expand(b, n, n, h, h_v)
+        if "x2w" in cfg.dynamic:
+            P = P + _dynamic(x, p["core.dynamic_x2w"], h, h_v)[:, :, None]
+        if "m2w" in cfg.dynamic:
+            P = P + _dynamic(x, p["core.dynamic_m2w"], h, h_v)[:, None, :]
+        U = torch.einsum("bijh,bijhv->bijv", W, P)
+    else:
+        U = W
+    return torch.einsum("bijv,bjvd->bivd", U, v).reshape(b, n, -1)
+
+
+def reference_synthesizer(layer, p, x, mask):
+    """Tay et al. (2020): Dense B = relu(x W1 + b1) W2 + b2; Random R; Factorized Dense (tiled A) * (tiled B);
+    Factorized Random R1 R2^T; a mixture sum_c alpha_c S_c; + mask; softmax; times V."""
+    cfg = layer.core.spec
+    h, d_h = cfg.num_heads, cfg.key_head_size
+    b, n = x.shape[:2]
+    v = _heads(x, p["value.weight"], p["value.bias"], h)
+    terms = []
+    for comp in cfg.components:
+        if comp == "dot_product":
+            q = _heads(x, p["query.weight"], p["query.bias"], h)
+            k = _heads(x, p["key.weight"], p["key.bias"], h)
+            terms.append(torch.einsum("bihd,bjhd->bhij", q, k) * d_h**-0.5)
+            continue
+        if comp in ("dense", "factorized_dense"):
+            hidden = torch.relu(_heads(x, p["core.synthesizer_hidden_weight"], p["core.synthesizer_hidden_bias"], h))
+        if comp == "dense":
+            w2, b2 = p["core.dense_weight"][:, :, :n], p["core.dense_bias"][:, 0, :n]
+            terms.append(torch.einsum("bihe,hej->bhij", hidden, w2) + b2[None, :, None, :])
+        elif comp == "random":
+            terms.append(p["core.random_logits"][None, :, :n, :n])
+        elif comp == "factorized_dense":
+            a, bb = cfg.dense_factors
+            A = torch.einsum("bihe,hea->bhia", hidden, p["core.factorized_dense_a"])
+            B = torch.einsum("bihe,hec->bhic", hidden, p["core.factorized_dense_b"])
+            terms.append((A.repeat_interleave(bb, dim=-1) * B.repeat(1, 1, 1, a))[..., :n])
+        else:  # factorized_random
+            r1, r2 = p["core.factorized_random_r1"][:, :n], p["core.factorized_random_r2"][:, :n]
+            terms.append(torch.einsum("hik,hjk->hij", r1, r2)[None])
+    if len(terms) == 1:
+        logits = terms[0]
+    else:
+        w = p["core.mixture_weights"]
+        alpha = w + (1 - w.sum()) / len(w) if cfg.mixture_normalize else w
+        logits = sum(a * t for a, t in zip(alpha, terms))
+    weights = torch.softmax(logits + mask[:, None], dim=-1)
+    return torch.einsum("bhij,bjhd->bihd", weights, v).reshape(b, n, -1)
+
+
+def _model(case, implementation, causal):
+    torch.manual_seed(0)
+    config = hav.VariantBertConfig(**{**TINY, **CASES[case], "num_hidden_layers": 1}, is_decoder=causal,
+                                   attn_implementation=implementation)
+    model = hav.VariantBertModel(config).double().eval()
+    layer = model.encoder.layer[0].attention.self
+    with torch.no_grad():  # every parameter at a scale where it matters: O(1) logits, dynamic maps no longer ~0
+        for name, param in layer.named_parameters():
+            param.copy_(torch.randn_like(param) * (0.2 if "dynamic" in name or not name.startswith("core.") else 1.0))
+    return model
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("causal", [False, True], ids=["padding", "causal+padding"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_attention_equals_paper_transcription(case, causal, implementation):
+    model = _model(case, implementation, causal)
+    layer = model.encoder.layer[0].attention.self
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, TINY["vocab_size"], (BATCH, SEQ), generator=g)
+    keep = torch.ones(BATCH, SEQ, dtype=torch.bool)
+    keep[1, -3:] = keep[2, -5:] = False  # right padding of two rows
+    seen = {}
+    hook = layer.register_forward_hook(lambda module, args, out: seen.update(x=args[0], out=out[0]))
+    with torch.no_grad():
+        model(ids, attention_mask=keep.long())
+    hook.remove()
+
+    allowed = keep[:, None, :].expand(BATCH, SEQ, SEQ)  # [b, i, j]
+    if causal:
+        allowed = allowed & torch.ones(SEQ, SEQ, dtype=torch.bool).tril()
+    mask = torch.zeros(allowed.shape, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+    reference = reference_talking_heads if CASES[case]["attention_type"] == "talking_heads" else reference_synthesizer
+    params = {name: t.detach() for name, t in layer.named_parameters()}
+    expected = reference(layer, params, seen["x"], mask)
+    torch.testing.assert_close(seen["out"], expected, atol=1e-10, rtol=1e-10)
+
+    # the reference depends on the variant's own parameters: moving them moves it far beyond the tolerance
+    moved = {name: t * 1.1 if name.startswith("core.") else t for name, t in params.items()}
+    assert (reference(layer, moved, seen["x"], mask) - expected).abs().max() > 1e-4
