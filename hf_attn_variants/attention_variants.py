@@ -118,7 +118,8 @@ VARIANT_CONFIG_DOCSTRING = """
             (a, b) with a * b = `synthesizer_max_position` for the factorized dense synthesizer. Defaults to the
             most balanced pair.
         synthesizer_mixture_normalize (`bool`, defaults to `True`):
-            Normalise the mixture weights to sum to one (the paper's form); `False` uses them as they are.
+            Mixture weights that sum to one (the paper's form), as `alpha = w + (1 - sum(w)) / C` for the C learned
+            weights `w` (no division: every value of `w` is valid); `False` uses `w` as it is.
         synthesizer_mixture_init (`str`, defaults to `"uniform"`):
             `"uniform"`: every component starts at the same weight. `"dot_product"`: the dot product starts at 1 and
             the synthetic components at 0, so a model warm-started from a vanilla checkpoint equals it at init and
@@ -632,12 +633,19 @@ class VariantAttentionCore(nn.Module):
         return hidden.view(x.shape[0], x.shape[1], self.spec.num_heads, -1).transpose(1, 2)
 
     def _mixture_alpha(self):
-        """The mixture weights alpha_c, or None for a single component."""
+        """The mixture weights alpha_c, or None for a single component.
+
+        Normalised (the paper's form, sum_c alpha_c = 1): alpha = w + (1 - sum_c w_c) / C, the projection of the learned
+        w onto the plane sum = 1. It is linear, so no value of w is singular (w / sum(w) divides by a learned sum that
+        can reach zero), and it leaves any w that already sums to one unchanged: the uniform start 1/C and the warm
+        start [1, 0, ...] are exact, and the synthetic weights get the gradient g_c - mean(g) there.
+        """
         if not hasattr(self, "mixture_weights"):
             return None
-        if self.spec.mixture_normalize:  # the paper's form: the weights sum to one
-            return self.mixture_weights / self.mixture_weights.sum()
-        return self.mixture_weights
+        weights = self.mixture_weights
+        if self.spec.mixture_normalize:
+            return weights + (1.0 - weights.sum()) / weights.numel()
+        return weights
 
     def _synthesizer_sdpa(self, query, key, value, attention_mask, x, position_bias, dropout):
         """The synthesizer as one fused SDPA call (no [b, h, n, m] logits in memory when SDPA can avoid them).
