@@ -42,6 +42,7 @@ from .modeling_variant_utils import (
     CACHE_FIELD,
     VariantPreTrainedModel,
     cache_field,
+    legacy_cache,
     add_admin_omega,
     admin_residual,
     sequence_classification_loss,
@@ -402,8 +403,7 @@ class VariantBertModel(VariantBertPreTrainedModel):
         use_cache=None,
         **kwargs,
     ):
-        if cache is None and "past_key_values" in kwargs:  # the name before transformers 5.24
-            cache = kwargs.pop("past_key_values")
+        cache = legacy_cache(cache, kwargs, self)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         use_cache = (use_cache if use_cache is not None else self.config.use_cache) if self.config.is_decoder else False
@@ -520,8 +520,7 @@ class VariantBertLMHeadModel(_VariantBertWithLMHead, GenerationMixin):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, labels=None,
                 cache: Cache | None = None, use_cache=None, logits_to_keep=0, **kwargs):
-        if cache is None and "past_key_values" in kwargs:
-            cache = kwargs.pop("past_key_values")
+        cache = legacy_cache(cache, kwargs, self)
         if labels is not None:
             use_cache = False
         outputs = self.bert(

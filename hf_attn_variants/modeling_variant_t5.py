@@ -42,6 +42,7 @@ from .modeling_variant_utils import (
     CACHE_FIELD,
     VariantPreTrainedModel,
     cache_field,
+    legacy_cache,
     sequence_classification_loss,
     span_loss,
 )
@@ -374,8 +375,7 @@ class VariantT5Stack(VariantT5PreTrainedModel):
     @capture_outputs
     def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
                 inputs_embeds=None, cache=None, use_cache=None, **kwargs):
-        if cache is None and "past_key_values" in kwargs:  # the name before transformers 5.24
-            cache = kwargs.pop("past_key_values")
+        cache = legacy_cache(cache, kwargs, self)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         if inputs_embeds is None:
@@ -453,8 +453,7 @@ class _VariantT5EncoderDecoder(VariantT5PreTrainedModel):
 
     def _encode_decode(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs,
                        cache, inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs):
-        if cache is None and "past_key_values" in kwargs:
-            cache = kwargs.pop("past_key_values")
+        cache = legacy_cache(cache, kwargs, self)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs

@@ -4,6 +4,8 @@ fixed synthesizers), Admin's residual, and the losses of the classification and 
 Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
 """
 
+import warnings
+
 import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
@@ -22,6 +24,28 @@ CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__
 def cache_field(cache) -> dict:
     """`{name: cache}` under the name this transformers uses, for `**` into an output class or a mask helper."""
     return {CACHE_FIELD: cache}
+
+
+def legacy_cache(cache, kwargs: dict, owner):
+    """The cache a forward was given: `cache=`, or the old `past_key_values=` popped from `kwargs`.
+
+    Under transformers >= 5.24 the old name is deprecated: it warns as transformers' own `deprecate_kwarg` does
+    (a `FutureWarning` naming `{owner class}.forward`). Older releases pass the old name themselves (`generate`), so
+    there it is accepted silently. Both names at once is an error rather than one silently ignored.
+    """
+    if "past_key_values" not in kwargs:
+        return cache
+    legacy = kwargs.pop("past_key_values")
+    if cache is not None and legacy is not None:
+        raise ValueError("Both `cache` and `past_key_values` were passed; pass the cache once, as `cache`.")
+    if CACHE_FIELD == "cache":
+        warnings.warn(
+            f"`past_key_values` is deprecated and will be removed in version 5.40.0 for "
+            f"`{type(owner).__name__}.forward`. Use `cache` instead.",
+            FutureWarning,
+            stacklevel=3,
+        )
+    return legacy if cache is None else cache
 
 
 def admin_residual(module, residual: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:

@@ -1,9 +1,14 @@
-"""Causal decoding: `generate` with a cache equals `generate` without one, token for token, for every variant."""
+"""Causal decoding: `generate` with a cache equals `generate` without one, token for token, for every variant; the
+old cache argument name."""
+
+import warnings
 
 import pytest
 import torch
+from transformers import DynamicCache, EncoderDecoderCache
 
 from conftest import TINY, build
+from hf_attn_variants.modeling_variant_utils import CACHE_FIELD
 
 
 def _prompt():
@@ -66,3 +71,35 @@ def test_cross_attention_decoder_with_cache():
         attn = model(ids, encoder_hidden_states=encoder_states, output_attentions=True)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert attn.cross_attentions[0].shape == (2, TINY["num_attention_heads"], 7, 6)
+
+
+@pytest.mark.parametrize("head", ["VariantBertModel", "VariantBertLMHeadModel", "VariantT5Model",
+                                  "VariantT5ForConditionalGeneration"])
+def test_old_cache_name_warns_as_transformers_does(head):
+    """transformers >= 5.24 renamed `past_key_values` to `cache`: the old name still works and warns as transformers'
+    own forwards do (its common test `test_bc_cache_name_forward` looks for this message); both at once is refused;
+    `generate` itself passes the new name and warns nothing."""
+    t5 = head.startswith("VariantT5")
+    model = build(head, "talking_heads", **({} if t5 else {"is_decoder": True}))
+    ids = _prompt()
+    inputs = dict(input_ids=ids, use_cache=True)
+    if t5:
+        inputs["decoder_input_ids"] = ids[:, :3]
+
+    def new_cache():
+        return EncoderDecoderCache(DynamicCache(), DynamicCache()) if t5 else DynamicCache()
+
+    with torch.no_grad():
+        expected = model(**inputs, cache=new_cache())[0]
+        if CACHE_FIELD == "cache":
+            with pytest.warns(FutureWarning, match="`past_key_values` is deprecated"):
+                got = model(**inputs, past_key_values=new_cache())[0]
+        else:  # older transformers: its own generate passes the old name, which is not deprecated there
+            got = model(**inputs, past_key_values=new_cache())[0]
+        torch.testing.assert_close(got, expected)
+        with pytest.raises(ValueError, match="Both `cache` and `past_key_values`"):
+            model(**inputs, cache=new_cache(), past_key_values=new_cache())
+        if head.endswith(("LMHeadModel", "ForConditionalGeneration")):
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", message=".*past_key_values.*", category=FutureWarning)
+                model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)
