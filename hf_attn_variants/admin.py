@@ -2,11 +2,11 @@
 
 - `single_head_twin(config)`: the deep single-head twin of a multi-head config (L*h layers, 1 head of the same
   head size, feed-forward f/h), with both parameter counts.
-- `admin_profile(model, batch)`: Admin's profiling. Runs the model once with every omega at 1, records the variance
-  of each residual branch's output f_i(x_i) over the whole batch tensor, in the order the residuals run, and sets
-  omega_1 = 1, omega_{i+1}^2 = omega_i^2 + Var[f_i(x_i)] (the original Admin code).
-- `admin_closed_form(model)`: admin-torch's O(log N) alternative, omega = sqrt((N+1)/ln(N+1) - 1) for all N
-  residuals.
+- `admin_profile(model, batch)`: Admin's profiling as the paper states it: one forward pass in eval mode with every
+  omega at 1 records the variance of each residual branch's output f_i, then omega_i = sqrt(1 + sum_{j<i} Var[f_j]);
+  under data parallelism the statistics are combined over the ranks, so every rank sets the same omegas.
+- `admin_closed_form(model)`: admin-torch's O(log N) alternative, omega = sqrt((N+1)/ln(N+1) - 1) for the N
+  residuals that carry an omega.
 Both need a model built with `admin=True` (BERT and ALBERT: Post-LN). omega is a parameter, saved with the weights.
 """
 
@@ -27,20 +27,59 @@ def _residuals(model):
     return modules
 
 
+def _branch_statistics(records: list[torch.Tensor]) -> torch.Tensor:
+    """Per residual branch [count, mean, M2] (M2: the sum of squared deviations), combined over every rank of a
+    `torch.distributed` group when one is running (Chan et al.'s parallel variance), so that all ranks see the
+    statistics of the whole global batch and set the same omegas."""
+    stats = torch.stack(records)  # [branches, 3], float64
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return stats
+    world = torch.distributed.get_world_size()
+    if world == 1:
+        return stats
+    gathered = [torch.empty_like(stats) for _ in range(world)]
+    torch.distributed.all_gather(gathered, stats)
+    counts = torch.stack([g[:, 0] for g in gathered])  # [ranks, branches]
+    means = torch.stack([g[:, 1] for g in gathered])
+    m2s = torch.stack([g[:, 2] for g in gathered])
+    count = counts.sum(0)
+    mean = (counts * means).sum(0) / count
+    m2 = m2s.sum(0) + (counts * (means - mean) ** 2).sum(0)
+    return torch.stack([count, mean, m2], dim=1)
+
+
 @torch.no_grad()
 def admin_profile(model: VariantPreTrainedModel, batch: dict) -> list[float]:
     """Set every omega from one forward pass on `batch` (a dict of model inputs); returns the omegas set.
 
-    A shared ALBERT layer runs several times with one omega, for which the profiling rule has no single value:
-    use `admin_closed_form` there.
+    The procedure is the Admin paper's initialization as the paper states it (Liu et al. 2020): with every omega_i = 1, run one
+    forward pass without updating parameters and record Var[f_i(x_{i-1})], the output variance of each residual
+    branch (over the whole batch tensor, padding included, unbiased), in the order the residuals run; then set
+
+        omega_i = sqrt(1 + sum_{j < i} Var[f_j(x_{j-1})])
+
+    (the 1 is Var[x_0] of the LayerNorm'd embeddings; recursively omega_1 = 1, omega_{i+1}^2 = omega_i^2 + Var[f_i]).
+    The pass runs in eval mode, so the statistics carry no dropout noise. The released Admin code differs: it
+    profiles on the first training batch in training mode (dropout on), layer by layer, setting each omega before it
+    takes the next branch's statistics; an audit measured the two up to ~5% apart on a 4-layer model.
+
+    Under data parallelism (a running `torch.distributed` group, e.g. Trainer under torchrun) every rank profiles
+    its own batch and the statistics are combined over the ranks: every rank sets the same omegas, those of the
+    global batch.
+
+    A shared ALBERT layer runs several times with one omega, for which this rule has no single value: use
+    `admin_closed_form` there.
     """
     residuals = _residuals(model)
-    variances = []
+    records, order = [], []
     runs = {}
 
     def record(module, branch):
         runs[module] = runs.get(module, 0) + 1
-        variances.append((module, branch.float().var().item()))
+        values = branch.detach().double()
+        mean = values.mean()
+        records.append(torch.stack([values.new_tensor(values.numel()), mean, ((values - mean) ** 2).sum()]))
+        order.append(module)
 
     was_training = model.training
     model.eval()
@@ -58,20 +97,31 @@ def admin_profile(model: VariantPreTrainedModel, batch: dict) -> list[float]:
             "A residual ran more than once (shared ALBERT layers): variance profiling gives it no single omega; "
             "use `admin_closed_form(model)`."
         )
+    stats = _branch_statistics(records).cpu()
+    variances = (stats[:, 2] / (stats[:, 0] - 1)).tolist()
     omega_sq, omegas = 1.0, []
-    for module, variance in variances:
+    for module, variance in zip(order, variances):
         module.admin_omega.fill_(math.sqrt(omega_sq))
         omegas.append(math.sqrt(omega_sq))
         omega_sq += variance
     return omegas
 
 
-@torch.no_grad()
-def admin_closed_form(model: VariantPreTrainedModel) -> float:
-    """Set every omega to admin-torch's O(log N) value for the N residuals that run; returns it."""
+def residual_count(model: VariantPreTrainedModel) -> int:
+    """N, the residual applications that carry an omega in one forward pass: two per layer, three in a BERT decoder
+    layer with cross-attention, and a shared ALBERT layer counted once for every time it runs."""
     residuals = _residuals(model)
     config = model.config
-    n = 2 * config.num_hidden_layers * getattr(config, "inner_group_num", 1)  # attention + FFN per layer
+    if config.model_type == "variant_albert":  # num_hidden_layers applications of a group of inner_group_num layers
+        return 2 * config.num_hidden_layers * config.inner_group_num
+    return len(residuals)
+
+
+@torch.no_grad()
+def admin_closed_form(model: VariantPreTrainedModel) -> float:
+    """Set every omega to admin-torch's O(log N) value for the N residuals that run (`residual_count`); returns it."""
+    residuals = _residuals(model)
+    n = residual_count(model)
     omega = math.sqrt((n + 1) / math.log(n + 1) - 1)
     for module in residuals:
         module.admin_omega.fill_(omega)
@@ -88,7 +138,9 @@ def single_head_twin(config, model_class=None):
 
     L layers of h heads with head size d_h and feed-forward f become L*h layers of one head of size d_h and
     feed-forward f/h: the same number of attention heads in total and about the same size (Liu et al. 2021:
-    BERT-base 12x12 -> 144x1, BERT-large 24x16 -> 384x1). Returns (twin_config, {"multi_head": n, "single_head":
+    BERT-base 12x12 -> 144x1, BERT-large 24x16 -> 384x1). ALBERT shares G layer groups across its depth, so its twin
+    has G*h groups of one-head layers, each shared across L/G consecutive layers as before (one shared layer would
+    shrink the model h-fold). Returns (twin_config, {"multi_head": n, "single_head":
     n_twin, "ratio": n_twin / n}); counts are of `model_class` (default: the family's base model) built on the
     meta device, so nothing is allocated.
     """
@@ -109,6 +161,8 @@ def single_head_twin(config, model_class=None):
                 f"({heads}): the twin's feed-forward width f/h would not be whole."
             )
         twin.num_hidden_layers = config.num_hidden_layers * heads
+        if config.model_type == "variant_albert":  # h groups of one-head layers for each group, each shared across
+            twin.num_hidden_groups = config.num_hidden_groups * heads  # the depth as the group was: the same size
         twin.num_attention_heads = 1
         twin.attention_head_size = getattr(config, "attention_head_size", None) or config.hidden_size // heads
         twin.intermediate_size = config.intermediate_size // heads

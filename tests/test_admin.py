@@ -1,14 +1,21 @@
 """Admin residuals and deep single-head twins (issue 8, first part): BERT and ALBERT are Post-LN, T5 refuses."""
 
+import json
 import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import transformers
 
 import hf_attn_variants as hav
-from conftest import SAME_WEIGHTS, TINY, build, head_inputs
-from hf_attn_variants.admin import admin_closed_form, admin_profile, single_head_twin
+from conftest import SAME_WEIGHTS, TINY, TINY_ALBERT, build, head_inputs
+from hf_attn_variants.admin import admin_closed_form, admin_profile, residual_count, single_head_twin
+from hf_attn_variants.presets import PRESETS, preset_config
 from test_remote_code import _run_isolated, _save
 
 
@@ -40,31 +47,94 @@ def test_admin_warm_start_equals_transformers_bert(tmp_path):
         torch.testing.assert_close(ours(**inputs).logits, ref(**inputs).logits, atol=1e-6, rtol=1e-6)
 
 
-def test_profiling_matches_a_hand_computation():
-    """omega_1 = 1, omega_{i+1}^2 = omega_i^2 + Var[f_i(x_i)], the variances taken independently here with torch
-    hooks on each branch's output projection (in eval mode the branch is that projection's output)."""
-    model = build("VariantBertForMaskedLM", "dot_product", admin=True, hidden_dropout_prob=0.1)
+def test_profiling_matches_an_independent_implementation(tmp_path):
+    """The paper's procedure computed without our code: transformers' own BertForMaskedLM on the same weights (an
+    Admin model at omega = 1 is exactly it) in eval mode, each branch's output taken by hooks on BertSelfOutput.dense
+    and BertOutput.dense, and omega_i = sqrt(1 + sum_{j<i} Var[f_j]) as one cumulative sum."""
+    torch.manual_seed(0)
+    config = dict(TINY, initializer_range=0.2, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    reference = transformers.BertForMaskedLM(transformers.BertConfig(**config)).eval()
+    reference.save_pretrained(tmp_path)
+    model = hav.VariantBertForMaskedLM.from_pretrained(tmp_path, admin=True).train()
     inputs = {k: v for k, v in head_inputs("VariantBertForMaskedLM").items() if k != "labels"}
-    branches = []
-    hooks = []
-    for layer in model.bert.encoder.layer:
-        for dense in (layer.attention.output.dense, layer.output.dense):
-            hooks.append(dense.register_forward_hook(lambda m, i, out: branches.append(out.var().item())))
-    model.eval()
+    variances = []
+    hooks = [dense.register_forward_hook(lambda module, args, out: variances.append(out.double().var()))
+             for layer in reference.bert.encoder.layer for dense in (layer.attention.output.dense, layer.output.dense)]
     with torch.no_grad():
-        model(**inputs)
+        reference(**inputs)
     for hook in hooks:
         hook.remove()
-    expected, omega_sq = [], 1.0
-    for variance in branches:
-        expected.append(math.sqrt(omega_sq))
-        omega_sq += variance
+    expected = torch.sqrt(1 + torch.cumsum(torch.stack([torch.zeros((), dtype=torch.float64), *variances[:-1]]), 0))
+    assert expected[-1] > 1.05  # branch variances large enough that a wrong rule shows
+
     omegas = admin_profile(model, inputs)
-    assert omegas == pytest.approx(expected, rel=1e-6)
-    assert omegas[0] == 1.0 and all(a < b for a, b in zip(omegas, omegas[1:]))
-    assert [w[0].item() for w in _omegas(model)] == pytest.approx(expected, rel=1e-6)
-    assert admin_profile(model, inputs) == omegas  # deterministic: profiling resets omega to 1 first
-    assert model.training is False
+    assert omegas == pytest.approx(expected.tolist(), rel=1e-5)
+    assert [w[0].item() for w in _omegas(model)] == pytest.approx(expected.tolist(), rel=1e-5)
+    assert all(torch.all(w == w[0]) for w in _omegas(model))
+    assert model.training  # the pass ran in eval mode (no dropout noise), the mode is given back
+    assert admin_profile(model, inputs) == pytest.approx(omegas, rel=1e-12)  # omega is reset to 1 before profiling
+
+
+_DDP_PROFILE = """
+import json, os, sys
+import torch
+from transformers import Trainer, TrainingArguments
+import hf_attn_variants as hav
+import hf_attn_variants.admin as admin
+
+seen = {}
+profile = admin.admin_profile
+def spy(model, batch):  # record the batch this rank profiles
+    seen["input_ids"] = batch["input_ids"].tolist()
+    return profile(model, batch)
+admin.admin_profile = spy
+
+class Data(torch.utils.data.Dataset):
+    ids = torch.randint(1, 99, (16, 8), generator=torch.Generator().manual_seed(0))
+    def __len__(self):
+        return len(self.ids)
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+torch.manual_seed(0)
+model = hav.VariantBertForMaskedLM(hav.VariantBertConfig(**json.loads(sys.argv[2])))
+callback = admin.AdminProfilingCallback()
+args = TrainingArguments(output_dir=sys.argv[1], max_steps=1, per_device_train_batch_size=4, learning_rate=0.0,
+                         report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, ddp_backend="gloo")
+Trainer(model=model, args=args, train_dataset=Data(), callbacks=[callback]).train()
+rank = int(os.environ["RANK"])
+with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
+    json.dump({"omegas": callback.omegas, "input_ids": seen["input_ids"],
+               "model": [m.admin_omega.tolist() for m in model.modules() if getattr(m, "admin_omega", None) is not None]}, f)
+"""
+
+
+def test_profiling_under_data_parallelism_gives_every_rank_the_global_batch_omegas(tmp_path):
+    """torchrun, 2 CPU processes, Trainer + AdminProfilingCallback: each rank profiles its own first batch, and both
+    end with the same omegas, equal to profiling the two batches together in one process."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed")
+    config = dict(TINY, initializer_range=0.2, admin=True)
+    script = tmp_path / "admin_ddp_profile.py"  # not profile.py: it would shadow the standard library module
+    script.write_text(_DDP_PROFILE)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
+                           str(port), str(script), str(tmp_path), json.dumps(config)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["input_ids"] != ranks[1]["input_ids"]  # different batches: the ranks had to agree
+    assert ranks[0]["omegas"] == ranks[1]["omegas"] and ranks[0]["model"] == ranks[1]["model"]
+    assert ranks[0]["omegas"][-1] > 1.05
+
+    torch.manual_seed(0)
+    model = hav.VariantBertForMaskedLM(hav.VariantBertConfig(**config))
+    both = torch.tensor(ranks[0]["input_ids"] + ranks[1]["input_ids"])
+    assert admin_profile(model, {"input_ids": both}) == pytest.approx(ranks[0]["omegas"], rel=1e-6)
 
 
 def test_profiled_omega_survives_save_load_and_remote_code(tmp_path):
@@ -89,9 +159,27 @@ def test_shared_albert_layers_take_the_closed_form():
     with pytest.raises(ValueError, match="use `admin_closed_form"):
         admin_profile(model, inputs)
     omega = admin_closed_form(model)
-    n = 2 * model.config.num_hidden_layers * model.config.inner_group_num
+    n = 2 * model.config.num_hidden_layers * model.config.inner_group_num  # every run of a shared layer counts
+    assert residual_count(model) == n == 12
     assert omega == pytest.approx(math.sqrt((n + 1) / math.log(n + 1) - 1))
     assert all(torch.allclose(w, torch.full_like(w, omega)) for w in _omegas(model))
+
+
+@pytest.mark.parametrize("cross_attention", [False, True])
+def test_closed_form_counts_the_residuals_that_carry_omega(cross_attention):
+    """N counts the residuals that carry omega: three per layer in a BERT decoder with cross-attention."""
+    model = build("VariantBertLMHeadModel", "dot_product", admin=True, add_cross_attention=cross_attention)
+    per_layer = 3 if cross_attention else 2
+    n = per_layer * TINY["num_hidden_layers"]
+    assert residual_count(model) == n == len(_omegas(model))
+    assert admin_closed_form(model) == pytest.approx(math.sqrt((n + 1) / math.log(n + 1) - 1))
+    encoder_states = torch.randn(2, 4, TINY["hidden_size"])
+    runs = []  # and that is how many run in a forward pass that uses the cross-attention
+    for module in model.modules():
+        if getattr(module, "admin_omega", None) is not None:
+            module.register_forward_hook(lambda *args: runs.append(1))
+    model(torch.randint(1, 99, (2, 5)), encoder_hidden_states=encoder_states if cross_attention else None)
+    assert len(runs) == n
 
 
 def test_admin_needs_admin_residuals_and_t5_refuses():
@@ -113,6 +201,47 @@ def test_single_head_twin_of_bert_base_and_large(layers, heads, hidden, ffn):
         reference = transformers.BertModel(transformers.BertConfig(
             num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, intermediate_size=ffn))
     assert counts["multi_head"] == sum(p.numel() for p in reference.parameters())
+
+
+def _layer_parameters(model_class, config) -> int:
+    """Parameters outside the embeddings (what the twin reshapes), counted on the meta device."""
+    with torch.device("meta"):
+        model = model_class(config)
+    return sum(p.numel() for n, p in model.named_parameters() if not any(
+        part in n for part in ("embeddings.", "shared.", "embed_tokens.")))
+
+
+TWIN_PRESETS = [name for name, preset in PRESETS.items() if preset.attention.startswith("single-head")]
+
+
+@pytest.mark.parametrize("name", TWIN_PRESETS)
+def test_every_twin_preset_keeps_the_parameter_count(name):
+    """Every family's twin (ALBERT's with one group of one-head layers per head, each shared as the original group
+    was) has the size of its multi-head original, in all and outside the embeddings, within 1%."""
+    preset = PRESETS[name]
+    original = preset_config(name.replace(preset.attention, "dot-product"), vocab_size=1000)
+    twin = preset_config(name, vocab_size=1000)
+    model_class = getattr(hav, {"bert": "VariantBertModel", "albert": "VariantAlbertModel",
+                                "t5": "VariantT5Model"}[preset.family])
+    heads = original.num_attention_heads if preset.family != "t5" else original.num_heads
+    depth = (lambda c: c.num_layers) if preset.family == "t5" else (lambda c: c.num_hidden_layers)
+    assert depth(twin) == depth(original) * heads
+    _, counts = single_head_twin(original, model_class)
+    assert counts["ratio"] == pytest.approx(1, abs=0.01), counts
+    layers = _layer_parameters(model_class, original), _layer_parameters(model_class, twin)
+    assert layers[1] / layers[0] == pytest.approx(1, abs=0.01), layers
+
+
+def test_albert_twin_shares_one_head_groups_across_the_depth():
+    config = hav.VariantAlbertConfig(**{**TINY_ALBERT, "num_hidden_groups": 1, "inner_group_num": 1,
+                                        "intermediate_size": 64, "num_hidden_layers": 3})
+    twin, counts = single_head_twin(config)
+    assert (twin.num_hidden_layers, twin.num_hidden_groups, twin.inner_group_num) == (12, 4, 1)
+    model = hav.VariantAlbertModel(twin)
+    assert len(model.encoder.albert_layer_groups) == 4
+    out = model(torch.randint(1, 99, (2, 5)), output_hidden_states=True)
+    assert len(out.hidden_states) == 13  # 12 single-head layers run
+    assert counts["ratio"] == pytest.approx(1, abs=0.05), counts  # width 32: the twin's extra LayerNorms show
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
