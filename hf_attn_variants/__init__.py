@@ -7,7 +7,22 @@ works in-process without `trust_remote_code`; saved checkpoints carry their code
 
 import transformers
 
-from .attention_variants import ATTENTION_TYPES, SYNTHESIZER_COMPONENTS, AttentionSpec, VariantAttentionCore
+from .configuration_variant_attention import (  # first: the transformers version check
+    ATTENTION_TYPES,
+    SYNTHESIZER_COMPONENTS,
+    AttentionSpec,
+    VariantAttentionFields,
+    resolve_attention,
+)
+from .attention_variants import (
+    ATTENTION_CLASSES,
+    DotProductAttention,
+    GeneralBilinearAttention,
+    SynthesizerAttention,
+    TalkingHeadsAttention,
+    VariantAttentionCore,
+    attention_core,
+)
 from .configuration_variant_albert import VariantAlbertConfig
 from .configuration_variant_bert import VariantBertConfig
 from .configuration_variant_t5 import VariantT5Config
@@ -61,7 +76,15 @@ _register(VariantAlbertConfig, modeling_variant_albert)
 _register(VariantT5Config, modeling_variant_t5)
 
 __all__ = [
+    "ATTENTION_CLASSES",
     "ATTENTION_TYPES",
+    "DotProductAttention",
+    "GeneralBilinearAttention",
+    "SynthesizerAttention",
+    "TalkingHeadsAttention",
+    "VariantAttentionFields",
+    "attention_core",
+    "resolve_attention",
     "SYNTHESIZER_COMPONENTS",
     "AttentionSpec",
     "VariantAlbertConfig",

@@ -1,8 +1,9 @@
 """VariantALBERT configuration: every ``AlbertConfig`` field plus the attention variant fields."""
 
-from transformers import PretrainedConfig
+# First: the transformers version check runs before anything of transformers is imported.
+from .configuration_variant_attention import VARIANT_CONFIG_DOCSTRING, VariantAttentionFields  # noqa: I001
 
-from .attention_variants import VARIANT_CONFIG_DOCSTRING, pop_variant_config
+from transformers import PretrainedConfig
 
 
 class VariantAlbertConfig(PretrainedConfig):
@@ -70,8 +71,7 @@ class VariantAlbertConfig(PretrainedConfig):
         self.layer_norm_eps = layer_norm_eps
         self.classifier_dropout_prob = classifier_dropout_prob
         self.tie_word_embeddings = tie_word_embeddings
-        for name, value in pop_variant_config(kwargs).items():
-            setattr(self, name, value)
+        VariantAttentionFields.pop_from(kwargs).set_on(self)  # the attention fields: configuration_variant_attention
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
 
 

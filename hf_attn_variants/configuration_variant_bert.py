@@ -1,8 +1,9 @@
 """VariantBERT configuration: every ``BertConfig`` field plus the attention variant fields."""
 
-from transformers import PretrainedConfig
+# First: the transformers version check runs before anything of transformers is imported.
+from .configuration_variant_attention import VARIANT_CONFIG_DOCSTRING, VariantAttentionFields  # noqa: I001
 
-from .attention_variants import VARIANT_CONFIG_DOCSTRING, pop_variant_config
+from transformers import PretrainedConfig
 
 
 class VariantBertConfig(PretrainedConfig):
@@ -68,8 +69,7 @@ class VariantBertConfig(PretrainedConfig):
         self.is_decoder = is_decoder
         self.add_cross_attention = add_cross_attention
         self.tie_word_embeddings = tie_word_embeddings
-        for name, value in pop_variant_config(kwargs).items():
-            setattr(self, name, value)
+        VariantAttentionFields.pop_from(kwargs).set_on(self)  # the attention fields: configuration_variant_attention
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
 
 

@@ -1,8 +1,9 @@
 """VariantT5 configuration: every ``T5Config`` field, the attention variant fields, and the attention per place."""
 
-from transformers import PretrainedConfig
+# First: the transformers version check runs before anything of transformers is imported.
+from .configuration_variant_attention import VARIANT_CONFIG_DOCSTRING, VariantAttentionFields  # noqa: I001
 
-from .attention_variants import VARIANT_CONFIG_DOCSTRING, pop_variant_config
+from transformers import PretrainedConfig
 
 
 class VariantT5Config(PretrainedConfig):
@@ -102,14 +103,14 @@ class VariantT5Config(PretrainedConfig):
         self.is_gated_act = act_info[0] == "gated"
         kwargs.pop("dense_act_fn", None)
         kwargs.pop("is_gated_act", None)
-        fields = pop_variant_config(kwargs)
-        head_size = fields.pop("attention_head_size")
-        if head_size is not None:  # another name of d_kv
-            self.d_kv = head_size
-        if fields["synthesizer_max_position"] is None:
-            fields["synthesizer_max_position"] = 512
-        for name, value in fields.items():
-            setattr(self, name, value)
+        fields = VariantAttentionFields.pop_from(kwargs)  # the attention fields: configuration_variant_attention
+        if fields.attention_head_size is not None:  # another name of d_kv
+            self.d_kv = fields.attention_head_size
+        if fields.synthesizer_max_position is None:
+            fields.synthesizer_max_position = 512
+        for name, value in vars(fields).items():
+            if name != "attention_head_size":  # an attribute_map alias of d_kv, not a field of its own
+                setattr(self, name, value)
         self.encoder_attention_type = encoder_attention_type
         self.decoder_attention_type = decoder_attention_type
         self.cross_attention_type = cross_attention_type

@@ -10,6 +10,9 @@ What differs from transformers' `modeling_albert.py`:
 Everything ALBERT already has keeps transformers' parameter names, so a vanilla ALBERT checkpoint loads.
 """
 
+# First: the transformers version check runs before anything of transformers is imported.
+from .configuration_variant_attention import resolve_attention  # noqa: I001
+
 from dataclasses import dataclass
 
 import torch
@@ -33,7 +36,7 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .attention_variants import AttentionSpec, VariantAttentionCore
+from .attention_variants import attention_core
 from .configuration_variant_albert import VariantAlbertConfig
 from .modeling_variant_utils import (
     VariantPreTrainedModel,
@@ -95,26 +98,21 @@ class VariantAlbertAttention(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.config = config
-        self.spec = spec = AttentionSpec.from_config(config)
-        if spec.uses_query_key:
-            self.query = nn.Linear(config.hidden_size, spec.query_size)
-            self.key = nn.Linear(config.hidden_size, spec.query_size)
-        self.value = nn.Linear(config.hidden_size, spec.value_size)
-        self.core = VariantAttentionCore(spec)
+        self.spec = spec = resolve_attention(config)
+        # the projections the attention type has (general bilinear: no key or value, pure synthesizers: no query/key)
+        self.query = nn.Linear(config.hidden_size, spec.query_size) if spec.has_query else None
+        self.key = nn.Linear(config.hidden_size, spec.query_size) if spec.has_key else None
+        self.value = nn.Linear(config.hidden_size, spec.value_size) if spec.has_value else None
+        self.core = attention_core(spec)
         self.dense = nn.Linear(spec.value_size, config.hidden_size)  # h_v * d_v -> hidden
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         add_admin_omega(self, config, config.hidden_size)
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
-        spec = self.spec
         b, n = hidden_states.shape[:2]
-        query = key = None
-        if spec.uses_query_key:
-            query = self.query(hidden_states).view(b, n, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
-            key = self.key(hidden_states).view(b, n, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
-        value = self.value(hidden_states).view(b, n, spec.num_value_heads, spec.value_head_size).transpose(1, 2)
-        key, value = self.core.prepare_memory(key, value, hidden_states)
+        query = self.core.project_query(hidden_states, self.query)
+        key, value = self.core.project_memory(hidden_states, self.key, self.value)
         attn_output, attn_weights = self.core(
             query, key, value, attention_mask, hidden_states,
             attn_implementation=self.config._attn_implementation, **kwargs,

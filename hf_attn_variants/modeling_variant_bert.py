@@ -9,6 +9,9 @@ What differs from transformers' `modeling_bert.py`:
 Everything BERT already has keeps transformers' parameter names, so a vanilla BERT checkpoint loads into a variant.
 """
 
+# First: the transformers version check runs before anything of transformers is imported.
+from .configuration_variant_attention import resolve_attention  # noqa: I001
+
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +39,7 @@ from transformers.utils import ModelOutput, logging
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
 
-from .attention_variants import AttentionSpec, VariantAttentionCore
+from .attention_variants import attention_core
 from .configuration_variant_bert import VariantBertConfig
 from .modeling_variant_utils import (
     CACHE_FIELD,
@@ -111,30 +114,21 @@ class _VariantBertHeads(nn.Module):
         self.config = config
         self.layer_idx = layer_idx
         self.is_causal = is_causal
-        spec = AttentionSpec.from_config(config, is_causal=is_causal, is_cross_attention=self.is_cross_attention)
+        spec = resolve_attention(config, is_causal=is_causal, is_cross_attention=self.is_cross_attention)
         self.spec = spec
-        if spec.uses_query_key:
-            self.query = nn.Linear(config.hidden_size, spec.query_size)
-            self.key = nn.Linear(config.hidden_size, spec.query_size)
-        self.value = nn.Linear(config.hidden_size, spec.value_size)
-        self.core = VariantAttentionCore(spec)
+        # the projections the attention type has (general bilinear: no key or value, pure synthesizers: no query/key)
+        self.query = nn.Linear(config.hidden_size, spec.query_size) if spec.has_query else None
+        self.key = nn.Linear(config.hidden_size, spec.query_size) if spec.has_key else None
+        self.value = nn.Linear(config.hidden_size, spec.value_size) if spec.has_value else None
+        self.core = attention_core(spec)
 
     def _memory(self, memory: torch.Tensor):
         """Keys and values of the memory input [b, m, d], heads-first, as they are cached."""
-        spec = self.spec
-        b, m = memory.shape[:2]
-        key = None
-        if spec.uses_query_key:
-            key = self.key(memory).view(b, m, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
-        value = self.value(memory).view(b, m, spec.num_value_heads, spec.value_head_size).transpose(1, 2)
-        return self.core.prepare_memory(key, value, memory)
+        return self.core.project_memory(memory, self.key, self.value)
 
     def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, cache=None, **kwargs):
-        spec = self.spec
         b, n = hidden_states.shape[:2]
-        query = None
-        if spec.uses_query_key:
-            query = self.query(hidden_states).view(b, n, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
+        query = self.core.project_query(hidden_states, self.query)
         if self.is_cross_attention:
             if cache is not None and cache.is_updated.get(self.layer_idx):
                 layer = cache.cross_attention_cache.layers[self.layer_idx]

@@ -11,6 +11,9 @@ What differs from transformers' `modeling_t5.py`:
 Everything T5 already has keeps transformers' parameter names, so a vanilla T5 checkpoint loads into a variant.
 """
 
+# First: the transformers version check runs before anything of transformers is imported.
+from .configuration_variant_attention import resolve_attention  # noqa: I001
+
 import copy
 import math
 
@@ -36,7 +39,7 @@ from transformers.modeling_outputs import (
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .attention_variants import AttentionSpec, VariantAttentionCore
+from .attention_variants import attention_core
 from .configuration_variant_t5 import VariantT5Config
 from .modeling_variant_utils import (
     CACHE_FIELD,
@@ -142,7 +145,7 @@ class VariantT5Attention(nn.Module):
         self.has_relative_attention_bias = has_relative_attention_bias
         self.relative_attention_num_buckets = config.relative_attention_num_buckets
         self.relative_attention_max_distance = config.relative_attention_max_distance
-        self.spec = spec = AttentionSpec.from_config(
+        self.spec = spec = resolve_attention(
             config,
             is_causal=place == "decoder",
             is_cross_attention=self.is_cross_attention,
@@ -150,16 +153,21 @@ class VariantT5Attention(nn.Module):
             scaling=1.0,
         )
         factor, d_model = config.initializer_factor, config.d_model
-        if spec.uses_query_key:  # T5 has no 1/sqrt(d_k) in the logits: the query's init carries it
+        # the projections the attention type has (general bilinear: no k or v, pure synthesizers: no q or k); T5 has
+        # no 1/sqrt(d_k) in the logits: the query's init carries it
+        self.q = self.k = self.v = None
+        if spec.has_query:
             self.q = _t5_init(nn.Linear(d_model, spec.query_size, bias=False), factor * (d_model * spec.key_head_size) ** -0.5)
+        if spec.has_key:
             self.k = _t5_init(nn.Linear(d_model, spec.query_size, bias=False), factor * d_model**-0.5)
-        self.v = _t5_init(nn.Linear(d_model, spec.value_size, bias=False), factor * d_model**-0.5)
+        if spec.has_value:
+            self.v = _t5_init(nn.Linear(d_model, spec.value_size, bias=False), factor * d_model**-0.5)
         self.o = _t5_init(nn.Linear(spec.value_size, d_model, bias=False), factor * spec.value_size**-0.5)
         if has_relative_attention_bias:  # one bias per softmax head
             self.relative_attention_bias = _t5_init(
                 nn.Embedding(self.relative_attention_num_buckets, spec.num_heads), factor * d_model**-0.5
             )
-        self.core = VariantAttentionCore(spec)
+        self.core = attention_core(spec)
 
     @staticmethod
     def _relative_position_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
@@ -193,21 +201,12 @@ class VariantT5Attention(nn.Module):
         return self.relative_attention_bias(buckets).permute([2, 0, 1]).unsqueeze(0)
 
     def _memory(self, memory):
-        spec = self.spec
-        b, m = memory.shape[:2]
-        key = None
-        if spec.uses_query_key:
-            key = self.k(memory).view(b, m, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
-        value = self.v(memory).view(b, m, spec.num_value_heads, spec.value_head_size).transpose(1, 2)
-        return self.core.prepare_memory(key, value, memory)
+        return self.core.project_memory(memory, self.k, self.v)
 
     def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None, cache=None, **kwargs):
-        spec = self.spec
         b, n = hidden_states.shape[:2]
         past_seen_tokens = cache.get_seq_length(self.layer_idx) if cache is not None else 0
-        query = None
-        if spec.uses_query_key:
-            query = self.q(hidden_states).view(b, n, spec.num_key_heads, spec.key_head_size).transpose(1, 2)
+        query = self.core.project_query(hidden_states, self.q)
         if isinstance(cache, EncoderDecoderCache):
             layer_cache = cache.cross_attention_cache if self.is_cross_attention else cache.self_attention_cache
         else:

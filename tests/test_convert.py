@@ -66,11 +66,11 @@ def test_convert_preserves_the_function_of_every_family(tmp_path, name, attentio
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
 
     # non-vacuity: the variant's own parameters are in play; moving them changes the outputs
-    own = [p for n, p in variant.named_parameters() if ".core." in n]
+    own = [(n, p) for n, p in variant.named_parameters() if ".core." in n]
     assert own
     with torch.no_grad():
-        for p in own:
-            p.add_(0.5 * torch.randn_like(p))
+        for n, p in own:  # a mixture swaps its weights: all on the synthetic part, none on the dot product
+            p.copy_(p.flip(0)) if n.endswith("mixture_weights") else p.add_(0.5 * torch.randn_like(p))
         assert (variant(**inputs).logits - expected).abs().max() > 1e-3
 
 

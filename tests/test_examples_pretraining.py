@@ -294,8 +294,8 @@ def test_push_to_hub_passes_through_with_the_real_card(hub, tmp_path):
     proc = subprocess.run(command, env=hub.env(tmp_path / "hf_home"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     files = hub.state.files("tester/tiny-mlm")
-    code = {"attention_variants.py", "configuration_variant_bert.py", "modeling_variant_bert.py",
-            "modeling_variant_utils.py"}
+    code = {"attention_variants.py", "configuration_variant_attention.py", "configuration_variant_bert.py",
+            "modeling_variant_bert.py", "modeling_variant_utils.py"}
     assert {"README.md", "config.json", "model.safetensors", "tokenizer.json", "all_results.json",
             "training_info.json", *code} <= set(files)
     assert "training_args.bin" not in files

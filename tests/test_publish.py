@@ -18,8 +18,8 @@ from hub_server import card_metadata_errors
 from hf_attn_variants.presets import PRESETS, preset_config
 from hf_attn_variants.publish import _load_yaml, attention_setups, is_published, publish, render_card
 
-CODE = {"attention_variants.py", "modeling_variant_utils.py", "configuration_variant_bert.py",
-        "modeling_variant_bert.py"}
+CODE = {"attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
+        "configuration_variant_bert.py", "modeling_variant_bert.py"}
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 # Runs with HF_ENDPOINT = the loopback Hub: a tiny Trainer run, Trainer.push_to_hub + upload_card, and the CLI.

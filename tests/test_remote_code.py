@@ -16,8 +16,8 @@ from conftest import BLOCK_PACKAGE, HEADS, T5_HEADS, VARIANTS, build, family, he
 
 PACKAGE = Path(hav.__file__).parent
 REMOTE_FILES = {  # what a saved checkpoint of each family carries
-    fam: sorted(["attention_variants.py", "modeling_variant_utils.py", f"configuration_variant_{fam}.py",
-                 f"modeling_variant_{fam}.py"])
+    fam: sorted(["attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
+                 f"configuration_variant_{fam}.py", f"modeling_variant_{fam}.py"])
     for fam in ("bert", "albert", "t5")
 }
 SCANNED = sorted({name for files in REMOTE_FILES.values() for name in files})

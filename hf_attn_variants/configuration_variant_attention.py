@@ -1,0 +1,376 @@
+"""The attention fields every family's config adds, in one place: names, defaults, documentation and validation.
+
+Torch-free. Every configuration file imports this module first, so the transformers version check below runs before
+anything else of transformers is imported (an older release is refused with what to install, not with an ImportError
+deep inside loading or, worse, wrong outputs: before 5.14 transformers' SDPA silently drops T5's position bias).
+This file is copied next to every saved checkpoint (remote code): it imports only the standard library and
+transformers.
+
+A config always constructs, with any values. `resolve_attention(config, ...)` turns the fields into the
+`AttentionSpec` of one layer when the layer is built, and raises a `ValueError` naming the field and the allowed
+values there, as transformers' own BERT does for `hidden_size % num_attention_heads`. Each attention type has its
+own resolver (`RESOLVERS`, keyed by `attention_type`, as `attention_variants.ATTENTION_CLASSES` is).
+"""
+
+import re
+import warnings
+
+import transformers
+
+SUPPORTED_TRANSFORMERS = "transformers>=5.14,<6"  # pyproject.toml declares the same range (a test checks)
+_TRANSFORMERS_VERSION = tuple(int(part) for part in re.match(r"(\d+)\.(\d+)", transformers.__version__).groups())
+if _TRANSFORMERS_VERSION < (5, 14):
+    raise ImportError(
+        f"hf-attn-variants models need {SUPPORTED_TRANSFORMERS}, found transformers {transformers.__version__}. "
+        f"Upgrade with: pip install '{SUPPORTED_TRANSFORMERS}'. (transformers 4.x cannot load these models: they are "
+        "built on the v5 model API.)"
+    )
+if _TRANSFORMERS_VERSION >= (6, 0):
+    warnings.warn(
+        f"hf-attn-variants models are tested with {SUPPORTED_TRANSFORMERS}, found transformers "
+        f"{transformers.__version__}; if loading or outputs fail, install '{SUPPORTED_TRANSFORMERS}'.",
+        stacklevel=2,
+    )
+
+import math  # noqa: E402
+from dataclasses import dataclass, fields  # noqa: E402
+
+ATTENTION_TYPES = ("dot_product", "talking_heads", "synthesizer", "general_bilinear")
+SYNTHESIZER_COMPONENTS = ("dot_product", "dense", "random", "factorized_dense", "factorized_random")
+DYNAMIC_PROJECTIONS = ("x2l", "m2l", "x2w", "m2w")
+TALKING_HEADS_INITS = ("identity", "paper")
+MIXTURE_INITS = ("uniform", "dot_product")
+PLACES = ("encoder", "decoder", "cross")  # where an encoder-decoder family may choose the attention per place
+
+
+@dataclass
+class VariantAttentionFields:
+    r"""
+        attention_type (`str`, defaults to `"dot_product"`):
+            `"dot_product"`, `"talking_heads"`, `"synthesizer"` or `"general_bilinear"` (h heads, each a full d x d
+            bilinear form: no key or value projection, the memory itself is the keys and the values).
+        attention_head_size (`int`, *optional*):
+            Size of each query/key/value head. Defaults to `hidden_size // heads` (for talking heads, `hidden_size //
+            h_k` for queries/keys and `hidden_size // h_v` for values), so the projections keep the upstream shapes.
+            General bilinear heads are always `hidden_size` wide.
+        attention_recompute (`bool`, defaults to `False`):
+            Recompute the attention core (logits, softmax, head maps) in the backward pass instead of storing it:
+            less activation memory for some extra compute. Talking heads and eager synthesizers.
+        talking_heads_num_key_heads (`int`, *optional*):
+            h_k, the query/key heads. Defaults to `num_attention_heads` (h, the logits/softmax heads).
+        talking_heads_num_value_heads (`int`, *optional*):
+            h_v, the value heads. Defaults to `num_attention_heads`.
+        talking_heads_pre_softmax (`bool`, defaults to `True`):
+            Learn the map P_l[h_k, h] across heads applied to the logits before the softmax.
+        talking_heads_post_softmax (`bool`, defaults to `True`):
+            Learn the map P_w[h, h_v] across heads applied to the weights after the softmax.
+        talking_heads_init (`str`, defaults to `"paper"`):
+            `"paper"`: truncated normal with std 1/sqrt(h_in), as the original code. `"identity"`: the model equals
+            ordinary multi-head attention at init (needs h_k = h = h_v); use it to warm-start from a vanilla checkpoint.
+        talking_heads_dynamic (`list[str]`, defaults to `[]`):
+            Input-dependent projections added to the static maps, any subset of `"x2l"`, `"m2l"` (logits, from the
+            query input and the memory input) and `"x2w"`, `"m2w"` (weights).
+        synthesizer_components (`list[str]`, defaults to `["dense"]`):
+            The synthetic attention(s): `"dense"`, `"random"`, `"factorized_dense"`, `"factorized_random"`, and
+            `"dot_product"` to mix with ordinary attention. Two or more components form a learned mixture.
+        synthesizer_max_position (`int`, *optional*):
+            The longest sequence a synthesizer attends over. Defaults to `max_position_embeddings` (512 in T5).
+        synthesizer_random_trainable (`bool`, defaults to `True`):
+            Train the random (and factorized random) matrices; `False` keeps them fixed (still saved).
+        synthesizer_factorized_rank (`int`, defaults to 8):
+            Rank k of the factorized random synthesizer R = R1 R2^T.
+        synthesizer_dense_factors (`list[int]`, *optional*):
+            (a, b) with a * b = `synthesizer_max_position` for the factorized dense synthesizer. Defaults to the
+            most balanced pair.
+        synthesizer_mixture_normalize (`bool`, defaults to `True`):
+            Mixture weights that sum to one (the paper's form), as `alpha = w + (1 - sum(w)) / C` for the C learned
+            weights `w` (no division: every value of `w` is valid); `False` uses `w` as it is.
+        synthesizer_mixture_init (`str`, defaults to `"uniform"`):
+            `"uniform"`: every component starts at the same weight. `"dot_product"`: the dot product starts at 1 and
+            the synthetic components at 0, so a model warm-started from a vanilla checkpoint equals it at init and
+            the synthetic weights still learn.
+        admin (`bool`, defaults to `False`):
+            Admin residuals (Liu et al. 2020) in a Post-LN family: each residual becomes `LN(omega * x + f(x))` with a
+            per-width parameter `omega` that starts at 1 (the ordinary model, exactly); `hf_attn_variants.admin`
+            profiles a batch to set it. T5 is Pre-LN and refuses it.
+    """
+
+    attention_type: str = "dot_product"
+    attention_head_size: int | None = None
+    attention_recompute: bool = False
+    talking_heads_num_key_heads: int | None = None
+    talking_heads_num_value_heads: int | None = None
+    talking_heads_pre_softmax: bool = True
+    talking_heads_post_softmax: bool = True
+    talking_heads_init: str = "paper"
+    talking_heads_dynamic: list[str] | None = None
+    synthesizer_components: list[str] | None = None
+    synthesizer_max_position: int | None = None
+    synthesizer_random_trainable: bool = True
+    synthesizer_factorized_rank: int = 8
+    synthesizer_dense_factors: list[int] | None = None
+    synthesizer_mixture_normalize: bool = True
+    synthesizer_mixture_init: str = "uniform"
+    admin: bool = False
+
+    def __post_init__(self):  # lists are copied (a config never shares them), the list defaults filled in
+        self.talking_heads_dynamic = list(self.talking_heads_dynamic or [])
+        # an empty list stays empty: the model refuses it when built
+        components = self.synthesizer_components
+        self.synthesizer_components = ["dense"] if components is None else list(components)
+        if self.synthesizer_dense_factors is not None:
+            self.synthesizer_dense_factors = list(self.synthesizer_dense_factors)
+
+    @classmethod
+    def pop_from(cls, kwargs: dict) -> "VariantAttentionFields":
+        """Take the attention fields out of a config's keyword arguments (the rest go to `PretrainedConfig`)."""
+        return cls(**{f.name: kwargs.pop(f.name) for f in fields(cls) if f.name in kwargs})
+
+    def set_on(self, config) -> None:
+        """Store every field on `config` under its own name (configs keep flat attributes, as transformers' do)."""
+        for f in fields(self):
+            setattr(config, f.name, getattr(self, f.name))
+
+
+VARIANT_CONFIG_DOCSTRING = VariantAttentionFields.__doc__
+VARIANT_CONFIG_DEFAULTS = {f.name: f.default for f in fields(VariantAttentionFields)}
+VARIANT_CONFIG_DEFAULTS.update(talking_heads_dynamic=[], synthesizer_components=["dense"])
+
+
+# ----------------------------------------------------------------------------------------------- per-layer resolution
+@dataclass(frozen=True)
+class AttentionSpec:
+    """What one attention layer needs to know, resolved and validated from a config (dot product uses it as is).
+
+    `num_heads` h: logits/softmax heads; `num_key_heads` h_k and `num_value_heads` h_v; `key_head_size` d_k and
+    `value_head_size` d_v; `scaling` the logits scale (None: d_k^-0.5; T5 uses 1.0); `hidden_size` the width of the
+    query input and of the memory input.
+    """
+
+    attention_type: str
+    hidden_size: int
+    num_heads: int
+    num_key_heads: int
+    num_value_heads: int
+    key_head_size: int
+    value_head_size: int
+    dropout: float
+    is_causal: bool
+    scaling: float | None = None
+    recompute: bool = False
+
+    # which projections the family's attention module builds (transformers' names: query/key/value, T5's q/k/v)
+    has_query = True
+    has_key = True
+    has_value = True
+
+    @property
+    def query_size(self) -> int:
+        return self.num_key_heads * self.key_head_size
+
+    @property
+    def value_size(self) -> int:
+        """Width of the attention output, the input of the output projection."""
+        return self.num_value_heads * self.value_head_size
+
+
+@dataclass(frozen=True)
+class TalkingHeadsSpec(AttentionSpec):
+    pre_softmax: bool = True
+    post_softmax: bool = True
+    talking_heads_init: str = "paper"
+    dynamic: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SynthesizerSpec(AttentionSpec):
+    components: tuple[str, ...] = ("dense",)
+    max_position: int = 512
+    random_trainable: bool = True
+    factorized_rank: int = 8
+    dense_factors: tuple[int, int] = (16, 32)
+    mixture_normalize: bool = True
+    mixture_init: str = "uniform"
+
+    @property
+    def has_query(self) -> bool:  # a pure synthesizer has neither queries nor keys
+        return "dot_product" in self.components
+
+    has_key = has_query
+
+
+@dataclass(frozen=True)
+class GeneralBilinearSpec(AttentionSpec):
+    """h full-width heads; the memory is the keys and the values (no key or value projection)."""
+
+    has_key = False
+    has_value = False
+
+
+def _choice(field: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"`{field}`={value!r} is not supported; allowed values: {', '.join(map(repr, allowed))}.")
+
+
+def _balanced_factors(n: int) -> tuple[int, int]:
+    """The factor pair (a, b), a <= b, a * b = n, with a as close to sqrt(n) as possible."""
+    a = int(math.isqrt(n))
+    while n % a:
+        a -= 1
+    return a, n // a
+
+
+def _head_width(config, field_name: str, heads: int) -> int:
+    head_size = _field(config, "attention_head_size")
+    if head_size is not None:
+        return head_size
+    if config.hidden_size % heads != 0:
+        raise ValueError(
+            f"The hidden size ({config.hidden_size}) is not a multiple of `{field_name}` ({heads}); choose a head "
+            f"count that divides it or set `attention_head_size` explicitly."
+        )
+    return config.hidden_size // heads
+
+
+def _field(config, name):
+    return getattr(config, name, VARIANT_CONFIG_DEFAULTS[name])
+
+
+def _resolve_dot_product(config, common: dict) -> AttentionSpec:
+    size = _head_width(config, "num_attention_heads", common["num_heads"])
+    return AttentionSpec(num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=size,
+                         value_head_size=size, **common)
+
+
+def _resolve_talking_heads(config, common: dict) -> TalkingHeadsSpec:
+    heads = common["num_heads"]
+    h_k = _field(config, "talking_heads_num_key_heads") or heads
+    h_v = _field(config, "talking_heads_num_value_heads") or heads
+    pre = bool(_field(config, "talking_heads_pre_softmax"))
+    post = bool(_field(config, "talking_heads_post_softmax"))
+    th_init = _field(config, "talking_heads_init")
+    dynamic = tuple(_field(config, "talking_heads_dynamic") or ())
+    _choice("talking_heads_init", th_init, TALKING_HEADS_INITS)
+    if not pre and h_k != heads:
+        raise ValueError(
+            f"`talking_heads_pre_softmax`=False needs `talking_heads_num_key_heads` ({h_k}) equal to "
+            f"`num_attention_heads` ({heads}): without the map the logits keep the key heads."
+        )
+    if not post and h_v != heads:
+        raise ValueError(
+            f"`talking_heads_post_softmax`=False needs `talking_heads_num_value_heads` ({h_v}) equal to "
+            f"`num_attention_heads` ({heads}): without the map the weights keep the softmax heads."
+        )
+    if th_init == "identity" and ((pre and h_k != heads) or (post and h_v != heads)):
+        raise ValueError(
+            f"`talking_heads_init`='identity' needs square maps, i.e. `talking_heads_num_key_heads` ({h_k}) "
+            f"and `talking_heads_num_value_heads` ({h_v}) equal to `num_attention_heads` ({heads}); "
+            f"use `talking_heads_init`='paper'."
+        )
+    if any(d in dynamic for d in ("x2l", "m2l")) and not pre:
+        raise ValueError("Dynamic logits projections (x2l, m2l) need `talking_heads_pre_softmax`=True.")
+    if any(d in dynamic for d in ("x2w", "m2w")) and not post:
+        raise ValueError("Dynamic weights projections (x2w, m2w) need `talking_heads_post_softmax`=True.")
+    return TalkingHeadsSpec(
+        **common, num_key_heads=h_k, num_value_heads=h_v,
+        key_head_size=_head_width(config, "talking_heads_num_key_heads", h_k),
+        value_head_size=_head_width(config, "talking_heads_num_value_heads", h_v),
+        pre_softmax=pre, post_softmax=post, talking_heads_init=th_init, dynamic=dynamic,
+    )
+
+
+def _resolve_synthesizer(config, common: dict) -> SynthesizerSpec:
+    components = tuple(_field(config, "synthesizer_components") or ())
+    if not components:
+        raise ValueError(f"`synthesizer_components` is empty; name at least one of {SYNTHESIZER_COMPONENTS}.")
+    for c in components:
+        _choice("synthesizer_components", c, SYNTHESIZER_COMPONENTS)
+    if len(set(components)) != len(components):
+        raise ValueError(f"`synthesizer_components`={list(components)} names a component twice.")
+    if components == ("dot_product",):
+        raise ValueError(
+            "`synthesizer_components`=['dot_product'] is plain attention: use `attention_type`='dot_product', "
+            "or add a synthetic component to mix with it."
+        )
+    max_position = _field(config, "synthesizer_max_position") or config.max_position_embeddings
+    mixture_init = _field(config, "synthesizer_mixture_init")
+    _choice("synthesizer_mixture_init", mixture_init, MIXTURE_INITS)
+    if mixture_init == "dot_product" and "dot_product" not in components:
+        raise ValueError(
+            "`synthesizer_mixture_init`='dot_product' (warm start: the model equals dot-product attention at "
+            "init) needs 'dot_product' among `synthesizer_components`."
+        )
+    factors = _field(config, "synthesizer_dense_factors")
+    factors = tuple(factors) if factors else _balanced_factors(max_position)
+    if "factorized_dense" in components and (len(factors) != 2 or factors[0] * factors[1] != max_position):
+        raise ValueError(
+            f"`synthesizer_dense_factors`={list(factors)} must be two integers whose product is the "
+            f"synthesizer's maximum position ({max_position})."
+        )
+    rank = _field(config, "synthesizer_factorized_rank")
+    if "factorized_random" in components and (not isinstance(rank, int) or rank < 1):
+        raise ValueError(f"`synthesizer_factorized_rank` must be a positive integer, got {rank!r}.")
+    size = _head_width(config, "num_attention_heads", common["num_heads"])
+    return SynthesizerSpec(
+        **common, num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=size,
+        value_head_size=size, components=components, max_position=max_position,
+        random_trainable=bool(_field(config, "synthesizer_random_trainable")), factorized_rank=rank,
+        dense_factors=factors, mixture_normalize=bool(_field(config, "synthesizer_mixture_normalize")),
+        mixture_init=mixture_init,
+    )
+
+
+def _resolve_general_bilinear(config, common: dict) -> GeneralBilinearSpec:
+    head_size = _field(config, "attention_head_size")
+    if head_size is not None and head_size != config.hidden_size and config.model_type != "variant_t5":
+        raise ValueError(
+            f"`attention_type`='general_bilinear' has heads of the full width ({config.hidden_size}): the memory "
+            f"itself is the keys and values. Unset `attention_head_size` (got {head_size})."
+        )
+    d = config.hidden_size
+    return GeneralBilinearSpec(num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=d,
+                               value_head_size=d, **common)
+
+
+RESOLVERS = {
+    "dot_product": _resolve_dot_product,
+    "talking_heads": _resolve_talking_heads,
+    "synthesizer": _resolve_synthesizer,
+    "general_bilinear": _resolve_general_bilinear,
+}
+
+
+def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bool = False, attention_type=None,
+                      scaling: float | None = None) -> AttentionSpec:
+    """The `AttentionSpec` of one layer (`attention_type` overrides the config's, for a family that chooses per
+    place). Cross-attention has no synthetic form: a synthesizer model's cross-attention is dot-product attention
+    (talking heads and general bilinear stay what they are there). `scaling` replaces d_k^-0.5 (T5 uses 1.0)."""
+    attention_type = attention_type or _field(config, "attention_type")
+    _choice("attention_type", attention_type, ATTENTION_TYPES)
+    if is_cross_attention and attention_type == "synthesizer":
+        attention_type = "dot_product"
+    dynamic = tuple(_field(config, "talking_heads_dynamic") or ())
+    places = {_field(config, "attention_type"), *(getattr(config, f"{p}_attention_type", None) for p in PLACES)}
+    if dynamic and "talking_heads" not in places:
+        raise ValueError(
+            f"`talking_heads_dynamic`={list(dynamic)} needs `attention_type`='talking_heads' "
+            f"(got {_field(config, 'attention_type')!r}); set `talking_heads_dynamic`=[] or switch the attention type."
+        )
+    for name in dynamic:
+        _choice("talking_heads_dynamic", name, DYNAMIC_PROJECTIONS)
+    if len(set(dynamic)) != len(dynamic):
+        raise ValueError(f"`talking_heads_dynamic`={list(dynamic)} names a projection twice.")
+    heads = config.num_attention_heads
+    if not isinstance(heads, int) or heads < 1:
+        raise ValueError(f"`num_attention_heads` must be a positive integer, got {heads!r}.")
+    head_size = _field(config, "attention_head_size")
+    if head_size is not None and (not isinstance(head_size, int) or head_size < 1):
+        raise ValueError(f"`attention_head_size` must be a positive integer or None, got {head_size!r}.")
+    common = dict(attention_type=attention_type, hidden_size=config.hidden_size, num_heads=heads,
+                  dropout=config.attention_probs_dropout_prob, is_causal=is_causal, scaling=scaling,
+                  recompute=bool(_field(config, "attention_recompute")))
+    return RESOLVERS[attention_type](config, common)
+
+
+__all__ = ["ATTENTION_TYPES", "AttentionSpec", "RESOLVERS", "SUPPORTED_TRANSFORMERS", "VariantAttentionFields",
+           "resolve_attention"]
