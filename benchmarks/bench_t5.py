@@ -39,6 +39,7 @@ ROWS = {
     "synth_mixture": (
         "ours", {"attention_type": "synthesizer", "synthesizer_components": ["dot_product", "random"]},
     ),
+    "general_bilinear": ("ours", {"attention_type": "general_bilinear"}),
 }
 
 

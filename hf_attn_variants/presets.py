@@ -61,6 +61,7 @@ ATTENTION = {
     "synthesizer-mixture": (
         dict(attention_type="synthesizer", synthesizer_components=["dot_product", "random"]), (SYNTHESIZER,)
     ),
+    "general-bilinear": (dict(attention_type="general_bilinear"), (TALKING_HEADS,)),
     "single-head-admin": (dict(admin=True), (SINGLE_HEAD, ADMIN)),
     "single-head": (dict(), (SINGLE_HEAD,)),
 }

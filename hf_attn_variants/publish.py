@@ -83,6 +83,8 @@ def attention_setups(config: dict) -> list[str]:
     setups = []
     if "talking_heads" in types:
         setups.append("talking-heads")
+    if "general_bilinear" in types:
+        setups.append("general-bilinear")
     if "synthesizer" in types:
         components = list(config.get("synthesizer_components") or [])
         if "dot_product" in components and len(components) > 1:

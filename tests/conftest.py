@@ -66,6 +66,7 @@ VARIANTS = {
         synthesizer_components=["random", "factorized_random"],
         synthesizer_mixture_normalize=False,
     ),
+    "general_bilinear": dict(attention_type="general_bilinear"),
 }
 
 BERT_HEADS = [

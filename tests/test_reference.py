@@ -3,7 +3,8 @@ model, against a BERT attention layer computed by the model (eager and SDPA impl
 
 The transcriptions follow the papers and DESIGN.md, not our code paths: talking heads materialise the full per-pair
 maps `P_l + D_x(x_i) + D_m(m_j)` (our code never does), mask after the pre-softmax map; the factorized dense
-Synthesizer tiles with `repeat_interleave` / `repeat`; the mixture weights are `alpha = w + (1 - sum(w)) / C`.
+Synthesizer tiles with `repeat_interleave` / `repeat`; the mixture weights are `alpha = w + (1 - sum(w)) / C`;
+general bilinear attention contracts the full-width query heads with the memory itself.
 Every variant parameter is re-drawn at a scale where it matters, and each case checks that the reference itself moves
 when those parameters move, so agreement to 1e-10 is not agreement between two things that ignore them.
 """
@@ -32,6 +33,7 @@ CASES = {
                                                   "factorized_dense"]),
     "synth_mixture_unnormalized": dict(attention_type="synthesizer", synthesizer_mixture_normalize=False,
                                        synthesizer_components=["dot_product", "dense", "random"]),
+    "general_bilinear": dict(attention_type="general_bilinear"),
 }
 BATCH, SEQ = 3, 9
 
@@ -118,6 +120,20 @@ def reference_synthesizer(layer, p, x, mask):
     return torch.einsum("bhij,bjhd->bihd", weights, v).reshape(b, n, -1)
 
 
+def reference_general_bilinear(layer, p, x, mask):
+    """The talking-heads paper's general bilinear multihead attention (mesh-tensorflow's GeneralBilinearSelfAttention):
+    logits[h, i, j] = (x_i W_q + b_q)[h] . m_j * d^-0.5 + mask, context[i, h] = sum_j softmax(logits)[h, i, j] m_j,
+    with the memory m = x (self-attention): no key or value projection."""
+    b, n, d = x.shape
+    q = _heads(x, p["query.weight"], p["query.bias"], layer.core.spec.num_heads)  # [b, n, h, d]
+    logits = torch.einsum("bihd,bjd->bhij", q, x) * d**-0.5 + mask[:, None]
+    return torch.einsum("bhij,bjd->bihd", torch.softmax(logits, dim=-1), x).reshape(b, n, -1)
+
+
+REFERENCES = {"talking_heads": reference_talking_heads, "synthesizer": reference_synthesizer,
+              "general_bilinear": reference_general_bilinear}
+
+
 def _model(case, implementation, causal):
     torch.manual_seed(0)
     config = hav.VariantBertConfig(**{**TINY, **CASES[case], "num_hidden_layers": 1}, is_decoder=causal,
@@ -150,11 +166,40 @@ def test_attention_equals_paper_transcription(case, causal, implementation):
     if causal:
         allowed = allowed & torch.ones(SEQ, SEQ, dtype=torch.bool).tril()
     mask = torch.zeros(allowed.shape, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
-    reference = reference_talking_heads if CASES[case]["attention_type"] == "talking_heads" else reference_synthesizer
+    reference = REFERENCES[CASES[case]["attention_type"]]
     params = {name: t.detach() for name, t in layer.named_parameters()}
     expected = reference(layer, params, seen["x"], mask)
     torch.testing.assert_close(seen["out"], expected, atol=1e-10, rtol=1e-10)
 
     # the reference depends on the variant's own parameters: moving them moves it far beyond the tolerance
-    moved = {name: t * 1.1 if name.startswith("core.") else t for name, t in params.items()}
+    own = "query." if case == "general_bilinear" else "core."  # general bilinear: the full-width query is its own
+    moved = {name: t * 1.1 if name.startswith(own) else t for name, t in params.items()}
     assert (reference(layer, moved, seen["x"], mask) - expected).abs().max() > 1e-4
+
+
+def test_general_bilinear_layout_and_size():
+    """No key or value projection (the memory is both), a query of h full-width heads, an output projection from
+    h*d: 2 h d^2 weights per layer, in BERT, ALBERT and T5 (without biases)."""
+    h, d = TINY["num_attention_heads"], TINY["hidden_size"]
+    bert = hav.VariantBertModel(hav.VariantBertConfig(**TINY, attention_type="general_bilinear"))
+    attention = bert.encoder.layer[0].attention
+    assert attention.self.key is None and attention.self.value is None
+    assert attention.self.query.weight.shape == (h * d, d) and attention.output.dense.weight.shape == (d, h * d)
+    albert = hav.VariantAlbertModel(hav.VariantAlbertConfig(**TINY, attention_type="general_bilinear"))
+    layer = albert.encoder.albert_layer_groups[0].albert_layers[0].attention
+    assert layer.key is None and layer.value is None and layer.dense.weight.shape == (d, h * d)
+    t5 = hav.VariantT5Model(hav.VariantT5Config(d_model=d, num_heads=h, d_kv=8, num_layers=1, vocab_size=99,
+                                                attention_type="general_bilinear"))
+    for attn in (t5.encoder.block[0].layer[0].SelfAttention, t5.decoder.block[0].layer[1].EncDecAttention):
+        assert attn.k is None and attn.v is None
+        assert sum(p.numel() for n, p in attn.named_parameters() if n in ("q.weight", "o.weight")) == 2 * h * d * d
+    with pytest.raises(ValueError, match="full width"):
+        hav.VariantBertModel(hav.VariantBertConfig(**TINY, attention_type="general_bilinear", attention_head_size=8))
+
+
+def test_registry_matches_the_allowed_attention_types():
+    assert tuple(hav.ATTENTION_CLASSES) == hav.ATTENTION_TYPES
+    assert tuple(hav.configuration_variant_attention.RESOLVERS) == hav.ATTENTION_TYPES
+    for name, cls in hav.ATTENTION_CLASSES.items():
+        core = hav.VariantBertModel(hav.VariantBertConfig(**TINY, attention_type=name)).encoder.layer[0].attention
+        assert type(core.self.core) is cls and issubclass(cls, hav.VariantAttentionCore)
