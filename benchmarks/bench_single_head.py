@@ -25,7 +25,7 @@ try:
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import hf_attn_variants
-from hf_attn_variants.admin import single_head_twin  # noqa: E402
+from hf_attn_variants.presets import single_head_twin  # noqa: E402
 
 
 def main():

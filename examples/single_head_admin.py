@@ -24,7 +24,8 @@ import torch
 from transformers import HfArgumentParser
 
 import hf_attn_variants as hav
-from hf_attn_variants.admin import admin_profile, single_head_twin
+from hf_attn_variants.admin import admin_profile
+from hf_attn_variants.presets import single_head_twin
 
 SPECIAL = ["[PAD]", "[UNK]", "[MASK]"]
 

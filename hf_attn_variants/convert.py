@@ -13,6 +13,7 @@ folder next to `output` and moved into place only when complete, so a failure ne
 Tokenizer files found in the source folder are copied along.
 """
 
+import copy
 import json
 import os
 import shutil
@@ -24,9 +25,9 @@ import transformers
 
 import hf_attn_variants as hav
 
-from .admin import export_to_transformers
+from .admin import admin_residuals
+from .families import FAMILIES, family_of
 
-FAMILIES = {"bert": "Bert", "albert": "Albert", "t5": "T5"}  # transformers model_type -> class name prefix
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -44,6 +45,12 @@ FUNCTION_PRESERVING = {
     "talking_heads": {"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
     "synthesizer": {"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
 }
+
+
+def _either(families: dict, attribute: str) -> str:
+    """"BERT, ALBERT or T5" from a families table."""
+    names = [getattr(f, attribute) for f in families.values()]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def probe_inputs(config, architecture: str) -> dict:
@@ -224,11 +231,11 @@ def convert(
     if model_type not in FAMILIES:
         hint = " (it is already a variant checkpoint)" if str(model_type).startswith("variant_") else ""
         raise ValueError(
-            f"{source} holds a {model_type!r} checkpoint{hint}; convert takes transformers BERT, ALBERT or T5 "
+            f"{source} holds a {model_type!r} checkpoint{hint}; convert takes transformers {_either(FAMILIES, 'display')} "
             f"checkpoints (model_type {', '.join(FAMILIES)})."
         )
     shapes = checkpoint_shapes(source)
-    prefix = FAMILIES[model_type]
+    prefix = FAMILIES[model_type].prefix
     architecture = architecture or (config.get("architectures") or [f"{prefix}Model"])[0]
     if not (architecture.startswith(prefix) and hasattr(transformers, architecture)
             and hasattr(hav, f"Variant{architecture}")):
@@ -267,10 +274,57 @@ def convert(
     return _write_atomically(output, write)
 
 
+def _check_scalar_omegas(residuals):
+    for module in residuals:
+        omega = module.admin_omega
+        if not torch.all(omega == omega[0]) or omega[0] <= 0:
+            raise ValueError(
+                "Export folds one positive omega per residual into the branch's output projection; this model has an "
+                "omega that varies across the width (trained per-width). Keep it as a VariantBert/VariantAlbert model."
+            )
+
+
+@torch.no_grad()
+def export_to_transformers(model, save_directory) -> None:
+    """Write an Admin model as a plain transformers `Bert*`/`Albert*` checkpoint that loads without remote code.
+
+    LN(omega * x + f(x)) = LN(x + f(x) / omega) for a scalar omega > 0 (LayerNorm ignores a positive scale, up to
+    its epsilon), so each branch's output projection is divided by its omega. Possible when the attention is plain
+    dot-product with transformers' head size (hidden_size / num_attention_heads) and every omega is one scalar.
+    """
+    config = model.config
+    if config.attention_type != "dot_product":
+        raise ValueError(f"Only dot-product models export to plain transformers, not {config.attention_type!r}.")
+    head_size = getattr(config, "attention_head_size", None)
+    if head_size is not None and head_size * config.num_attention_heads != config.hidden_size:
+        raise ValueError(
+            f"transformers' {family_of(config).display} uses heads of hidden_size / num_attention_heads; "
+            f"this model has {config.num_attention_heads} head(s) of size {head_size} in width {config.hidden_size} "
+            "(a deep single-head twin), which it cannot represent."
+        )
+    residuals = admin_residuals(model)
+    _check_scalar_omegas(residuals)
+    reference_class = getattr(transformers, type(model).__name__.replace("Variant", "", 1))
+    config_class = getattr(transformers, family_of(config).upstream_config)
+    fields = {k: v for k, v in config.to_dict().items() if k in config_class().to_dict() and k != "model_type"}
+    fields.pop("architectures", None)
+    plain = reference_class(config_class(**fields))
+    folded = copy.deepcopy(model)
+    for module in [m for m in folded.modules() if getattr(m, "admin_omega", None) is not None]:
+        projection = module.dense if hasattr(module, "dense") else module.ffn_output
+        projection.weight.div_(module.admin_omega[0])
+        projection.bias.div_(module.admin_omega[0])
+    state = {k: v for k, v in folded.state_dict().items() if not k.endswith("admin_omega")}
+    missing, unexpected = plain.load_state_dict(state, strict=False)
+    if unexpected or any(not k.endswith(("position_ids", "token_type_ids")) for k in missing):
+        raise ValueError(f"Export mismatch: missing {missing}, unexpected {unexpected}.")
+    plain.save_pretrained(save_directory)
+
+
 def export_admin(source, output, *, atol: float = 1e-5, rtol: float = 1e-4) -> Path:
     """Write the Admin variant checkpoint in `source` as a plain transformers `Bert*`/`Albert*` checkpoint in
     `output` (a new or empty folder), with each residual's omega folded into its branch (see
-    `hf_attn_variants.admin.export_to_transformers`), after checking both give the same outputs. Returns `output`.
+    `export_to_transformers`), after checking both give the same outputs. Returns `output`.
 
     Raises FileNotFoundError / FileExistsError as `convert` does, and ValueError where the export is not exact
     (a variant attention, single-head layers narrower than the width, omegas that vary across the width).
@@ -278,10 +332,12 @@ def export_admin(source, output, *, atol: float = 1e-5, rtol: float = 1e-4) -> P
     source, output = Path(source), Path(output)
     _check_output(output)
     config = _read_config(source)
-    if config.get("model_type") not in ("variant_bert", "variant_albert"):
+    post_ln = {f.name: f for f in FAMILIES.values() if f.post_ln}
+    if config.get("model_type") not in [f.model_type for f in post_ln.values()]:
         raise ValueError(
-            f"{source} holds a {config.get('model_type')!r} checkpoint; export takes hf-attn-variants BERT or "
-            "ALBERT checkpoints (model_type variant_bert or variant_albert). T5 is Pre-LN and has no Admin."
+            f"{source} holds a {config.get('model_type')!r} checkpoint; export takes hf-attn-variants "
+            f"{_either(post_ln, 'display')} checkpoints (model_type {_either(post_ln, 'model_type')}): Admin needs "
+            "Post-LN residuals."
         )
     shapes = checkpoint_shapes(source)
     architecture = (config.get("architectures") or ["VariantBertModel"])[0]
@@ -299,5 +355,5 @@ def export_admin(source, output, *, atol: float = 1e-5, rtol: float = 1e-4) -> P
     return _write_atomically(output, write)
 
 
-__all__ = ["FUNCTION_PRESERVING", "TOKENIZER_FILES", "checkpoint_shapes", "convert", "export_admin", "probe_inputs",
-           "weights_report"]
+__all__ = ["FUNCTION_PRESERVING", "TOKENIZER_FILES", "checkpoint_shapes", "convert", "export_admin",
+           "export_to_transformers", "probe_inputs", "weights_report"]

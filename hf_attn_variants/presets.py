@@ -8,14 +8,13 @@ attention setups are the ones the three papers compare. ``PRESETS`` maps every v
 also says which paper the attention comes from (used by the example scripts and the model cards).
 """
 
+import copy
 from dataclasses import dataclass
 
-from .admin import single_head_twin
-from .configuration_variant_albert import VariantAlbertConfig
-from .configuration_variant_bert import VariantBertConfig
-from .configuration_variant_t5 import VariantT5Config
+import torch
 
-CONFIG_CLASSES = {"bert": VariantBertConfig, "albert": VariantAlbertConfig, "t5": VariantT5Config}
+from .families import FAMILIES, family_of
+
 
 # (layers, width, heads): the Turc et al. grid for BERT/ALBERT; t5-small/t5-base widths for T5 small/base.
 SIZES = {
@@ -81,8 +80,8 @@ def _presets() -> dict[str, Preset]:
     for family, sizes in SIZES.items():
         for size in sizes:
             for attention, (_, papers) in ATTENTION.items():
-                # Admin is for Post-LN residuals: T5 (Pre-LN) gets its plain deep single-head twin instead.
-                if attention == ("single-head-admin" if family == "t5" else "single-head"):
+                # Admin is for Post-LN residuals: a Pre-LN family (T5) gets its plain deep single-head twin instead.
+                if attention == ("single-head" if FAMILIES[family].post_ln else "single-head-admin"):
                     continue
                 name = f"{family}-{size}-{attention}"
                 presets[name] = Preset(name, family, size, attention, papers)
@@ -92,12 +91,52 @@ def _presets() -> dict[str, Preset]:
 PRESETS = _presets()
 
 
+def _count_parameters(model_class, config) -> int:
+    with torch.device("meta"):
+        return sum(p.numel() for p in model_class(config).parameters())
+
+
+def single_head_twin(config, model_class=None):
+    """The deep single-head twin of a multi-head config (BERT, ALBERT or T5) and both parameter counts.
+
+    L layers of h heads with head size d_h and feed-forward f become L*h layers of one head of size d_h and
+    feed-forward f/h: the same number of attention heads in total and about the same size (Liu et al. 2021:
+    BERT-base 12x12 -> 144x1, BERT-large 24x16 -> 384x1). ALBERT shares G layer groups across its depth, so its twin
+    has G*h groups of one-head layers, each shared across L/G consecutive layers as before (one shared layer would
+    shrink the model h-fold). T5 deepens its encoder and decoder alike. Returns (twin_config, {"multi_head": n, "single_head":
+    n_twin, "ratio": n_twin / n}); counts are of `model_class` (default: the family's base model) built on the
+    meta device, so nothing is allocated.
+    """
+    family = family_of(config)
+    heads, ffn = getattr(config, family.heads_field), getattr(config, family.ffn_field)
+    if ffn % heads:
+        raise ValueError(
+            f"`{family.ffn_field}` ({ffn}) is not a multiple of `{family.heads_field}` ({heads}): the twin's "
+            "feed-forward width f/h would not be whole."
+        )
+    twin = copy.deepcopy(config)
+    twin.talking_heads_num_key_heads = twin.talking_heads_num_value_heads = None  # one head everywhere
+    # the head size stays (explicit, since width / 1 head would be the whole width; T5's is d_kv already)
+    twin.attention_head_size = getattr(config, "attention_head_size", None) or config.hidden_size // heads
+    setattr(twin, family.heads_field, 1)
+    setattr(twin, family.ffn_field, ffn // heads)
+    for name in family.depth_fields:  # layers (ALBERT: and layer groups, so the shared layers keep the size)
+        setattr(twin, name, getattr(config, name) * heads)
+    if model_class is None:
+        import hf_attn_variants
+
+        model_class = getattr(hf_attn_variants, family.base_model)
+    counts = {"multi_head": _count_parameters(model_class, config), "single_head": _count_parameters(model_class, twin)}
+    counts["ratio"] = counts["single_head"] / counts["multi_head"]
+    return twin, counts
+
+
 def preset_config(name: str, **overrides):
     """The config of preset `name` (see `PRESETS`), with `overrides` (any config field) applied last."""
     if name not in PRESETS:
         raise ValueError(f"Unknown preset {name!r}. Choose one of: {', '.join(PRESETS)}.")
     preset = PRESETS[name]
-    config_class = CONFIG_CLASSES[preset.family]
+    config_class = FAMILIES[preset.family].config_class
     fields, _ = ATTENTION[preset.attention]
     known = set(config_class().to_dict()) | set(config_class.attribute_map)
     unknown = sorted(set(overrides) - known)
@@ -109,4 +148,4 @@ def preset_config(name: str, **overrides):
     return config
 
 
-__all__ = ["ATTENTION", "PRESETS", "Preset", "SIZES", "preset_config"]
+__all__ = ["ATTENTION", "PRESETS", "Preset", "SIZES", "preset_config", "single_head_twin"]

@@ -32,11 +32,11 @@ import yaml
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
 
 from .convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
+from .families import FAMILIES, family_of
 
 CARD_DIR = Path(__file__).parent / "model_cards"
 RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "training_info.json")
 CHECKPOINT_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "README.md")
-FAMILY_NAMES = {"variant_bert": "BERT", "variant_albert": "ALBERT", "variant_t5": "T5"}
 # architecture suffix -> Hub pipeline tag (None: no pipeline fits)
 PIPELINE_TAGS = {
     "ForMaskedLM": "fill-mask",
@@ -196,9 +196,9 @@ def render_card(folder, repo_id: str, revision: str, *, license: str = "apache-2
     """
     folder = Path(folder)
     config = _read_json(folder / "config.json")
-    if config.get("model_type") not in FAMILY_NAMES:
+    if config.get("model_type") not in [f.model_type for f in FAMILIES.values()]:
         raise ValueError(f"{folder} is not a hf-attn-variants checkpoint (model_type {config.get('model_type')!r}).")
-    architecture = (config.get("architectures") or [f"{config['model_type'].title().replace('_', '')}Model"])[0]
+    architecture = (config.get("architectures") or [family_of(config).base_model])[0]
     auto_class = next((auto for auto, target in config.get("auto_map", {}).items()
                        if target.split(".")[-1] == architecture), None)
     if auto_class is None:
@@ -215,7 +215,7 @@ def render_card(folder, repo_id: str, revision: str, *, license: str = "apache-2
     texts, papers = _load_yaml("attention.yaml"), _load_yaml("papers.yaml")
     setups = [texts[key] for key in attention_setups(config)]
     own = [key for setup in setups for key in setup["papers"]]
-    family = FAMILY_NAMES[config["model_type"]]
+    family = family_of(config).display
     eval_results = [EvalResult(task_type=task, dataset_type=dataset, dataset_name=dataset, metric_type=metric,
                                metric_value=value)
                     for metric, value in quality.items()] if quality and task and dataset else None

@@ -14,8 +14,8 @@ import transformers
 
 import hf_attn_variants as hav
 from conftest import SAME_WEIGHTS, TINY, TINY_ALBERT, build, head_inputs
-from hf_attn_variants.admin import admin_closed_form, admin_profile, residual_count, single_head_twin
-from hf_attn_variants.presets import PRESETS, preset_config
+from hf_attn_variants.admin import admin_closed_form, admin_profile, residual_count
+from hf_attn_variants.presets import PRESETS, preset_config, single_head_twin
 from test_remote_code import _run_isolated, _save
 
 
@@ -266,7 +266,7 @@ def test_48_layer_single_head_trains_without_nan(dtype, admin):
                                          ("VariantAlbertForMaskedLM", "closed_form")])
 def test_export_to_plain_transformers(tmp_path, head, method):
     """A profiled Admin model written as a plain transformers checkpoint: same outputs without remote code."""
-    from hf_attn_variants.admin import export_to_transformers
+    from hf_attn_variants.convert import export_to_transformers
 
     model = build(head, "dot_product", admin=True)
     with torch.no_grad():  # branches of a trained size: at init (std 0.02) their variance is ~1e-4, omega ~1
@@ -284,7 +284,7 @@ def test_export_to_plain_transformers(tmp_path, head, method):
 
 
 def test_export_refuses_what_transformers_cannot_represent(tmp_path):
-    from hf_attn_variants.admin import export_to_transformers
+    from hf_attn_variants.convert import export_to_transformers
 
     with pytest.raises(ValueError, match="Only dot-product"):
         export_to_transformers(build("VariantBertModel", "talking_heads", admin=True), tmp_path)
