@@ -35,7 +35,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_variant_attention import AttentionSpec
 
-# synthesizer components that fold into one SDPA call (see SynthesizerAttention._sdpa)
+# synthesizer components that fold into one SDPA call (see synthesizer_sdpa)
 _SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
 
 
@@ -394,21 +394,21 @@ class SynthesizerAttention(VariantAttentionCore):
             and _SDPA_FOLDABLE.issuperset(spec.components)
             and spec.components != ("random",)
         ):
-            return self._sdpa(query, key, value, attention_mask, hidden_states, position_bias, dropout)
+            return synthesizer_sdpa(self, query, key, value, attention_mask, hidden_states, position_bias, dropout)
         return None
 
     def attention_weights(self, query, key, value, bias, hidden_states):
-        logits = self._logits(query, key, hidden_states)
+        logits = synthesizer_logits(self, query, key, hidden_states)
         if bias is not None:
             logits = logits + bias
         return _softmax(logits)
 
-    def _hidden(self, x):
+    def dense_hidden(self, x):
         """relu(x W1^T + b1) per head: [b, n, d] -> [b, h, n, d_h]."""
         hidden = F.relu(F.linear(x, self.synthesizer_hidden_weight.to(x.dtype), self.synthesizer_hidden_bias.to(x.dtype)))
         return hidden.view(x.shape[0], x.shape[1], self.spec.num_heads, -1).transpose(1, 2)
 
-    def _mixture_alpha(self):
+    def mixture_alpha(self):
         """The mixture weights alpha_c, or None for a single component.
 
         Normalised (the paper's form, sum_c alpha_c = 1): alpha = w + (1 - sum_c w_c) / C, the projection of the learned
@@ -423,88 +423,90 @@ class SynthesizerAttention(VariantAttentionCore):
             return weights + (1.0 - weights.sum()) / weights.numel()
         return weights
 
-    def _sdpa(self, query, key, value, attention_mask, x, position_bias, dropout):
-        """The synthesizer as one fused SDPA call (no [b, h, n, m] logits in memory when SDPA can avoid them).
 
-        Every foldable component is a dot product of a per-query and a per-key vector, so the mixture is one dot
-        product of concatenations: q' = [a_dp s q | a_d relu(W1 x + b1) | a_d | a_fr R1[i]] and
-        k' = [k | W2[:, j] | b2[j] | R2[j]]. A random component has no such form and joins the mask as a_r R.
-        q'/k' (or v) are zero-padded to one head size, as SDPA's fused CPU/GPU kernels require.
-        """
-        spec = self.spec
-        b, n = x.shape[:2]
-        m = value.shape[2]
-        start = m - n
-        alpha = self._mixture_alpha()
-        qs, ks, extra = [], [], None
-        for i, comp in enumerate(spec.components):
-            weight = 1.0 if alpha is None else alpha[i]
-            if comp == "dot_product":
-                qs.append(query * (weight * self.scaling))
-                ks.append(key)
-            elif comp == "dense":
-                hidden = self._hidden(x)
-                qs.append(torch.cat([hidden, hidden.new_ones(b, spec.num_heads, n, 1)], dim=-1) * weight)
-                k_dense = torch.cat([self.dense_weight[:, :, :m], self.dense_bias[:, :, :m]], dim=1)  # [h, d+1, m]
-                ks.append(k_dense.transpose(1, 2).to(x.dtype).expand(b, -1, -1, -1))
-            elif comp == "factorized_random":
-                qs.append(self.factorized_random_r1[:, start : start + n].to(x.dtype).expand(b, -1, -1, -1) * weight)
-                ks.append(self.factorized_random_r2[:, :m].to(x.dtype).expand(b, -1, -1, -1))
-            else:  # random: no q.k form, an additive term of the mask
-                extra = (self.random_logits[None, :, start : start + n, :m] * weight).to(x.dtype)
-        q, k = torch.cat(qs, dim=-1), torch.cat(ks, dim=-1)
-        mask = additive_mask(attention_mask, x.dtype)
-        for term in (extra, position_bias):
-            if term is not None:
-                mask = term if mask is None else mask + term
-        is_causal = False
-        if spec.is_causal and attention_mask is None and n > 1:
-            if mask is None and n == m:
-                is_causal = True
-            else:
-                causal = causal_mask(n, m, x.dtype, x.device)
-                mask = causal if mask is None else mask + causal
-        d_v = value.shape[-1]
-        width = -(-max(q.shape[-1], d_v) // 8) * 8
-        q, k = F.pad(q, (0, width - q.shape[-1])), F.pad(k, (0, width - k.shape[-1]))
-        out = F.scaled_dot_product_attention(
-            q, k, F.pad(value, (0, width - d_v)), attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=1.0
-        )[..., :d_v]
-        return out.transpose(1, 2).contiguous(), None
+def synthesizer_logits(core: "SynthesizerAttention", query, key, x) -> torch.Tensor:
+    """sum_c alpha_c S_c over the components, [b or 1, h, n, m] (masks are added by the caller)."""
+    spec = core.spec
+    b, n = x.shape[:2]
+    m = key.shape[2]
+    start = m - n  # position of the first query: rows start.. of R when decoding with a cache
+    terms = []
+    hidden = None
+    if "dense" in spec.components or "factorized_dense" in spec.components:
+        hidden = core.dense_hidden(x)
+    for comp in spec.components:
+        if comp == "dot_product":
+            terms.append(torch.matmul(query, key.transpose(2, 3)) * core.scaling)
+        elif comp == "dense":  # B = relu(W1 x + b1) W2 + b2, sliced to the keys; b2 rides in the GEMM
+            ones = hidden.new_ones(*hidden.shape[:-1], 1)
+            w2 = torch.cat([core.dense_weight[:, :, :m], core.dense_bias[:, :, :m]], dim=1).to(x.dtype)
+            terms.append(torch.matmul(torch.cat([hidden, ones], dim=-1), w2))
+        elif comp == "factorized_dense":  # A[j // b] * B[j % b]: every (a, b) pair once, sliced to the keys
+            fa = torch.matmul(hidden, core.factorized_dense_a)  # [b, h, n, a]
+            fb = torch.matmul(hidden, core.factorized_dense_b)  # [b, h, n, b]
+            terms.append((fa[..., :, None] * fb[..., None, :]).flatten(-2)[..., :m])
+        elif comp == "random":
+            terms.append(core.random_logits[None, :, start : start + n, :m])
+        else:  # factorized_random: R1 R2^T, rank k
+            r1 = core.factorized_random_r1[:, start : start + n]
+            terms.append(torch.matmul(r1, core.factorized_random_r2[:, :m].transpose(1, 2))[None])
+    if len(terms) == 1:
+        return terms[0].to(x.dtype)
+    alpha = core.mixture_alpha()
+    logits = alpha[0] * terms[0]
+    for a, t in zip(alpha[1:], terms[1:]):
+        logits = logits + a * t
+    return logits.to(x.dtype)
 
-    def _logits(self, query, key, x):
-        """sum_c alpha_c S_c over the components, [b or 1, h, n, m] (masks are added by the caller)."""
-        spec = self.spec
-        b, n = x.shape[:2]
-        m = key.shape[2]
-        start = m - n  # position of the first query: rows start.. of R when decoding with a cache
-        terms = []
-        hidden = None
-        if "dense" in spec.components or "factorized_dense" in spec.components:
-            hidden = self._hidden(x)
-        for comp in spec.components:
-            if comp == "dot_product":
-                terms.append(torch.matmul(query, key.transpose(2, 3)) * self.scaling)
-            elif comp == "dense":  # B = relu(W1 x + b1) W2 + b2, sliced to the keys; b2 rides in the GEMM
-                ones = hidden.new_ones(*hidden.shape[:-1], 1)
-                w2 = torch.cat([self.dense_weight[:, :, :m], self.dense_bias[:, :, :m]], dim=1).to(x.dtype)
-                terms.append(torch.matmul(torch.cat([hidden, ones], dim=-1), w2))
-            elif comp == "factorized_dense":  # A[j // b] * B[j % b]: every (a, b) pair once, sliced to the keys
-                fa = torch.matmul(hidden, self.factorized_dense_a)  # [b, h, n, a]
-                fb = torch.matmul(hidden, self.factorized_dense_b)  # [b, h, n, b]
-                terms.append((fa[..., :, None] * fb[..., None, :]).flatten(-2)[..., :m])
-            elif comp == "random":
-                terms.append(self.random_logits[None, :, start : start + n, :m])
-            else:  # factorized_random: R1 R2^T, rank k
-                r1 = self.factorized_random_r1[:, start : start + n]
-                terms.append(torch.matmul(r1, self.factorized_random_r2[:, :m].transpose(1, 2))[None])
-        if len(terms) == 1:
-            return terms[0].to(x.dtype)
-        alpha = self._mixture_alpha()
-        logits = alpha[0] * terms[0]
-        for a, t in zip(alpha[1:], terms[1:]):
-            logits = logits + a * t
-        return logits.to(x.dtype)
+
+def synthesizer_sdpa(core: "SynthesizerAttention", query, key, value, attention_mask, x, position_bias, dropout):
+    """The synthesizer as one fused SDPA call (no [b, h, n, m] logits in memory when SDPA can avoid them).
+
+    Every foldable component is a dot product of a per-query and a per-key vector, so the mixture is one dot
+    product of concatenations: q' = [a_dp s q | a_d relu(W1 x + b1) | a_d | a_fr R1[i]] and
+    k' = [k | W2[:, j] | b2[j] | R2[j]]. A random component has no such form and joins the mask as a_r R.
+    q'/k' (or v) are zero-padded to one head size, as SDPA's fused CPU/GPU kernels require.
+    """
+    spec = core.spec
+    b, n = x.shape[:2]
+    m = value.shape[2]
+    start = m - n
+    alpha = core.mixture_alpha()
+    qs, ks, extra = [], [], None
+    for i, comp in enumerate(spec.components):
+        weight = 1.0 if alpha is None else alpha[i]
+        if comp == "dot_product":
+            qs.append(query * (weight * core.scaling))
+            ks.append(key)
+        elif comp == "dense":
+            hidden = core.dense_hidden(x)
+            qs.append(torch.cat([hidden, hidden.new_ones(b, spec.num_heads, n, 1)], dim=-1) * weight)
+            k_dense = torch.cat([core.dense_weight[:, :, :m], core.dense_bias[:, :, :m]], dim=1)  # [h, d+1, m]
+            ks.append(k_dense.transpose(1, 2).to(x.dtype).expand(b, -1, -1, -1))
+        elif comp == "factorized_random":
+            qs.append(core.factorized_random_r1[:, start : start + n].to(x.dtype).expand(b, -1, -1, -1) * weight)
+            ks.append(core.factorized_random_r2[:, :m].to(x.dtype).expand(b, -1, -1, -1))
+        else:  # random: no q.k form, an additive term of the mask
+            extra = (core.random_logits[None, :, start : start + n, :m] * weight).to(x.dtype)
+    q, k = torch.cat(qs, dim=-1), torch.cat(ks, dim=-1)
+    mask = additive_mask(attention_mask, x.dtype)
+    for term in (extra, position_bias):
+        if term is not None:
+            mask = term if mask is None else mask + term
+    is_causal = False
+    if spec.is_causal and attention_mask is None and n > 1:
+        if mask is None and n == m:
+            is_causal = True
+        else:
+            causal = causal_mask(n, m, x.dtype, x.device)
+            mask = causal if mask is None else mask + causal
+    d_v = value.shape[-1]
+    width = -(-max(q.shape[-1], d_v) // 8) * 8
+    q, k = F.pad(q, (0, width - q.shape[-1])), F.pad(k, (0, width - k.shape[-1]))
+    out = F.scaled_dot_product_attention(
+        q, k, F.pad(value, (0, width - d_v)), attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=1.0
+    )[..., :d_v]
+    return out.transpose(1, 2).contiguous(), None
 
 
 class GeneralBilinearAttention(VariantAttentionCore):

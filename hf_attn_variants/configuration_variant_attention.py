@@ -340,6 +340,25 @@ RESOLVERS = {
 }
 
 
+def place_attention_type(config, place: str) -> str:
+    """The attention type of `place` ("encoder", "decoder" or "cross") in a family that chooses per place: its
+    `{place}_attention_type`, else `attention_type`, except that a synthesizer model's cross-attention is dot-product
+    (a synthetic alignment between two sequences of unrelated lengths has no meaning, so it is refused explicitly)."""
+    _choice("place", place, PLACES)
+    explicit = getattr(config, f"{place}_attention_type", None)
+    if explicit is not None:
+        if place == "cross" and explicit == "synthesizer":
+            raise ValueError(
+                "`cross_attention_type`='synthesizer' is not supported: a synthetic alignment between the decoder "
+                "and an encoder sequence of unrelated length has no meaning; use 'dot_product', 'talking_heads' or "
+                "'general_bilinear'."
+            )
+        return explicit
+    if place == "cross" and config.attention_type == "synthesizer":
+        return "dot_product"
+    return config.attention_type
+
+
 def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bool = False, attention_type=None,
                       scaling: float | None = None) -> AttentionSpec:
     """The `AttentionSpec` of one layer (`attention_type` overrides the config's, for a family that chooses per
@@ -373,4 +392,4 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
 
 
 __all__ = ["ATTENTION_TYPES", "AttentionSpec", "RESOLVERS", "SUPPORTED_TRANSFORMERS", "VariantAttentionFields",
-           "resolve_attention"]
+           "place_attention_type", "resolve_attention"]

@@ -1,7 +1,11 @@
 """VariantT5 configuration: every ``T5Config`` field, the attention variant fields, and the attention per place."""
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import VARIANT_CONFIG_DOCSTRING, VariantAttentionFields  # noqa: I001
+from .configuration_variant_attention import (  # noqa: I001
+    VARIANT_CONFIG_DOCSTRING,
+    VariantAttentionFields,
+    place_attention_type,
+)
 
 from transformers import PretrainedConfig
 
@@ -124,18 +128,7 @@ class VariantT5Config(PretrainedConfig):
 
     def attention_type_of(self, place: str) -> str:
         """The attention type of `place` ("encoder", "decoder" or "cross"); see the class docstring."""
-        explicit = getattr(self, f"{place}_attention_type")
-        if explicit is not None:
-            if place == "cross" and explicit == "synthesizer":
-                raise ValueError(
-                    "`cross_attention_type`='synthesizer' is not supported: a synthetic alignment between the decoder "
-                    "and an encoder sequence of unrelated length has no meaning; use 'dot_product' or "
-                    "'talking_heads'."
-                )
-            return explicit
-        if place == "cross" and self.attention_type == "synthesizer":
-            return "dot_product"
-        return self.attention_type
+        return place_attention_type(self, place)
 
 
 __all__ = ["VariantT5Config"]
