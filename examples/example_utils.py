@@ -53,6 +53,222 @@ def read_documents(path: str | os.PathLike = CORPUS) -> list[list[str]]:
 
 
 @dataclass
+class DataArguments:
+    """Where a script's data comes from, with transformers' example flag names (run_mlm.py, run_glue.py). Each
+    script subclasses it with its own fields (columns, lengths); `load_raw_datasets` reads it."""
+
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "A dataset on the Hugging Face Hub (e.g. wikitext) or a local dataset folder, through "
+                "datasets.load_dataset."})
+    dataset_config_name: str | None = field(default=None, metadata={
+        "help": "The configuration of --dataset_name (e.g. wikitext-103-raw-v1)."})
+    train_file: str | None = field(default=None, metadata={
+        "help": "A local training file: .txt (one row per line), .csv, .tsv, .json/.jsonl (one object per line) or "
+                ".parquet. Default: the script's embedded data."})
+    validation_file: str | None = field(default=None, metadata={
+        "help": "A local evaluation file, same formats. Default: the data's validation split, else "
+                "--validation_split_percentage of the training rows."})
+    test_file: str | None = field(default=None, metadata={
+        "help": "A local file to predict on (--do_predict), same formats."})
+    streaming: bool = field(default=False, metadata={
+        "help": "Stream the data (an IterableDataset: nothing is downloaded or prepared ahead; needs --max_steps)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={
+        "help": "Processes for the preprocessing (Dataset.map num_proc). Not used with --streaming."})
+    overwrite_cache: bool = field(default=False, metadata={
+        "help": "Redo the preprocessing instead of reading it from the datasets cache."})
+    max_train_samples: int | None = field(default=None, metadata={
+        "help": "Keep only the first N training examples (quick runs, debugging)."})
+    max_eval_samples: int | None = field(default=None, metadata={
+        "help": "Keep only the first N evaluation examples."})
+    max_predict_samples: int | None = field(default=None, metadata={
+        "help": "Keep only the first N prediction examples."})
+    validation_split_percentage: float = field(default=5.0, metadata={
+        "help": "When the data has no validation split: the percentage of the training rows held out for "
+                "evaluation (0: none)."})
+
+
+# load_dataset's builder for each file extension, and the options it needs
+FILE_BUILDERS = {".txt": ("text", ()), ".text": ("text", ()), ".csv": ("csv", ()),
+                 ".tsv": ("csv", (("delimiter", "\t"),)), ".json": ("json", ()), ".jsonl": ("json", ()),
+                 ".parquet": ("parquet", ())}
+SPLIT_FLAGS = {"train": "--train_file", "validation": "--validation_file", "test": "--test_file"}
+SAMPLE_FLAGS = {"train": "max_train_samples", "validation": "max_eval_samples", "test": "max_predict_samples"}
+
+
+def load_raw_datasets(args: DataArguments, *, default_files: dict[str, Path] | None, seed: int, cache_dir=None,
+                      select_samples: bool = True, validation_block_rows: int = 1):
+    """The raw splits (`DatasetDict`, or `IterableDatasetDict` with --streaming), from the first of:
+
+    1. `--dataset_name` (+ `--dataset_config_name`): `datasets.load_dataset`, a Hub id or a local dataset folder;
+    2. `--train_file` / `--validation_file` / `--test_file`: through the builder of the extension (`FILE_BUILDERS`);
+    3. `default_files` ({split: path}): the script's embedded data.
+
+    Without a validation split and with `--validation_split_percentage` > 0, it is carved from train:
+    map-style, a seeded split (`seed`) of blocks of `validation_block_rows` consecutive rows (1: rows; pretraining
+    keeps neighbouring lines of a document together); streaming, a row is held out when a hash of (seed, its block
+    index) falls under the percentage, so the same rows are held out on every pass and every process.
+    `max_{train,eval,predict}_samples` keep the first N rows of train/validation/test (`select_samples=False`
+    leaves that to the script, e.g. to count packed sequences instead)."""
+    from datasets import DatasetDict, IterableDatasetDict, load_dataset
+
+    kwargs = {"cache_dir": cache_dir, "streaming": args.streaming}
+    if args.dataset_name:
+        if args.train_file or args.validation_file or args.test_file:
+            raise ValueError("Pass either --dataset_name or --train_file/--validation_file/--test_file, not both.")
+        raw = _load_named_dataset(args.dataset_name, args.dataset_config_name, kwargs)
+    else:
+        if args.dataset_config_name:
+            raise ValueError("--dataset_config_name needs --dataset_name.")
+        given = {split: getattr(args, f"{split}_file") for split in SPLIT_FLAGS}
+        files = {split: path for split, path in given.items() if path}
+        if files and "train" not in files and "validation" not in files:
+            raise ValueError("--test_file alone gives nothing to train or evaluate on: add --train_file or "
+                             "--validation_file.")
+        if not files and not default_files:
+            raise ValueError("No data: pass --dataset_name or --train_file.")
+        raw = _load_files(files or {k: str(v) for k, v in default_files.items()}, kwargs, user=bool(files))
+    iterable = isinstance(raw, IterableDatasetDict)
+    if "validation" not in raw and "train" in raw and args.validation_split_percentage > 0:
+        train, validation = carve_validation(raw["train"], args.validation_split_percentage, seed,
+                                             validation_block_rows)
+        raw = (IterableDatasetDict if iterable else DatasetDict)({**raw, "train": train, "validation": validation})
+    if select_samples:
+        for split, flag in SAMPLE_FLAGS.items():
+            if split in raw and getattr(args, flag) is not None:
+                raw[split] = first_rows(raw[split], getattr(args, flag))
+    return raw
+
+
+def _load_named_dataset(name: str, config_name: str | None, kwargs: dict):
+    from datasets import get_dataset_config_names, load_dataset
+
+    try:
+        return load_dataset(name, config_name, **kwargs)
+    except ValueError as error:  # datasets: "BuilderConfig 'x' not found. Available: [...]" / "Config name is missing"
+        if "BuilderConfig" not in str(error) and "Config name is missing" not in str(error):
+            raise
+        configs = get_dataset_config_names(name)
+        if config_name is None:
+            raise ValueError(f"The dataset {name} has several configurations: pass --dataset_config_name, one of "
+                             f"{configs}.") from None
+        raise ValueError(f"The dataset {name} has no configuration {config_name!r}: pass --dataset_config_name "
+                         f"one of {configs}.") from None
+
+
+def _load_files(files: dict[str, str], kwargs: dict, user: bool):
+    from datasets import load_dataset
+
+    builders = set()
+    for split, path in files.items():
+        flag = SPLIT_FLAGS[split] if user else "the embedded data"
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{flag} {path}: no such file.")
+        suffix = Path(path).suffix.lower()
+        if suffix not in FILE_BUILDERS:
+            raise ValueError(f"{flag} {path}: unknown extension {suffix!r}; use one of "
+                             f"{', '.join(sorted(FILE_BUILDERS))} (or --dataset_name for a dataset folder).")
+        builders.add(FILE_BUILDERS[suffix])
+    if len(builders) > 1:
+        raise ValueError(f"The data files have different formats ({', '.join(files.values())}): give every split in "
+                         "the same format.")
+    (builder, options), = builders
+    return load_dataset(builder, data_files=files, **dict(options), **kwargs)
+
+
+def carve_validation(train, percentage: float, seed: int, block_rows: int = 1):
+    """(train, validation) from one split; see `load_raw_datasets`."""
+    from datasets import IterableDataset
+
+    if not 0 < percentage < 100:
+        raise ValueError(f"--validation_split_percentage must be in [0, 100), got {percentage}.")
+    if isinstance(train, IterableDataset):
+        def held_out(_, index):
+            digest = zlib.crc32(f"{seed}/{index // block_rows}".encode())
+            return digest % 10_000 < percentage * 100
+
+        return (train.filter(lambda row, index: not held_out(row, index), with_indices=True),
+                train.filter(held_out, with_indices=True))
+    blocks = -(-len(train) // block_rows)
+    if blocks < 2:
+        raise ValueError(f"The training data has {len(train)} rows: too few to hold out a validation split; give "
+                         "--validation_file or more data.")
+    order = torch.randperm(blocks, generator=torch.Generator().manual_seed(seed))
+    held = torch.zeros(blocks, dtype=torch.bool)
+    held[order[: min(blocks - 1, max(1, round(blocks * percentage / 100)))]] = True
+    rows = held.repeat_interleave(block_rows)[: len(train)]
+    return train.select(torch.nonzero(~rows).flatten().tolist()), train.select(torch.nonzero(rows).flatten().tolist())
+
+
+def first_rows(dataset, count: int):
+    """The first `count` rows (map-style: select; streaming: take)."""
+    from datasets import IterableDataset
+
+    if count < 0:
+        raise ValueError(f"max_*_samples must be positive, got {count}.")
+    if isinstance(dataset, IterableDataset):
+        return dataset.take(count)
+    return dataset.select(range(min(count, len(dataset))))
+
+
+def column_names(dataset) -> list[str]:
+    """A split's columns; a streamed dataset whose features are unknown (json) is read for its first row."""
+    if dataset.column_names is not None:
+        return list(dataset.column_names)
+    first = next(iter(dataset), None)
+    return list(first) if first is not None else []
+
+
+def pick_column(dataset, name: str | None, flag: str, default: str | None = None) -> str:
+    """`name` if the data has it, else `default` if it has that, else its first column; an error naming `flag`
+    if `name` is missing."""
+    columns = column_names(dataset)
+    if name is not None:
+        if name not in columns:
+            raise ValueError(f"{flag} {name}: the data has no such column; its columns are {columns}.")
+        return name
+    if default in columns:
+        return default
+    if not columns:
+        raise ValueError("The data has no columns.")
+    return columns[0]
+
+
+def check_streaming(training_args, data_args: DataArguments) -> None:
+    """--streaming gives an IterableDataset of unknown length: Trainer needs --max_steps to know when to stop."""
+    if data_args.streaming and training_args.max_steps <= 0:
+        raise ValueError("--streaming needs --max_steps (a streamed dataset has no length to count epochs by).")
+    if data_args.streaming and data_args.preprocessing_num_workers:
+        raise ValueError("--preprocessing_num_workers does not apply with --streaming (preprocessing runs as the "
+                         "data is read): leave it out.")
+
+
+def map_batched(dataset, function, training_args, data_args: DataArguments, *, desc: str, remove_columns=None,
+                **kwargs):
+    """`dataset.map(function, batched=True)` the way every script prepares data: map-style, with
+    --preprocessing_num_workers processes, into the datasets cache (reused unless --overwrite_cache), by the main
+    process first (the others then read its cache); streaming, lazily as the data is read."""
+    from datasets import IterableDataset
+
+    if isinstance(dataset, IterableDataset):
+        return dataset.map(function, batched=True, remove_columns=remove_columns, **kwargs)
+    with training_args.main_process_first(desc=desc):
+        return dataset.map(function, batched=True, remove_columns=remove_columns,
+                           num_proc=data_args.preprocessing_num_workers,
+                           load_from_cache_file=not data_args.overwrite_cache, desc=desc, **kwargs)
+
+
+def dataset_info(data_args: DataArguments, default: dict) -> dict:
+    """What `training_info.json` (and the model card) records about the data."""
+    if data_args.dataset_name:
+        config = f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else ""
+        return {"name": f"{data_args.dataset_name}{config}", "hub_id": data_args.dataset_name,
+                "config": data_args.dataset_config_name, "source": "datasets.load_dataset", "license": "unknown"}
+    if data_args.train_file:
+        return data_file_info(data_args.train_file, default)
+    return default
+
+
+@dataclass
 class CorpusArguments:
     """The text the pretraining scripts read; each script's DataArguments adds its own fields."""
 
