@@ -623,8 +623,8 @@ class StepTimer(TrainerCallback):
 def finish(trainer, train_result, model_args: ModelArguments, script: str, task: str, dataset: dict,
            extra_metrics: dict | None = None, **training) -> dict:
     """What every script does after training: save the model and tokenizer, evaluate, write train/eval/all results,
-    the trainer state and `training_info.json`, and with --push_to_hub push the folder and then the real model card
-    (in place of Trainer's default README). Returns the train and eval metrics."""
+    the trainer state, `training_info.json` and the model card (README.md), and with --push_to_hub push the folder
+    and then the same model card (in place of Trainer's default README). Returns the train and eval metrics."""
     args = trainer.args
     trainer.save_model()
     train_metrics = {**train_result.metrics, **(extra_metrics or {}),
@@ -638,10 +638,9 @@ def finish(trainer, train_result, model_args: ModelArguments, script: str, task:
     if trainer.is_world_process_zero():
         write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path, dataset,
                             args, **training)
+        write_model_card(args.output_dir, args.hub_model_id)
     if args.push_to_hub:
-        trainer.push_to_hub()
-        if trainer.is_world_process_zero():
-            upload_card(args.output_dir, trainer.hub_model_id, token=args.hub_token)
+        push_with_card(trainer)
     return {**train_metrics, **eval_metrics}
 
 
@@ -658,8 +657,11 @@ def resume_checkpoint(training_args) -> str | None:
 
 
 def write_training_info(output_dir, script: str, task: str, preset: str | None, base_model: str | None,
-                        dataset: dict, training_args, **training) -> None:
-    """`training_info.json`, read by `hf_attn_variants.publish` for the model card."""
+                        dataset: dict, training_args, evaluation: list[dict] | None = None, **training) -> None:
+    """`training_info.json`, read by `hf_attn_variants.publish` for the model card. `dataset` is the training data;
+    `evaluation` says which data each recorded metric comes from: one entry per data set, the metrics named
+    `metric_prefix` + name + `metric_suffix` (e.g. eval_accuracy_mm), with the data's name, source, split and, for
+    a Hub dataset, `hub_id` and config."""
     info = {
         "script": f"examples/{Path(script).name}",
         "task": task,
@@ -674,6 +676,8 @@ def write_training_info(output_dir, script: str, task: str, preset: str | None, 
             **training,
         },
     }
+    if evaluation is not None:
+        info["evaluation"] = evaluation
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     (Path(output_dir) / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
 
@@ -682,3 +686,241 @@ def data_file_info(train_file: str | None, default: dict) -> dict:
     if train_file:
         return {"name": Path(train_file).name, "source": "user-provided file", "license": "unknown"}
     return default
+
+
+# ================================================================================================================
+# Fine-tuning (run_classification.py, run_qa.py, run_text_to_text.py): splits, stages, metrics, predictions, and
+# the model card every run writes. Kept in one section at the end of the file.
+# ================================================================================================================
+STAGE_FLAGS = ("do_train", "do_eval", "do_predict")
+
+
+def choose_stages(training_args, argv, has_test_data: bool) -> None:
+    """--do_train / --do_eval / --do_predict as in transformers' examples, with one default: a command line that
+    names none of them trains and evaluates (and predicts when --test_file is given), so the bare script is the
+    offline quick start. A command line that names some runs exactly those; without --do_eval (and without an
+    explicit --eval_strategy) nothing is evaluated, also not during training. Also turns off pinned memory on a
+    machine without an accelerator (`quiet_pin_memory`)."""
+    import argparse
+    import sys
+
+    from transformers.hf_argparser import string_to_bool
+    from transformers.trainer_utils import IntervalStrategy
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    quiet_pin_memory(training_args, argv)
+    flags = argparse.ArgumentParser(add_help=False)
+    for name in STAGE_FLAGS:
+        flags.add_argument(f"--{name}", type=string_to_bool, nargs="?", const=True, default=None)
+    given = vars(flags.parse_known_args(argv)[0])
+    if all(value is None for value in given.values()):
+        training_args.do_train, training_args.do_eval, training_args.do_predict = True, True, has_test_data
+        return
+    training_args.do_train, training_args.do_eval, training_args.do_predict = (bool(given[n]) for n in STAGE_FLAGS)
+    if not training_args.do_eval and not any(a.split("=")[0] == "--eval_strategy" for a in argv):
+        training_args.eval_strategy = IntervalStrategy.NO
+    if has_test_data and not training_args.do_predict:
+        raise ValueError("--test_file is given but --do_predict is not: add --do_predict, or leave out --test_file.")
+    if not any((training_args.do_train, training_args.do_eval, training_args.do_predict)):
+        raise ValueError("--do_train, --do_eval and --do_predict are all false: nothing to do.")
+
+
+def is_hub_id(name: str | None) -> bool:
+    """Whether --dataset_name names a Hub dataset (not a local folder)."""
+    return bool(name) and not Path(name).exists()
+
+
+def split_info(data_args, split: str, default: dict, carved_from: str | None = None) -> dict:
+    """Where one split's rows come from, for `training_info.json` and the model card: a Hub dataset (`hub_id`,
+    config, split), a local dataset folder, a user file, or the embedded data (`default`). `carved_from`: the split
+    the rows were held out of by --validation_split_percentage."""
+    if data_args.dataset_name:
+        name, config = data_args.dataset_name, data_args.dataset_config_name
+        info = {"name": f"{name} ({config})" if config else name, "config": config}
+        if is_hub_id(name):
+            info.update(hub_id=name, source=f"the Hugging Face Hub dataset {name}")
+        else:
+            info["source"] = f"the local dataset folder {name}"
+    elif getattr(data_args, f"{carved_from or split}_file", None):
+        file = getattr(data_args, f"{carved_from or split}_file")
+        flag = f"--{carved_from or split}_file"
+        info = {"name": Path(file).name, "source": f"user-provided file ({flag})", "license": "unknown"}
+    else:
+        info = dict(default)
+    info["split"] = split
+    if carved_from:
+        info["split"] = (f"{split}: {data_args.validation_split_percentage:g}% of the {carved_from} rows held out "
+                         "(--validation_split_percentage)")
+    return {k: v for k, v in info.items() if v is not None}
+
+
+def finetuning_splits(data_args, *, default_files: dict | None, default_info: dict, seed: int,
+                      eval_splits=("validation",), test_splits=("test",)):
+    """The raw splits a fine-tuning script uses, loaded by `load_raw_datasets`: {"train": ..., eval split: ...,
+    test split: ...} (only those present) and {split: `split_info`}. When the data holds none of `eval_splits`, a
+    "validation" split is carved from train by --validation_split_percentage (the same seeded split as
+    `load_raw_datasets`); max_{train,eval,predict}_samples keep the first N rows of each split."""
+    from dataclasses import replace
+
+    from datasets import DatasetDict
+
+    if data_args.streaming:
+        raise ValueError("The fine-tuning scripts read map-style datasets (they need the eval examples for "
+                         "post-processing): leave out --streaming.")
+    loading = replace(data_args, validation_split_percentage=0, max_train_samples=None, max_eval_samples=None,
+                      max_predict_samples=None)
+    raw = load_raw_datasets(loading, default_files=default_files, seed=seed)
+    info = {}
+    if "train" in raw:
+        info["train"] = split_info(data_args, "train", default_info)
+    if not any(split in raw for split in eval_splits) and "validation" not in raw:
+        if "train" in raw and data_args.validation_split_percentage > 0:
+            train, validation = carve_validation(raw["train"], data_args.validation_split_percentage, seed)
+            raw = DatasetDict({**raw, "train": train, "validation": validation})
+            info["validation"] = split_info(data_args, "validation", default_info, carved_from="train")
+    splits = DatasetDict()
+    limits = {"train": data_args.max_train_samples, **{s: data_args.max_eval_samples for s in (*eval_splits,
+              "validation")}, **{s: data_args.max_predict_samples for s in test_splits}}
+    for split in ("train", *eval_splits, "validation", *test_splits):
+        if split in raw and split not in splits:
+            splits[split] = first_rows(raw[split], limits[split]) if limits[split] is not None else raw[split]
+            info.setdefault(split, split_info(data_args, split, default_info))
+    return splits, info
+
+
+def check_stage_data(training_args, splits, eval_splits, test_splits) -> tuple[list[str], list[str]]:
+    """The eval and test splits the chosen stages use; an error naming the missing data before anything runs."""
+    evaluated = [s for s in eval_splits if s in splits] or (["validation"] if "validation" in splits else [])
+    tested = [s for s in test_splits if s in splits]
+    if training_args.do_train and "train" not in splits:
+        raise ValueError("--do_train needs training data: pass --train_file, or a --dataset_name with a train split.")
+    if training_args.do_eval and not evaluated:
+        raise ValueError("--do_eval needs evaluation data: pass --validation_file, a dataset with a validation "
+                         "split, or --validation_split_percentage > 0 with training data.")
+    if training_args.do_predict and not tested:
+        raise ValueError("--do_predict needs test data: pass --test_file, or a --dataset_name with a test split.")
+    return evaluated, tested
+
+
+def load_metric(metric_name: str, config_name: str | None = None):
+    """An evaluate module (Hub id or local path), loaded once before training so that a wrong name fails early."""
+    import evaluate
+
+    try:
+        return evaluate.load(metric_name, config_name) if config_name else evaluate.load(metric_name)
+    except Exception as error:  # evaluate raises FileNotFoundError, ConnectionError, ValueError, ...
+        raise ValueError(f"--metric_name {metric_name}: evaluate.load failed ({type(error).__name__}: {error}). "
+                         "Pass a local metric script path, or an evaluate module id reachable from here.") from error
+
+
+def quiet_pin_memory(training_args, argv) -> None:
+    """No pinned memory without an accelerator (else every DataLoader warns that it cannot pin), unless
+    --dataloader_pin_memory is given."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not torch.accelerator.is_available() and not any(a.split("=")[0] == "--dataloader_pin_memory" for a in argv):
+        training_args.dataloader_pin_memory = False
+
+
+def fit_tokenizer_to_model(tokenizer, config) -> None:
+    """The tokenizer's model_max_length is the model's input limit, so that pipeline(..., truncation=True) cuts
+    long texts to what the model takes."""
+    limit, _ = length_limit(config)
+    if limit is not None and (tokenizer.model_max_length is None or tokenizer.model_max_length > limit):
+        tokenizer.model_max_length = limit
+
+
+@dataclass
+class Evaluation:
+    """One evaluation set: its features, what they are (`split_info`), the metrics' function and the suffix its
+    metric names get (run_glue's "_mm" for mnli's mismatched validation; "" for the main one)."""
+
+    dataset: object
+    info: dict
+    compute_metrics: object
+    suffix: str = ""
+
+
+@dataclass
+class Prediction:
+    """One prediction set: its features, what they are, and `write(PredictionOutput, output_dir) -> metrics` that
+    writes the predictions file(s) and returns any metrics to record (e.g. when the test data has labels)."""
+
+    dataset: object
+    info: dict
+    write: object
+    compute_metrics: object = None
+    suffix: str = ""
+
+
+def run_finetuning(trainer, model_args, script: str, task: str, *, train_info: dict | None,
+                   evaluations: list, predictions: list, **training) -> dict:
+    """The stages of a fine-tuning script, as transformers' examples run them: --do_train (train, save the model,
+    train metrics, trainer state), --do_eval (each `Evaluation`, metrics suffixed), --do_predict (each
+    `Prediction`, its file written); then `training_info.json`, the model card (README.md) in the output folder,
+    and with --push_to_hub the push and the same card on the Hub. The model is saved in every run, so the output
+    folder is the checkpoint its card and metrics describe. Returns all metrics."""
+    args = trainer.args
+    results = {}
+    if args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(args))
+        metrics = {**train_result.metrics, "train_samples": len(trainer.train_dataset),
+                   "num_parameters": sum(p.numel() for p in trainer.model.parameters())}
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+        results.update(metrics)
+    trainer.save_model()
+    if args.do_eval:
+        combined = {}
+        for evaluation in evaluations:
+            trainer.compute_metrics = evaluation.compute_metrics
+            metrics = trainer.evaluate(eval_dataset=evaluation.dataset)
+            metrics = {f"{k}{evaluation.suffix}": v for k, v in
+                       {**metrics, "eval_samples": len(evaluation.dataset)}.items()}
+            trainer.log_metrics("eval", metrics)
+            combined.update(metrics)
+        trainer.save_metrics("eval", combined)
+        results.update(combined)
+    if args.do_predict:
+        combined = {}
+        for prediction in predictions:
+            trainer.compute_metrics = prediction.compute_metrics
+            output = trainer.predict(prediction.dataset, metric_key_prefix="predict")
+            metrics = {**(output.metrics or {}), **(prediction.write(output, args.output_dir) or {})}
+            metrics = {f"{k}{prediction.suffix}": v for k, v in
+                       {**metrics, "predict_samples": len(prediction.dataset)}.items()}
+            trainer.log_metrics("predict", metrics)
+            combined.update(metrics)
+        trainer.save_metrics("predict", combined)
+        results.update(combined)
+    measured = [{"metric_prefix": "eval_", "metric_suffix": e.suffix, **e.info} for e in evaluations] \
+        if args.do_eval else []
+    measured += [{"metric_prefix": "predict_", "metric_suffix": p.suffix, **p.info} for p in predictions] \
+        if args.do_predict else []
+    if trainer.is_world_process_zero():
+        write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path,
+                            train_info or {}, args, evaluation=measured, **training)
+        write_model_card(args.output_dir, args.hub_model_id)
+    if args.push_to_hub:
+        push_with_card(trainer)
+    return results
+
+
+def write_model_card(output_dir, repo_id: str | None = None, revision: str | None = None) -> Path:
+    """README.md in `output_dir`: the card `hf_attn_variants.publish.render_card` makes of the folder, addressed to
+    `repo_id` (default: the folder itself, which loads as it is) without a pinned revision until it is pushed."""
+    from hf_attn_variants.publish import render_card
+
+    path = Path(output_dir) / "README.md"
+    render_card(output_dir, repo_id or str(output_dir), revision).save(path)
+    return path
+
+
+def push_with_card(trainer) -> None:
+    """Trainer's push, then our card in place of Trainer's default README, on the Hub and in the output folder."""
+    trainer.push_to_hub()
+    if trainer.is_world_process_zero():
+        published = upload_card(trainer.args.output_dir, trainer.hub_model_id, token=trainer.args.hub_token)
+        write_model_card(trainer.args.output_dir, trainer.hub_model_id, published.model_commit)
