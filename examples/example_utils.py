@@ -755,11 +755,13 @@ def split_info(data_args, split: str, default: dict, carved_from: str | None = N
 
 
 def finetuning_splits(data_args, *, default_files: dict | None, default_info: dict, seed: int,
-                      eval_splits=("validation",), test_splits=("test",)):
+                      eval_splits=("validation",), test_splits=("test",), convert_file=None):
     """The raw splits a fine-tuning script uses, loaded by `load_raw_datasets`: {"train": ..., eval split: ...,
     test split: ...} (only those present) and {split: `split_info`}. When the data holds none of `eval_splits`, a
     "validation" split is carved from train by --validation_split_percentage (the same seeded split as
-    `load_raw_datasets`); max_{train,eval,predict}_samples keep the first N rows of each split."""
+    `load_raw_datasets`); max_{train,eval,predict}_samples keep the first N rows of each split. `convert_file`
+    (path -> path) turns a data file into one datasets reads (e.g. SQuAD's nested JSON into JSON lines); the card
+    still names the file the user gave."""
     from dataclasses import replace
 
     from datasets import DatasetDict
@@ -769,6 +771,11 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
                          "post-processing): leave out --streaming.")
     loading = replace(data_args, validation_split_percentage=0, max_train_samples=None, max_eval_samples=None,
                       max_predict_samples=None)
+    if convert_file is not None:
+        for split in ("train", "validation", "test"):
+            if getattr(loading, f"{split}_file"):
+                setattr(loading, f"{split}_file", convert_file(getattr(loading, f"{split}_file")))
+        default_files = {split: convert_file(path) for split, path in (default_files or {}).items()}
     raw = load_raw_datasets(loading, default_files=default_files, seed=seed)
     info = {}
     if "train" in raw:
