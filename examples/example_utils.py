@@ -796,7 +796,8 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
 
 
 def check_stage_data(training_args, splits, eval_splits, test_splits) -> tuple[list[str], list[str]]:
-    """The eval and test splits the chosen stages use; an error naming the missing data before anything runs."""
+    """The eval and test splits the chosen stages use (none for a stage not chosen); an error naming the missing
+    data before anything runs."""
     evaluated = [s for s in eval_splits if s in splits] or (["validation"] if "validation" in splits else [])
     tested = [s for s in test_splits if s in splits]
     if training_args.do_train and "train" not in splits:
@@ -806,7 +807,7 @@ def check_stage_data(training_args, splits, eval_splits, test_splits) -> tuple[l
                          "split, or --validation_split_percentage > 0 with training data.")
     if training_args.do_predict and not tested:
         raise ValueError("--do_predict needs test data: pass --test_file, or a --dataset_name with a test split.")
-    return evaluated, tested
+    return evaluated if training_args.do_eval else [], tested if training_args.do_predict else []
 
 
 def load_metric(metric_name: str, config_name: str | None = None):

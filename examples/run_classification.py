@@ -360,7 +360,8 @@ def main(argv=None) -> dict:
     family = family_of(model_args.model_name_or_path, model_args.preset)
     tokenizer = load_tokenizer(model_args, family)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
-    label_fields = (dict(num_labels=1, problem_type="regression") if labels.names is None else
+    label_fields = (dict(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, problem_type="regression")  # 1 output
+                    if labels.names is None else
                     dict(id2label=dict(enumerate(labels.names)), label2id={n: i for i, n in enumerate(labels.names)}))
     model = load_or_build_model(
         "ForSequenceClassification", model_args.model_name_or_path, model_args.preset, tokenizer,
@@ -369,7 +370,8 @@ def main(argv=None) -> dict:
     fit_tokenizer_to_model(tokenizer, model.config)
 
     features = {}
-    for split, rows in splits.items():
+    for split in (["train"] if training_args.do_train else []) + evaluated + tested:
+        rows = splits[split]
         function = preprocess_function(tokenizer, columns, data_args.label_column, labels, data_args.max_seq_length,
                                        f"The {split} data ({info[split]['name']})")
         features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,

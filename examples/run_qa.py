@@ -382,7 +382,8 @@ def main(argv=None) -> dict:
     fit_tokenizer_to_model(tokenizer, model.config)
 
     features = {}
-    for split, rows in splits.items():
+    for split in (["train"] if training_args.do_train else []) + evaluated + tested:
+        rows = splits[split]
         labelled = data_args.answer_column in rows.column_names
         function = features_function(tokenizer, data_args, f"The {split} data ({info[split]['name']})",
                                      positions=labelled, windows=split != "train")

@@ -153,7 +153,8 @@ def main(argv=None) -> dict:
     fit_tokenizer_to_model(tokenizer, model.config)
 
     features = {}
-    for split, rows in splits.items():
+    for split in (["train"] if training_args.do_train else []) + evaluated + tested:
+        rows = splits[split]
         function = tokenize_function(tokenizer, data_args, prefix, target_texts(rows, data_args.target_column))
         features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,
                                       desc=f"Tokenizing {split}")

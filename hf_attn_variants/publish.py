@@ -125,9 +125,10 @@ def read_run(folder) -> tuple[dict, dict, str | None]:
     return _read_json(folder / "training_info.json"), metrics, "train_results.json" if metrics else None
 
 
-def _quality_metrics(metrics: dict, info: dict | None = None) -> list[tuple[str, float, dict | None]]:
-    """(name, value, data) of each quality metric: eval_* (and predict_* with a record of its data) and perplexity,
-    named without prefix and suffix, e.g. ("accuracy", 0.8, {...}). `data` is the entry of training_info.json's
+def _quality_metrics(metrics: dict, info: dict | None = None) -> list[tuple[str, str, float, dict | None]]:
+    """(name, metric, value, data) of each quality metric: eval_* (and predict_* with a record of its data) and
+    perplexity; `metric` is the name without prefix and suffix, `name` keeps the suffix (and predict_), e.g.
+    ("accuracy_mm", "accuracy", 0.8, {...}). `data` is the entry of training_info.json's
     `evaluation` the metric was measured on (matched by `metric_prefix` and the longest `metric_suffix`), None when
     the run did not record it."""
     records = sorted((info or {}).get("evaluation") or [], key=lambda r: -len(r.get("metric_suffix", "")))
@@ -147,7 +148,7 @@ def _quality_metrics(metrics: dict, info: dict | None = None) -> list[tuple[str,
         base = lookup[len(prefix): len(lookup) - len(suffix)]
         if ("_" + base).endswith(NOT_QUALITY + ("_samples",)):
             continue
-        out.append((("predict_" if prefix == "predict_" else "") + base + suffix, value, record))
+        out.append((("predict_" if prefix == "predict_" else "") + base + suffix, base, value, record))
     return out
 
 
@@ -198,7 +199,7 @@ def _training_text(info: dict, metrics: dict, source: str | None) -> str:
 def _evaluation_text(quality: list, source: str | None) -> str:
     if not quality:
         return "No evaluation metrics were recorded for this checkpoint."
-    rows = "\n".join(f"| {name} | {_number(value)} | {_data_text(record)} |" for name, value, record in quality)
+    rows = "\n".join(f"| {name} | {_number(value)} | {_data_text(record)} |" for name, _, value, record in quality)
     return (f"Measured by the training run and copied from its `{source}`, each on the data named beside it:\n\n"
             "| metric | value | measured on |\n|---|---|---|\n" + rows)
 
@@ -261,8 +262,8 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
     family = FAMILY_NAMES[config["model_type"]]
     eval_results = [EvalResult(task_type=task, dataset_type=record["hub_id"], dataset_name=record["name"],
                                dataset_config=record.get("config"), dataset_split=record.get("split"),
-                               metric_type=metric, metric_value=value)
-                    for metric, value, record in quality if record and record.get("hub_id")] if task else None
+                               metric_type=metric, metric_name=name, metric_value=value)
+                    for name, metric, value, record in quality if record and record.get("hub_id")] if task else None
     card_data = ModelCardData(
         library_name="transformers",
         license=license,
