@@ -241,7 +241,11 @@ def test_first_step_on_two_processes_equals_one_process(tmp_path):
 
 
 @pytest.mark.parametrize("args,error,match", [
-    (["--train_file", "/nonexistent/corpus.txt"], FileNotFoundError, "No such data file"),
+    (["--train_file", "/nonexistent/corpus.txt"], FileNotFoundError, "--train_file /nonexistent/corpus.txt: no such"),
+    (["--text_column_name", "body"], ValueError, r"--text_column_name body: the data has no such column; its columns "
+                                                 r"are \['text'\]"),
+    (["--streaming", "--max_steps", "-1"], ValueError, "--streaming needs --max_steps"),
+    (["--do_predict"], ValueError, "no prediction step"),
     (["--max_seq_length", "256"], ValueError, "max_position_embeddings=128"),
     (["--preset", "bert-tiny-synthesizer-dense", "--config_overrides", '{"synthesizer_max_position": 64}',
       "--max_seq_length", "100"], ValueError, "synthesizer_max_position=64"),
