@@ -6,16 +6,20 @@ cached (`$HF_ATTN_VARIANTS_CACHE`, default `~/.cache/hf_attn_variants`).
 """
 
 import hashlib
+import itertools
 import json
 import os
 import re
+import warnings
 import shutil
+import sys
 import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
@@ -268,30 +272,7 @@ def dataset_info(data_args: DataArguments, default: dict) -> dict:
     return default
 
 
-@dataclass
-class CorpusArguments:
-    """The text the pretraining scripts read; each script's DataArguments adds its own fields."""
-
-    train_file: str | None = field(default=None, metadata={
-        "help": "A text file: documents separated by blank lines, one paragraph per line. Default: the embedded "
-                "corpus."})
-    validation_file: str | None = field(default=None, metadata={
-        "help": "Same format. Default: --validation_split_percentage of the training documents."})
-    validation_split_percentage: float = field(default=5.0, metadata={
-        "help": "Held-out share of the documents when there is no --validation_file."})
-    max_train_samples: int | None = field(default=None, metadata={
-        "help": "Keep only the first N training sequences (quick runs, tests)."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N eval sequences."})
-
-
-def corpus_documents(args: CorpusArguments, seed: int) -> tuple[list, list]:
-    """(training documents, eval documents): the given files, or the embedded corpus split by document."""
-    train = read_documents(args.train_file or CORPUS)
-    if args.validation_file:
-        return train, read_documents(args.validation_file)
-    return split_documents(train, args.validation_split_percentage, seed)
-
-
+_BLANK_LINE = re.compile(r"\n\s*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')_]*\s+(?=[\"'(_]*[A-Z0-9])")
 
 
@@ -299,15 +280,54 @@ def split_sentences(paragraph: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(paragraph) if s.strip()]
 
 
-def split_documents(documents: list, validation_percentage: float, seed: int) -> tuple[list, list]:
-    """A deterministic split by whole documents (no document is in both)."""
-    if not 0 < validation_percentage < 100:
-        raise ValueError(f"`validation_split_percentage` must be in (0, 100), got {validation_percentage}.")
-    order = torch.randperm(len(documents), generator=torch.Generator().manual_seed(seed)).tolist()
-    n_eval = max(1, round(len(documents) * validation_percentage / 100))
-    held_out = set(order[:n_eval])
-    return ([d for i, d in enumerate(documents) if i not in held_out],
-            [d for i, d in enumerate(documents) if i in held_out])
+def rows_to_documents(texts: list[str | None]) -> list[list[str]]:
+    """Rows of text (one batch) as documents, each a list of paragraphs (lines).
+
+    - Rows of one line are paragraphs of one document, which an empty row ends: a text file read line by line
+      (documents separated by blank lines, as the embedded corpus) or a dataset like wikitext.
+    - A row of several lines is a document by itself (one document per row, as Wikipedia or C4); blank lines
+      inside it separate documents too.
+
+    A document that runs across the end of a batch (1000 rows) is cut there."""
+    documents, current = [], []
+    for text in texts:
+        text = (text or "").strip()
+        if "\n" in text:
+            if current:
+                documents.append(current)
+                current = []
+            for block in _BLANK_LINE.split(text):
+                lines = [line.strip() for line in block.splitlines() if line.strip()]
+                if lines:
+                    documents.append(lines)
+        elif text:
+            current.append(text)
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    return documents
+
+
+def encode_texts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, no special tokens, in one batched call. Preparation tokenizes whole rows and cuts
+    them afterwards, so it goes to the Rust tokenizer directly (no length warning, no BatchEncoding)."""
+    if not texts:
+        return []
+    if tokenizer.is_fast:
+        return [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
+    return tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)["input_ids"]
+
+
+def token_blocks(texts: list[str | None], tokenizer, size: int) -> np.ndarray:
+    """The texts tokenized in one batched call (no special tokens), concatenated, and cut into rows of `size`
+    tokens: an int32 array [blocks, size]; the tail shorter than `size` is dropped (as run_mlm's group_texts)."""
+    encoded = encode_texts(tokenizer, [t for t in texts if t])
+    lengths = [len(ids) for ids in encoded]
+    stream = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=sum(lengths))
+    blocks = len(stream) // size
+    return stream[: blocks * size].reshape(blocks, size)
 
 
 # ----------------------------------------------------------------------------------------------------- tokenizers
@@ -315,16 +335,49 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HF_ATTN_VARIANTS_CACHE", Path.home() / ".cache" / "hf_attn_variants"))
 
 
-def project_tokenizer(kind: str, vocab_size: int = 8000, corpus: str | os.PathLike = CORPUS) -> PreTrainedTokenizerFast:
-    """A tokenizer trained on `corpus`: `"wordpiece"` (BERT/ALBERT: [PAD]=0, [UNK], [CLS], [SEP], [MASK]) or
-    `"unigram"` (T5: <pad>=0, </s>=1, <unk>=2, <extra_id_0> the last id). Trained once, then read from the cache."""
+# The project tokenizer of a run on other data than the embedded corpus is trained on the first this many characters
+# of its training split (all of it when smaller); said in --tokenizer_name's help.
+TOKENIZER_SAMPLE_CHARS = 20_000_000
+
+
+def training_lines(dataset, column: str, max_chars: int = TOKENIZER_SAMPLE_CHARS) -> list[str]:
+    """The non-empty lines of the first `max_chars` characters of `dataset[column]` (map-style or streamed): the
+    text a project tokenizer is trained on."""
+    lines, chars = [], 0
+    batches = dataset.iter(batch_size=1000)
+    for batch in batches:
+        for text in batch[column]:
+            for line in (text or "").splitlines():
+                line = line.strip()
+                if line:
+                    lines.append(line)
+                    chars += len(line)
+            if chars >= max_chars:
+                return lines
+    return lines
+
+
+def project_tokenizer(kind: str, vocab_size: int = 8000, corpus: str | os.PathLike = CORPUS,
+                      lines: list[str] | None = None) -> PreTrainedTokenizerFast:
+    """A tokenizer trained on `lines` (default: the lines of the text file `corpus`): `"wordpiece"` (BERT/ALBERT:
+    [PAD]=0, [UNK], [CLS], [SEP], [MASK]) or `"unigram"` (T5: <pad>=0, </s>=1, <unk>=2, <extra_id_0> the last id).
+    Trained once per content (cached by a hash of the text), then read from the cache."""
     if kind not in ("wordpiece", "unigram"):
         raise ValueError(f"Unknown tokenizer kind {kind!r}: use 'wordpiece' or 'unigram'.")
-    corpus = Path(corpus)
-    key = hashlib.sha256(corpus.read_bytes() + f"{kind}/{vocab_size}/1".encode()).hexdigest()[:16]
+    if lines is None:
+        corpus = Path(corpus)
+        key = hashlib.sha256(corpus.read_bytes() + f"{kind}/{vocab_size}/1".encode()).hexdigest()[:16]
+    else:
+        digest = hashlib.sha256(f"{kind}/{vocab_size}/lines/1".encode())
+        for line in lines:
+            digest.update(line.encode() + b"\n")
+        key = digest.hexdigest()[:16]
     target = cache_dir() / "tokenizers" / f"{kind}-{vocab_size}-{key}"
     if not (target / "tokenizer.json").is_file():
-        lines = [line for document in read_documents(corpus) for line in document]
+        if lines is None:
+            lines = [line for document in read_documents(corpus) for line in document]
+        if not lines:
+            raise ValueError("No text to train the tokenizer on: the training data is empty.")
         tokenizer = _train_wordpiece(lines, vocab_size) if kind == "wordpiece" else _train_unigram(lines, vocab_size)
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(dir=target.parent))
@@ -398,18 +451,22 @@ class ModelArguments:
     config_overrides: str | None = field(default=None, metadata={
         "help": "JSON object of config fields, e.g. '{\"synthesizer_components\": [\"dense\", \"random\"]}'."})
     tokenizer_name: str | None = field(default=None, metadata={
-        "help": "A tokenizer folder. Default: the checkpoint's own, or the project's tokenizer of the family "
-                "(WordPiece for BERT/ALBERT, Unigram with sentinels for T5), trained on the corpus once and cached."})
+        "help": "A tokenizer folder or Hub id. Default: the checkpoint's own, or the project's tokenizer of the family "
+                "(WordPiece for BERT/ALBERT, Unigram with sentinels for T5) trained on the run's training text: "
+                "the embedded corpus, or the first 20M characters of the training split of --train_file/"
+                "--dataset_name (of the stream with --streaming); trained once per text (cached by its hash)."})
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary of the project's tokenizer."})
 
 
-def load_tokenizer(model_args: ModelArguments, family: str):
-    """The checkpoint's (or --tokenizer_name's) tokenizer, else the project's tokenizer of the family."""
+def load_tokenizer(model_args: ModelArguments, family: str, lines=None):
+    """The checkpoint's (or --tokenizer_name's) tokenizer, else the project's tokenizer of the family, trained on
+    `lines` (a list, or a function giving it, called only when needed; default: the embedded corpus)."""
     if model_args.tokenizer_name or model_args.model_name_or_path:
         # trust_remote_code: our checkpoints' config names their code; without it transformers asks on the terminal
         return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path,
                                              trust_remote_code=True)
-    return project_tokenizer("unigram" if family == "t5" else "wordpiece", model_args.vocab_size)
+    return project_tokenizer("unigram" if family == "t5" else "wordpiece", model_args.vocab_size,
+                             lines=lines() if callable(lines) else lines)
 
 
 def checkpoint_model_type(model_name_or_path: str) -> str:
@@ -489,6 +546,14 @@ def length_limit(config) -> tuple[int | None, str]:
         field_name = "synthesizer_max_position" if limit < config.max_position_embeddings else "max_position_embeddings"
         return limit, field_name
     return config.max_position_embeddings, "max_position_embeddings"
+
+
+def align_tokenizer(tokenizer, config) -> None:
+    """The tokenizer's `model_max_length` set to the longest input the model takes, so that the saved pair agrees
+    (`pipeline(..., truncation=True)` truncates to what the model can read)."""
+    limit, _ = length_limit(config)
+    if limit is not None:
+        tokenizer.model_max_length = limit
 
 
 def check_max_length(config, max_seq_length: int, argument: str = "--max_seq_length") -> None:
@@ -619,21 +684,55 @@ class StepTimer(TrainerCallback):
         return self.seconds / max(1, self.steps)
 
 
+# ----------------------------------------------------------------------------------------------- training flags
+DO_FLAGS = ("--do_train", "--do_eval", "--do_predict")
+
+
+def resolve_do_flags(argv: list[str] | None, training_args, default=("do_train", "do_eval")) -> None:
+    """--do_train/--do_eval/--do_predict act as in transformers' examples: a script does what they ask and nothing
+    else. With none of them on the command line a script does `default` (the main job: train, then evaluate)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not any(arg.split("=")[0] in DO_FLAGS for arg in argv):
+        for name in default:
+            setattr(training_args, name, True)
+    if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
+        raise ValueError("Nothing to do: pass --do_train, --do_eval or --do_predict (or none of them for the "
+                         "default).")
+
+
+def check_training_args(training_args) -> None:
+    """Settings that make a correct run look broken, or do less than asked: pinned memory without CUDA (a warning
+    at every evaluation) is turned off; warm-up that lasts the whole run gets a warning."""
+    if not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False
+    warmup = training_args.warmup_steps
+    if training_args.max_steps > 0 and warmup >= 1 and warmup >= training_args.max_steps:
+        warnings.warn(f"--warmup_steps {int(warmup)} reaches --max_steps {training_args.max_steps}: the learning "
+                      "rate never leaves warm-up. Pass a ratio instead, e.g. --warmup_steps 0.1.", stacklevel=2)
+
+
 # -------------------------------------------------------------------------------------------------- bookkeeping
 def finish(trainer, train_result, model_args: ModelArguments, script: str, task: str, dataset: dict,
-           extra_metrics: dict | None = None, **training) -> dict:
+           extra_metrics: dict | None = None, do_eval: bool = True, **training) -> dict:
     """What every script does after training: save the model and tokenizer, evaluate, write train/eval/all results,
     the trainer state, `training_info.json` and the model card (README.md), and with --push_to_hub push the folder
-    and then the same model card (in place of Trainer's default README). Returns the train and eval metrics."""
+    and then the same model card (in place of Trainer's default README). Returns the train and eval metrics.
+    `train_result` None: no training (--do_eval alone), only the evaluation is written; `do_eval` False: no
+    evaluation."""
     args = trainer.args
-    trainer.save_model()
-    train_metrics = {**train_result.metrics, **(extra_metrics or {}),
-                     "num_parameters": sum(p.numel() for p in trainer.model.parameters())}
-    trainer.log_metrics("train", train_metrics)
-    trainer.save_metrics("train", train_metrics)
-    eval_metrics = trainer.evaluate()
-    trainer.log_metrics("eval", eval_metrics)
-    trainer.save_metrics("eval", eval_metrics)  # save_metrics also merges both into all_results.json
+    train_metrics, eval_metrics = {}, {}
+    if train_result is not None:
+        trainer.save_model()
+        train_metrics = {**train_result.metrics, **(extra_metrics or {}),
+                         "num_parameters": sum(p.numel() for p in trainer.model.parameters())}
+        trainer.log_metrics("train", train_metrics)
+        trainer.save_metrics("train", train_metrics)
+    if do_eval:
+        eval_metrics = trainer.evaluate()
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)  # save_metrics also merges both into all_results.json
+    if train_result is None:
+        return eval_metrics
     trainer.save_state()
     if trainer.is_world_process_zero():
         write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path, dataset,
@@ -692,31 +791,29 @@ def data_file_info(train_file: str | None, default: dict) -> dict:
 # Fine-tuning (run_classification.py, run_qa.py, run_text_to_text.py): splits, stages, metrics, predictions, and
 # the model card every run writes. Kept in one section at the end of the file.
 # ================================================================================================================
-STAGE_FLAGS = ("do_train", "do_eval", "do_predict")
 
 
 def choose_stages(training_args, argv, has_test_data: bool) -> None:
     """--do_train / --do_eval / --do_predict as in transformers' examples, with one default: a command line that
     names none of them trains and evaluates (and predicts when --test_file is given), so the bare script is the
     offline quick start. A command line that names some runs exactly those; without --do_eval (and without an
-    explicit --eval_strategy) nothing is evaluated, also not during training. Also turns off pinned memory on a
-    machine without an accelerator (`quiet_pin_memory`)."""
+    explicit --eval_strategy) nothing is evaluated, also not during training. Then `check_training_args`."""
     import argparse
-    import sys
 
     from transformers.hf_argparser import string_to_bool
     from transformers.trainer_utils import IntervalStrategy
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    quiet_pin_memory(training_args, argv)
+    check_training_args(training_args)
     flags = argparse.ArgumentParser(add_help=False)
-    for name in STAGE_FLAGS:
-        flags.add_argument(f"--{name}", type=string_to_bool, nargs="?", const=True, default=None)
-    given = vars(flags.parse_known_args(argv)[0])
+    for flag in DO_FLAGS:
+        flags.add_argument(flag, type=string_to_bool, nargs="?", const=True, default=None)
+    given = vars(flags.parse_known_args(argv)[0])  # {"do_train": True/False/None, ...}
     if all(value is None for value in given.values()):
         training_args.do_train, training_args.do_eval, training_args.do_predict = True, True, has_test_data
         return
-    training_args.do_train, training_args.do_eval, training_args.do_predict = (bool(given[n]) for n in STAGE_FLAGS)
+    training_args.do_train, training_args.do_eval, training_args.do_predict = (
+        bool(given[flag[2:]]) for flag in DO_FLAGS)
     if not training_args.do_eval and not any(a.split("=")[0] == "--eval_strategy" for a in argv):
         training_args.eval_strategy = IntervalStrategy.NO
     if has_test_data and not training_args.do_predict:
@@ -821,22 +918,22 @@ def load_metric(metric_name: str, config_name: str | None = None):
                          "Pass a local metric script path, or an evaluate module id reachable from here.") from error
 
 
-def quiet_pin_memory(training_args, argv) -> None:
-    """No pinned memory without an accelerator (else every DataLoader warns that it cannot pin), unless
-    --dataloader_pin_memory is given."""
-    import sys
+def project_or_checkpoint_tokenizer(model_args, family: str, data_args, training_args, splits, columns: list[str]):
+    """`load_tokenizer` for a fine-tuning script: the project tokenizer of a run on the user's data is trained on
+    the text `columns` of its training split (`training_lines` of each; columns that do not hold text are skipped),
+    as --tokenizer_name's help says."""
+    from datasets import Value
 
-    argv = sys.argv[1:] if argv is None else argv
-    if not torch.accelerator.is_available() and not any(a.split("=")[0] == "--dataloader_pin_memory" for a in argv):
-        training_args.dataloader_pin_memory = False
+    train = splits.get("train")
+    user_data = bool(data_args.dataset_name or data_args.train_file) and train is not None
+    text = [c for c in columns if isinstance(train.features.get(c), Value) and train.features[c].dtype in (
+        "string", "large_string")] if user_data else []
 
+    def lines():
+        return [line for column in text for line in training_lines(train, column)]
 
-def fit_tokenizer_to_model(tokenizer, config) -> None:
-    """The tokenizer's model_max_length is the model's input limit, so that pipeline(..., truncation=True) cuts
-    long texts to what the model takes."""
-    limit, _ = length_limit(config)
-    if limit is not None and (tokenizer.model_max_length is None or tokenizer.model_max_length > limit):
-        tokenizer.model_max_length = limit
+    with training_args.main_process_first(desc="the project tokenizer"):
+        return load_tokenizer(model_args, family, lines=lines if text else None)
 
 
 @dataclass

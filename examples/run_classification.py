@@ -56,15 +56,15 @@ from example_utils import (  # noqa: E402
     Evaluation,
     ModelArguments,
     Prediction,
+    align_tokenizer,
     check_max_length,
     check_stage_data,
     choose_stages,
     family_of,
     finetuning_splits,
-    fit_tokenizer_to_model,
     load_metric,
     load_or_build_model,
-    load_tokenizer,
+    project_or_checkpoint_tokenizer,
     map_batched,
     parse_config_overrides,
     run_finetuning,
@@ -358,7 +358,8 @@ def main(argv=None) -> dict:
     labels = find_labels(splits[reference], data_args, where)
 
     family = family_of(model_args.model_name_or_path, model_args.preset)
-    tokenizer = load_tokenizer(model_args, family)
+    tokenizer = project_or_checkpoint_tokenizer(model_args, family, data_args, training_args, splits,
+                                                [c for c in columns if c])
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     label_fields = (dict(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, problem_type="regression")  # 1 output
                     if labels.names is None else
@@ -367,7 +368,7 @@ def main(argv=None) -> dict:
         "ForSequenceClassification", model_args.model_name_or_path, model_args.preset, tokenizer,
         model_args.attention_type, parse_config_overrides(model_args.config_overrides), **label_fields)
     check_max_length(model.config, data_args.max_seq_length)
-    fit_tokenizer_to_model(tokenizer, model.config)
+    align_tokenizer(tokenizer, model.config)
 
     features = {}
     for split in (["train"] if training_args.do_train else []) + evaluated + tested:

@@ -49,16 +49,16 @@ from example_utils import (  # noqa: E402
     Evaluation,
     ModelArguments,
     Prediction,
+    align_tokenizer,
     cache_dir,
     check_max_length,
     check_stage_data,
     choose_stages,
     family_of,
     finetuning_splits,
-    fit_tokenizer_to_model,
     load_metric,
     load_or_build_model,
-    load_tokenizer,
+    project_or_checkpoint_tokenizer,
     map_batched,
     parse_config_overrides,
     run_finetuning,
@@ -371,7 +371,8 @@ def main(argv=None) -> dict:
                                      with_indices=True)
 
     family = family_of(model_args.model_name_or_path, model_args.preset)
-    tokenizer = load_tokenizer(model_args, family)
+    tokenizer = project_or_checkpoint_tokenizer(model_args, family, data_args, training_args, splits,
+                                                [data_args.question_column, data_args.context_column])
     if not tokenizer.is_fast:
         raise ValueError("Extractive QA maps tokens back to characters, which needs a fast tokenizer "
                          "(tokenizer.json): pass --tokenizer_name with one.")
@@ -379,7 +380,7 @@ def main(argv=None) -> dict:
     model = load_or_build_model("ForQuestionAnswering", model_args.model_name_or_path, model_args.preset, tokenizer,
                                 model_args.attention_type, parse_config_overrides(model_args.config_overrides))
     check_max_length(model.config, data_args.max_seq_length)
-    fit_tokenizer_to_model(tokenizer, model.config)
+    align_tokenizer(tokenizer, model.config)
 
     features = {}
     for split in (["train"] if training_args.do_train else []) + evaluated + tested:

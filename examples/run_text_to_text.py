@@ -43,15 +43,15 @@ from example_utils import (  # noqa: E402
     Evaluation,
     ModelArguments,
     Prediction,
+    align_tokenizer,
     check_max_length,
     check_stage_data,
     choose_stages,
     family_of,
     finetuning_splits,
-    fit_tokenizer_to_model,
     load_metric,
     load_or_build_model,
-    load_tokenizer,
+    project_or_checkpoint_tokenizer,
     map_batched,
     parse_config_overrides,
     run_finetuning,
@@ -142,7 +142,8 @@ def main(argv=None) -> dict:
     embedded = not (data_args.dataset_name or data_args.train_file or data_args.validation_file)
     prefix = data_args.source_prefix if data_args.source_prefix is not None else SST2_PREFIX if embedded else ""
 
-    tokenizer = load_tokenizer(model_args, family)
+    tokenizer = project_or_checkpoint_tokenizer(model_args, family, data_args, training_args, splits,
+                                                [data_args.source_column, data_args.target_column])
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     model = load_or_build_model("ForConditionalGeneration", model_args.model_name_or_path, model_args.preset,
                                 tokenizer, model_args.attention_type,
@@ -150,7 +151,7 @@ def main(argv=None) -> dict:
     check_max_length(model.config, data_args.max_source_length, "--max_source_length")
     check_max_length(model.config, training_args.generation_max_length, "--generation_max_length")
     check_max_length(model.config, data_args.max_target_length, "--max_target_length")
-    fit_tokenizer_to_model(tokenizer, model.config)
+    align_tokenizer(tokenizer, model.config)
 
     features = {}
     for split in (["train"] if training_args.do_train else []) + evaluated + tested:

@@ -1,12 +1,20 @@
 """Shared tiny configurations: the table of attention variants every test is driven by."""
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The datasets cache of this test session (set before anything imports datasets; subprocesses inherit it): the
+# example scripts' preparation lands here, not in the user's ~/.cache/huggingface/datasets.
+if "HF_DATASETS_CACHE" not in os.environ:
+    os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="hav-datasets-")
+    atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
 
 import hf_attn_variants as hav  # noqa: E402
 from hub_server import hub  # noqa: E402, F401  (the loopback Hub fixture, for every test module)
