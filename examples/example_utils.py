@@ -6,16 +6,20 @@ cached (`$HF_ATTN_VARIANTS_CACHE`, default `~/.cache/hf_attn_variants`).
 """
 
 import hashlib
+import itertools
 import json
 import os
 import re
+import warnings
 import shutil
+import sys
 import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import AutoTokenizer, PreTrainedTokenizerFast, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
@@ -53,29 +57,222 @@ def read_documents(path: str | os.PathLike = CORPUS) -> list[list[str]]:
 
 
 @dataclass
-class CorpusArguments:
-    """The text the pretraining scripts read; each script's DataArguments adds its own fields."""
+class DataArguments:
+    """Where a script's data comes from, with transformers' example flag names (run_mlm.py, run_glue.py). Each
+    script subclasses it with its own fields (columns, lengths); `load_raw_datasets` reads it."""
 
+    dataset_name: str | None = field(default=None, metadata={
+        "help": "A dataset on the Hugging Face Hub (e.g. wikitext) or a local dataset folder, through "
+                "datasets.load_dataset."})
+    dataset_config_name: str | None = field(default=None, metadata={
+        "help": "The configuration of --dataset_name (e.g. wikitext-103-raw-v1)."})
     train_file: str | None = field(default=None, metadata={
-        "help": "A text file: documents separated by blank lines, one paragraph per line. Default: the embedded "
-                "corpus."})
+        "help": "A local training file: .txt (one row per line), .csv, .tsv, .json/.jsonl (one object per line) or "
+                ".parquet. Default: the script's embedded data."})
     validation_file: str | None = field(default=None, metadata={
-        "help": "Same format. Default: --validation_split_percentage of the training documents."})
-    validation_split_percentage: float = field(default=5.0, metadata={
-        "help": "Held-out share of the documents when there is no --validation_file."})
+        "help": "A local evaluation file, same formats. Default: the data's validation split, else "
+                "--validation_split_percentage of the training rows."})
+    test_file: str | None = field(default=None, metadata={
+        "help": "A local file to predict on (--do_predict), same formats."})
+    streaming: bool = field(default=False, metadata={
+        "help": "Stream the data (an IterableDataset: nothing is downloaded or prepared ahead; needs --max_steps)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={
+        "help": "Processes for the preprocessing (Dataset.map num_proc). Not used with --streaming."})
+    overwrite_cache: bool = field(default=False, metadata={
+        "help": "Redo the preprocessing instead of reading it from the datasets cache."})
     max_train_samples: int | None = field(default=None, metadata={
-        "help": "Keep only the first N training sequences (quick runs, tests)."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N eval sequences."})
+        "help": "Keep only the first N training examples (quick runs, debugging)."})
+    max_eval_samples: int | None = field(default=None, metadata={
+        "help": "Keep only the first N evaluation examples."})
+    max_predict_samples: int | None = field(default=None, metadata={
+        "help": "Keep only the first N prediction examples."})
+    validation_split_percentage: float = field(default=5.0, metadata={
+        "help": "When the data has no validation split: the percentage of the training rows held out for "
+                "evaluation (0: none)."})
 
 
-def corpus_documents(args: CorpusArguments, seed: int) -> tuple[list, list]:
-    """(training documents, eval documents): the given files, or the embedded corpus split by document."""
-    train = read_documents(args.train_file or CORPUS)
-    if args.validation_file:
-        return train, read_documents(args.validation_file)
-    return split_documents(train, args.validation_split_percentage, seed)
+# load_dataset's builder for each file extension, and the options it needs
+FILE_BUILDERS = {".txt": ("text", ()), ".text": ("text", ()), ".csv": ("csv", ()),
+                 ".tsv": ("csv", (("delimiter", "\t"),)), ".json": ("json", ()), ".jsonl": ("json", ()),
+                 ".parquet": ("parquet", ())}
+SPLIT_FLAGS = {"train": "--train_file", "validation": "--validation_file", "test": "--test_file"}
+SAMPLE_FLAGS = {"train": "max_train_samples", "validation": "max_eval_samples", "test": "max_predict_samples"}
 
 
+def load_raw_datasets(args: DataArguments, *, default_files: dict[str, Path] | None, seed: int, cache_dir=None,
+                      select_samples: bool = True, validation_block_rows: int = 1):
+    """The raw splits (`DatasetDict`, or `IterableDatasetDict` with --streaming), from the first of:
+
+    1. `--dataset_name` (+ `--dataset_config_name`): `datasets.load_dataset`, a Hub id or a local dataset folder;
+    2. `--train_file` / `--validation_file` / `--test_file`: through the builder of the extension (`FILE_BUILDERS`);
+    3. `default_files` ({split: path}): the script's embedded data.
+
+    Without a validation split and with `--validation_split_percentage` > 0, it is carved from train:
+    map-style, a seeded split (`seed`) of blocks of `validation_block_rows` consecutive rows (1: rows; pretraining
+    keeps neighbouring lines of a document together); streaming, a row is held out when a hash of (seed, its block
+    index) falls under the percentage, so the same rows are held out on every pass and every process.
+    `max_{train,eval,predict}_samples` keep the first N rows of train/validation/test (`select_samples=False`
+    leaves that to the script, e.g. to count packed sequences instead)."""
+    from datasets import DatasetDict, IterableDatasetDict, load_dataset
+
+    kwargs = {"cache_dir": cache_dir, "streaming": args.streaming}
+    if args.dataset_name:
+        if args.train_file or args.validation_file or args.test_file:
+            raise ValueError("Pass either --dataset_name or --train_file/--validation_file/--test_file, not both.")
+        raw = _load_named_dataset(args.dataset_name, args.dataset_config_name, kwargs)
+    else:
+        if args.dataset_config_name:
+            raise ValueError("--dataset_config_name needs --dataset_name.")
+        given = {split: getattr(args, f"{split}_file") for split in SPLIT_FLAGS}
+        files = {split: path for split, path in given.items() if path}
+        if files and "train" not in files and "validation" not in files:
+            raise ValueError("--test_file alone gives nothing to train or evaluate on: add --train_file or "
+                             "--validation_file.")
+        if not files and not default_files:
+            raise ValueError("No data: pass --dataset_name or --train_file.")
+        raw = _load_files(files or {k: str(v) for k, v in default_files.items()}, kwargs, user=bool(files))
+    iterable = isinstance(raw, IterableDatasetDict)
+    if "validation" not in raw and "train" in raw and args.validation_split_percentage > 0:
+        train, validation = carve_validation(raw["train"], args.validation_split_percentage, seed,
+                                             validation_block_rows)
+        raw = (IterableDatasetDict if iterable else DatasetDict)({**raw, "train": train, "validation": validation})
+    if select_samples:
+        for split, flag in SAMPLE_FLAGS.items():
+            if split in raw and getattr(args, flag) is not None:
+                raw[split] = first_rows(raw[split], getattr(args, flag))
+    return raw
+
+
+def _load_named_dataset(name: str, config_name: str | None, kwargs: dict):
+    from datasets import get_dataset_config_names, load_dataset
+
+    try:
+        return load_dataset(name, config_name, **kwargs)
+    except ValueError as error:  # datasets: "BuilderConfig 'x' not found. Available: [...]" / "Config name is missing"
+        if "BuilderConfig" not in str(error) and "Config name is missing" not in str(error):
+            raise
+        configs = get_dataset_config_names(name)
+        if config_name is None:
+            raise ValueError(f"The dataset {name} has several configurations: pass --dataset_config_name, one of "
+                             f"{configs}.") from None
+        raise ValueError(f"The dataset {name} has no configuration {config_name!r}: pass --dataset_config_name "
+                         f"one of {configs}.") from None
+
+
+def _load_files(files: dict[str, str], kwargs: dict, user: bool):
+    from datasets import load_dataset
+
+    builders = set()
+    for split, path in files.items():
+        flag = SPLIT_FLAGS[split] if user else "the embedded data"
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"{flag} {path}: no such file.")
+        suffix = Path(path).suffix.lower()
+        if suffix not in FILE_BUILDERS:
+            raise ValueError(f"{flag} {path}: unknown extension {suffix!r}; use one of "
+                             f"{', '.join(sorted(FILE_BUILDERS))} (or --dataset_name for a dataset folder).")
+        builders.add(FILE_BUILDERS[suffix])
+    if len(builders) > 1:
+        raise ValueError(f"The data files have different formats ({', '.join(files.values())}): give every split in "
+                         "the same format.")
+    (builder, options), = builders
+    return load_dataset(builder, data_files=files, **dict(options), **kwargs)
+
+
+def carve_validation(train, percentage: float, seed: int, block_rows: int = 1):
+    """(train, validation) from one split; see `load_raw_datasets`."""
+    from datasets import IterableDataset
+
+    if not 0 < percentage < 100:
+        raise ValueError(f"--validation_split_percentage must be in [0, 100), got {percentage}.")
+    if isinstance(train, IterableDataset):
+        def held_out(_, index):
+            digest = zlib.crc32(f"{seed}/{index // block_rows}".encode())
+            return digest % 10_000 < percentage * 100
+
+        return (train.filter(lambda row, index: not held_out(row, index), with_indices=True),
+                train.filter(held_out, with_indices=True))
+    blocks = -(-len(train) // block_rows)
+    if blocks < 2:
+        raise ValueError(f"The training data has {len(train)} rows: too few to hold out a validation split; give "
+                         "--validation_file or more data.")
+    order = torch.randperm(blocks, generator=torch.Generator().manual_seed(seed))
+    held = torch.zeros(blocks, dtype=torch.bool)
+    held[order[: min(blocks - 1, max(1, round(blocks * percentage / 100)))]] = True
+    rows = held.repeat_interleave(block_rows)[: len(train)]
+    return train.select(torch.nonzero(~rows).flatten().tolist()), train.select(torch.nonzero(rows).flatten().tolist())
+
+
+def first_rows(dataset, count: int):
+    """The first `count` rows (map-style: select; streaming: take)."""
+    from datasets import IterableDataset
+
+    if count < 0:
+        raise ValueError(f"max_*_samples must be positive, got {count}.")
+    if isinstance(dataset, IterableDataset):
+        return dataset.take(count)
+    return dataset.select(range(min(count, len(dataset))))
+
+
+def column_names(dataset) -> list[str]:
+    """A split's columns; a streamed dataset whose features are unknown (json) is read for its first row."""
+    if dataset.column_names is not None:
+        return list(dataset.column_names)
+    first = next(iter(dataset), None)
+    return list(first) if first is not None else []
+
+
+def pick_column(dataset, name: str | None, flag: str, default: str | None = None) -> str:
+    """`name` if the data has it, else `default` if it has that, else its first column; an error naming `flag`
+    if `name` is missing."""
+    columns = column_names(dataset)
+    if name is not None:
+        if name not in columns:
+            raise ValueError(f"{flag} {name}: the data has no such column; its columns are {columns}.")
+        return name
+    if default in columns:
+        return default
+    if not columns:
+        raise ValueError("The data has no columns.")
+    return columns[0]
+
+
+def check_streaming(training_args, data_args: DataArguments) -> None:
+    """--streaming gives an IterableDataset of unknown length: Trainer needs --max_steps to know when to stop."""
+    if data_args.streaming and training_args.max_steps <= 0:
+        raise ValueError("--streaming needs --max_steps (a streamed dataset has no length to count epochs by).")
+    if data_args.streaming and data_args.preprocessing_num_workers:
+        raise ValueError("--preprocessing_num_workers does not apply with --streaming (preprocessing runs as the "
+                         "data is read): leave it out.")
+
+
+def map_batched(dataset, function, training_args, data_args: DataArguments, *, desc: str, remove_columns=None,
+                **kwargs):
+    """`dataset.map(function, batched=True)` the way every script prepares data: map-style, with
+    --preprocessing_num_workers processes, into the datasets cache (reused unless --overwrite_cache), by the main
+    process first (the others then read its cache); streaming, lazily as the data is read."""
+    from datasets import IterableDataset
+
+    if isinstance(dataset, IterableDataset):
+        return dataset.map(function, batched=True, remove_columns=remove_columns, **kwargs)
+    with training_args.main_process_first(desc=desc):
+        return dataset.map(function, batched=True, remove_columns=remove_columns,
+                           num_proc=data_args.preprocessing_num_workers,
+                           load_from_cache_file=not data_args.overwrite_cache, desc=desc, **kwargs)
+
+
+def dataset_info(data_args: DataArguments, default: dict) -> dict:
+    """What `training_info.json` (and the model card) records about the data."""
+    if data_args.dataset_name:
+        config = f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else ""
+        return {"name": f"{data_args.dataset_name}{config}", "hub_id": data_args.dataset_name,
+                "config": data_args.dataset_config_name, "source": "datasets.load_dataset", "license": "unknown"}
+    if data_args.train_file:
+        return data_file_info(data_args.train_file, default)
+    return default
+
+
+_BLANK_LINE = re.compile(r"\n\s*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')_]*\s+(?=[\"'(_]*[A-Z0-9])")
 
 
@@ -83,15 +280,54 @@ def split_sentences(paragraph: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(paragraph) if s.strip()]
 
 
-def split_documents(documents: list, validation_percentage: float, seed: int) -> tuple[list, list]:
-    """A deterministic split by whole documents (no document is in both)."""
-    if not 0 < validation_percentage < 100:
-        raise ValueError(f"`validation_split_percentage` must be in (0, 100), got {validation_percentage}.")
-    order = torch.randperm(len(documents), generator=torch.Generator().manual_seed(seed)).tolist()
-    n_eval = max(1, round(len(documents) * validation_percentage / 100))
-    held_out = set(order[:n_eval])
-    return ([d for i, d in enumerate(documents) if i not in held_out],
-            [d for i, d in enumerate(documents) if i in held_out])
+def rows_to_documents(texts: list[str | None]) -> list[list[str]]:
+    """Rows of text (one batch) as documents, each a list of paragraphs (lines).
+
+    - Rows of one line are paragraphs of one document, which an empty row ends: a text file read line by line
+      (documents separated by blank lines, as the embedded corpus) or a dataset like wikitext.
+    - A row of several lines is a document by itself (one document per row, as Wikipedia or C4); blank lines
+      inside it separate documents too.
+
+    A document that runs across the end of a batch (1000 rows) is cut there."""
+    documents, current = [], []
+    for text in texts:
+        text = (text or "").strip()
+        if "\n" in text:
+            if current:
+                documents.append(current)
+                current = []
+            for block in _BLANK_LINE.split(text):
+                lines = [line.strip() for line in block.splitlines() if line.strip()]
+                if lines:
+                    documents.append(lines)
+        elif text:
+            current.append(text)
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    return documents
+
+
+def encode_texts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, no special tokens, in one batched call. Preparation tokenizes whole rows and cuts
+    them afterwards, so it goes to the Rust tokenizer directly (no length warning, no BatchEncoding)."""
+    if not texts:
+        return []
+    if tokenizer.is_fast:
+        return [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
+    return tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)["input_ids"]
+
+
+def token_blocks(texts: list[str | None], tokenizer, size: int) -> np.ndarray:
+    """The texts tokenized in one batched call (no special tokens), concatenated, and cut into rows of `size`
+    tokens: an int32 array [blocks, size]; the tail shorter than `size` is dropped (as run_mlm's group_texts)."""
+    encoded = encode_texts(tokenizer, [t for t in texts if t])
+    lengths = [len(ids) for ids in encoded]
+    stream = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=sum(lengths))
+    blocks = len(stream) // size
+    return stream[: blocks * size].reshape(blocks, size)
 
 
 # ----------------------------------------------------------------------------------------------------- tokenizers
@@ -99,16 +335,49 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HF_ATTN_VARIANTS_CACHE", Path.home() / ".cache" / "hf_attn_variants"))
 
 
-def project_tokenizer(kind: str, vocab_size: int = 8000, corpus: str | os.PathLike = CORPUS) -> PreTrainedTokenizerFast:
-    """A tokenizer trained on `corpus`: `"wordpiece"` (BERT/ALBERT: [PAD]=0, [UNK], [CLS], [SEP], [MASK]) or
-    `"unigram"` (T5: <pad>=0, </s>=1, <unk>=2, <extra_id_0> the last id). Trained once, then read from the cache."""
+# The project tokenizer of a run on other data than the embedded corpus is trained on the first this many characters
+# of its training split (all of it when smaller); said in --tokenizer_name's help.
+TOKENIZER_SAMPLE_CHARS = 20_000_000
+
+
+def training_lines(dataset, column: str, max_chars: int = TOKENIZER_SAMPLE_CHARS) -> list[str]:
+    """The non-empty lines of the first `max_chars` characters of `dataset[column]` (map-style or streamed): the
+    text a project tokenizer is trained on."""
+    lines, chars = [], 0
+    batches = dataset.iter(batch_size=1000)
+    for batch in batches:
+        for text in batch[column]:
+            for line in (text or "").splitlines():
+                line = line.strip()
+                if line:
+                    lines.append(line)
+                    chars += len(line)
+            if chars >= max_chars:
+                return lines
+    return lines
+
+
+def project_tokenizer(kind: str, vocab_size: int = 8000, corpus: str | os.PathLike = CORPUS,
+                      lines: list[str] | None = None) -> PreTrainedTokenizerFast:
+    """A tokenizer trained on `lines` (default: the lines of the text file `corpus`): `"wordpiece"` (BERT/ALBERT:
+    [PAD]=0, [UNK], [CLS], [SEP], [MASK]) or `"unigram"` (T5: <pad>=0, </s>=1, <unk>=2, <extra_id_0> the last id).
+    Trained once per content (cached by a hash of the text), then read from the cache."""
     if kind not in ("wordpiece", "unigram"):
         raise ValueError(f"Unknown tokenizer kind {kind!r}: use 'wordpiece' or 'unigram'.")
-    corpus = Path(corpus)
-    key = hashlib.sha256(corpus.read_bytes() + f"{kind}/{vocab_size}/1".encode()).hexdigest()[:16]
+    if lines is None:
+        corpus = Path(corpus)
+        key = hashlib.sha256(corpus.read_bytes() + f"{kind}/{vocab_size}/1".encode()).hexdigest()[:16]
+    else:
+        digest = hashlib.sha256(f"{kind}/{vocab_size}/lines/1".encode())
+        for line in lines:
+            digest.update(line.encode() + b"\n")
+        key = digest.hexdigest()[:16]
     target = cache_dir() / "tokenizers" / f"{kind}-{vocab_size}-{key}"
     if not (target / "tokenizer.json").is_file():
-        lines = [line for document in read_documents(corpus) for line in document]
+        if lines is None:
+            lines = [line for document in read_documents(corpus) for line in document]
+        if not lines:
+            raise ValueError("No text to train the tokenizer on: the training data is empty.")
         tokenizer = _train_wordpiece(lines, vocab_size) if kind == "wordpiece" else _train_unigram(lines, vocab_size)
         target.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(dir=target.parent))
@@ -182,18 +451,22 @@ class ModelArguments:
     config_overrides: str | None = field(default=None, metadata={
         "help": "JSON object of config fields, e.g. '{\"synthesizer_components\": [\"dense\", \"random\"]}'."})
     tokenizer_name: str | None = field(default=None, metadata={
-        "help": "A tokenizer folder. Default: the checkpoint's own, or the project's tokenizer of the family "
-                "(WordPiece for BERT/ALBERT, Unigram with sentinels for T5), trained on the corpus once and cached."})
+        "help": "A tokenizer folder or Hub id. Default: the checkpoint's own, or the project's tokenizer of the family "
+                "(WordPiece for BERT/ALBERT, Unigram with sentinels for T5) trained on the run's training text: "
+                "the embedded corpus, or the first 20M characters of the training split of --train_file/"
+                "--dataset_name (of the stream with --streaming); trained once per text (cached by its hash)."})
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary of the project's tokenizer."})
 
 
-def load_tokenizer(model_args: ModelArguments, family: str):
-    """The checkpoint's (or --tokenizer_name's) tokenizer, else the project's tokenizer of the family."""
+def load_tokenizer(model_args: ModelArguments, family: str, lines=None):
+    """The checkpoint's (or --tokenizer_name's) tokenizer, else the project's tokenizer of the family, trained on
+    `lines` (a list, or a function giving it, called only when needed; default: the embedded corpus)."""
     if model_args.tokenizer_name or model_args.model_name_or_path:
         # trust_remote_code: our checkpoints' config names their code; without it transformers asks on the terminal
         return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path,
                                              trust_remote_code=True)
-    return project_tokenizer("unigram" if family == "t5" else "wordpiece", model_args.vocab_size)
+    return project_tokenizer("unigram" if family == "t5" else "wordpiece", model_args.vocab_size,
+                             lines=lines() if callable(lines) else lines)
 
 
 def checkpoint_model_type(model_name_or_path: str) -> str:
@@ -273,6 +546,14 @@ def length_limit(config) -> tuple[int | None, str]:
         field_name = "synthesizer_max_position" if limit < config.max_position_embeddings else "max_position_embeddings"
         return limit, field_name
     return config.max_position_embeddings, "max_position_embeddings"
+
+
+def align_tokenizer(tokenizer, config) -> None:
+    """The tokenizer's `model_max_length` set to the longest input the model takes, so that the saved pair agrees
+    (`pipeline(..., truncation=True)` truncates to what the model can read)."""
+    limit, _ = length_limit(config)
+    if limit is not None:
+        tokenizer.model_max_length = limit
 
 
 def check_max_length(config, max_seq_length: int, argument: str = "--max_seq_length") -> None:
@@ -403,29 +684,62 @@ class StepTimer(TrainerCallback):
         return self.seconds / max(1, self.steps)
 
 
+# ----------------------------------------------------------------------------------------------- training flags
+DO_FLAGS = ("--do_train", "--do_eval", "--do_predict")
+
+
+def resolve_do_flags(argv: list[str] | None, training_args, default=("do_train", "do_eval")) -> None:
+    """--do_train/--do_eval/--do_predict act as in transformers' examples: a script does what they ask and nothing
+    else. With none of them on the command line a script does `default` (the main job: train, then evaluate)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if not any(arg.split("=")[0] in DO_FLAGS for arg in argv):
+        for name in default:
+            setattr(training_args, name, True)
+    if not (training_args.do_train or training_args.do_eval or training_args.do_predict):
+        raise ValueError("Nothing to do: pass --do_train, --do_eval or --do_predict (or none of them for the "
+                         "default).")
+
+
+def check_training_args(training_args) -> None:
+    """Settings that make a correct run look broken, or do less than asked: pinned memory without CUDA (a warning
+    at every evaluation) is turned off; warm-up that lasts the whole run gets a warning."""
+    if not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False
+    warmup = training_args.warmup_steps
+    if training_args.max_steps > 0 and warmup >= 1 and warmup >= training_args.max_steps:
+        warnings.warn(f"--warmup_steps {int(warmup)} reaches --max_steps {training_args.max_steps}: the learning "
+                      "rate never leaves warm-up. Pass a ratio instead, e.g. --warmup_steps 0.1.", stacklevel=2)
+
+
 # -------------------------------------------------------------------------------------------------- bookkeeping
 def finish(trainer, train_result, model_args: ModelArguments, script: str, task: str, dataset: dict,
-           extra_metrics: dict | None = None, **training) -> dict:
+           extra_metrics: dict | None = None, do_eval: bool = True, **training) -> dict:
     """What every script does after training: save the model and tokenizer, evaluate, write train/eval/all results,
-    the trainer state and `training_info.json`, and with --push_to_hub push the folder and then the real model card
-    (in place of Trainer's default README). Returns the train and eval metrics."""
+    the trainer state, `training_info.json` and the model card (README.md), and with --push_to_hub push the folder
+    and then the same model card (in place of Trainer's default README). Returns the train and eval metrics.
+    `train_result` None: no training (--do_eval alone), only the evaluation is written; `do_eval` False: no
+    evaluation."""
     args = trainer.args
-    trainer.save_model()
-    train_metrics = {**train_result.metrics, **(extra_metrics or {}),
-                     "num_parameters": sum(p.numel() for p in trainer.model.parameters())}
-    trainer.log_metrics("train", train_metrics)
-    trainer.save_metrics("train", train_metrics)
-    eval_metrics = trainer.evaluate()
-    trainer.log_metrics("eval", eval_metrics)
-    trainer.save_metrics("eval", eval_metrics)  # save_metrics also merges both into all_results.json
+    train_metrics, eval_metrics = {}, {}
+    if train_result is not None:
+        trainer.save_model()
+        train_metrics = {**train_result.metrics, **(extra_metrics or {}),
+                         "num_parameters": sum(p.numel() for p in trainer.model.parameters())}
+        trainer.log_metrics("train", train_metrics)
+        trainer.save_metrics("train", train_metrics)
+    if do_eval:
+        eval_metrics = trainer.evaluate()
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)  # save_metrics also merges both into all_results.json
+    if train_result is None:
+        return eval_metrics
     trainer.save_state()
     if trainer.is_world_process_zero():
         write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path, dataset,
                             args, **training)
+        write_model_card(args.output_dir, args.hub_model_id)
     if args.push_to_hub:
-        trainer.push_to_hub()
-        if trainer.is_world_process_zero():
-            upload_card(args.output_dir, trainer.hub_model_id, token=args.hub_token)
+        push_with_card(trainer)
     return {**train_metrics, **eval_metrics}
 
 
@@ -442,8 +756,11 @@ def resume_checkpoint(training_args) -> str | None:
 
 
 def write_training_info(output_dir, script: str, task: str, preset: str | None, base_model: str | None,
-                        dataset: dict, training_args, **training) -> None:
-    """`training_info.json`, read by `hf_attn_variants.publish` for the model card."""
+                        dataset: dict, training_args, evaluation: list[dict] | None = None, **training) -> None:
+    """`training_info.json`, read by `hf_attn_variants.publish` for the model card. `dataset` is the training data;
+    `evaluation` says which data each recorded metric comes from: one entry per data set, the metrics named
+    `metric_prefix` + name + `metric_suffix` (e.g. eval_accuracy_mm), with the data's name, source, split and, for
+    a Hub dataset, `hub_id` and config."""
     info = {
         "script": f"examples/{Path(script).name}",
         "task": task,
@@ -458,6 +775,8 @@ def write_training_info(output_dir, script: str, task: str, preset: str | None, 
             **training,
         },
     }
+    if evaluation is not None:
+        info["evaluation"] = evaluation
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     (Path(output_dir) / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
 
@@ -466,3 +785,247 @@ def data_file_info(train_file: str | None, default: dict) -> dict:
     if train_file:
         return {"name": Path(train_file).name, "source": "user-provided file", "license": "unknown"}
     return default
+
+
+# ================================================================================================================
+# Fine-tuning (run_classification.py, run_qa.py, run_text_to_text.py): splits, stages, metrics, predictions, and
+# the model card every run writes. Kept in one section at the end of the file.
+# ================================================================================================================
+
+
+def choose_stages(training_args, argv, has_test_data: bool) -> None:
+    """--do_train / --do_eval / --do_predict as in transformers' examples, with one default: a command line that
+    names none of them trains and evaluates (and predicts when --test_file is given), so the bare script is the
+    offline quick start. A command line that names some runs exactly those; without --do_eval (and without an
+    explicit --eval_strategy) nothing is evaluated, also not during training. Then `check_training_args`."""
+    import argparse
+
+    from transformers.hf_argparser import string_to_bool
+    from transformers.trainer_utils import IntervalStrategy
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    check_training_args(training_args)
+    flags = argparse.ArgumentParser(add_help=False)
+    for flag in DO_FLAGS:
+        flags.add_argument(flag, type=string_to_bool, nargs="?", const=True, default=None)
+    given = vars(flags.parse_known_args(argv)[0])  # {"do_train": True/False/None, ...}
+    if all(value is None for value in given.values()):
+        training_args.do_train, training_args.do_eval, training_args.do_predict = True, True, has_test_data
+        return
+    training_args.do_train, training_args.do_eval, training_args.do_predict = (
+        bool(given[flag[2:]]) for flag in DO_FLAGS)
+    if not training_args.do_eval and not any(a.split("=")[0] == "--eval_strategy" for a in argv):
+        training_args.eval_strategy = IntervalStrategy.NO
+    if has_test_data and not training_args.do_predict:
+        raise ValueError("--test_file is given but --do_predict is not: add --do_predict, or leave out --test_file.")
+    if not any((training_args.do_train, training_args.do_eval, training_args.do_predict)):
+        raise ValueError("--do_train, --do_eval and --do_predict are all false: nothing to do.")
+
+
+def is_hub_id(name: str | None) -> bool:
+    """Whether --dataset_name names a Hub dataset (not a local folder)."""
+    return bool(name) and not Path(name).exists()
+
+
+def split_info(data_args, split: str, default: dict, carved_from: str | None = None) -> dict:
+    """Where one split's rows come from, for `training_info.json` and the model card: a Hub dataset (`hub_id`,
+    config, split), a local dataset folder, a user file, or the embedded data (`default`). `carved_from`: the split
+    the rows were held out of by --validation_split_percentage."""
+    if data_args.dataset_name:
+        name, config = data_args.dataset_name, data_args.dataset_config_name
+        info = {"name": f"{name} ({config})" if config else name, "config": config}
+        if is_hub_id(name):
+            info.update(hub_id=name, source=f"the Hugging Face Hub dataset {name}")
+        else:
+            info["source"] = f"the local dataset folder {name}"
+    elif getattr(data_args, f"{carved_from or split}_file", None):
+        file = getattr(data_args, f"{carved_from or split}_file")
+        flag = f"--{carved_from or split}_file"
+        info = {"name": Path(file).name, "source": f"user-provided file ({flag})", "license": "unknown"}
+    else:
+        info = dict(default)
+    info["split"] = split
+    if carved_from:
+        info["split"] = (f"{split}: {data_args.validation_split_percentage:g}% of the {carved_from} rows held out "
+                         "(--validation_split_percentage)")
+    return {k: v for k, v in info.items() if v is not None}
+
+
+def finetuning_splits(data_args, *, default_files: dict | None, default_info: dict, seed: int,
+                      eval_splits=("validation",), test_splits=("test",), convert_file=None):
+    """The raw splits a fine-tuning script uses, loaded by `load_raw_datasets`: {"train": ..., eval split: ...,
+    test split: ...} (only those present) and {split: `split_info`}. When the data holds none of `eval_splits`, a
+    "validation" split is carved from train by --validation_split_percentage (the same seeded split as
+    `load_raw_datasets`); max_{train,eval,predict}_samples keep the first N rows of each split. `convert_file`
+    (path -> path) turns a data file into one datasets reads (e.g. SQuAD's nested JSON into JSON lines); the card
+    still names the file the user gave."""
+    from dataclasses import replace
+
+    from datasets import DatasetDict
+
+    if data_args.streaming:
+        raise ValueError("The fine-tuning scripts read map-style datasets (they need the eval examples for "
+                         "post-processing): leave out --streaming.")
+    loading = replace(data_args, validation_split_percentage=0, max_train_samples=None, max_eval_samples=None,
+                      max_predict_samples=None)
+    if convert_file is not None:
+        for split in ("train", "validation", "test"):
+            if getattr(loading, f"{split}_file"):
+                setattr(loading, f"{split}_file", convert_file(getattr(loading, f"{split}_file")))
+        default_files = {split: convert_file(path) for split, path in (default_files or {}).items()}
+    raw = load_raw_datasets(loading, default_files=default_files, seed=seed)
+    info = {}
+    if "train" in raw:
+        info["train"] = split_info(data_args, "train", default_info)
+    if not any(split in raw for split in eval_splits) and "validation" not in raw:
+        if "train" in raw and data_args.validation_split_percentage > 0:
+            train, validation = carve_validation(raw["train"], data_args.validation_split_percentage, seed)
+            raw = DatasetDict({**raw, "train": train, "validation": validation})
+            info["validation"] = split_info(data_args, "validation", default_info, carved_from="train")
+    splits = DatasetDict()
+    limits = {"train": data_args.max_train_samples, **{s: data_args.max_eval_samples for s in (*eval_splits,
+              "validation")}, **{s: data_args.max_predict_samples for s in test_splits}}
+    for split in ("train", *eval_splits, "validation", *test_splits):
+        if split in raw and split not in splits:
+            splits[split] = first_rows(raw[split], limits[split]) if limits[split] is not None else raw[split]
+            info.setdefault(split, split_info(data_args, split, default_info))
+    return splits, info
+
+
+def check_stage_data(training_args, splits, eval_splits, test_splits) -> tuple[list[str], list[str]]:
+    """The eval and test splits the chosen stages use (none for a stage not chosen); an error naming the missing
+    data before anything runs."""
+    evaluated = [s for s in eval_splits if s in splits] or (["validation"] if "validation" in splits else [])
+    tested = [s for s in test_splits if s in splits]
+    if training_args.do_train and "train" not in splits:
+        raise ValueError("--do_train needs training data: pass --train_file, or a --dataset_name with a train split.")
+    if training_args.do_eval and not evaluated:
+        raise ValueError("--do_eval needs evaluation data: pass --validation_file, a dataset with a validation "
+                         "split, or --validation_split_percentage > 0 with training data.")
+    if training_args.do_predict and not tested:
+        raise ValueError("--do_predict needs test data: pass --test_file, or a --dataset_name with a test split.")
+    return evaluated if training_args.do_eval else [], tested if training_args.do_predict else []
+
+
+def load_metric(metric_name: str, config_name: str | None = None):
+    """An evaluate module (Hub id or local path), loaded once before training so that a wrong name fails early."""
+    import evaluate
+
+    try:
+        return evaluate.load(metric_name, config_name) if config_name else evaluate.load(metric_name)
+    except Exception as error:  # evaluate raises FileNotFoundError, ConnectionError, ValueError, ...
+        raise ValueError(f"--metric_name {metric_name}: evaluate.load failed ({type(error).__name__}: {error}). "
+                         "Pass a local metric script path, or an evaluate module id reachable from here.") from error
+
+
+def project_or_checkpoint_tokenizer(model_args, family: str, data_args, training_args, splits, columns: list[str]):
+    """`load_tokenizer` for a fine-tuning script: the project tokenizer of a run on the user's data is trained on
+    the text `columns` of its training split (`training_lines` of each; columns that do not hold text are skipped),
+    as --tokenizer_name's help says."""
+    from datasets import Value
+
+    train = splits.get("train")
+    user_data = bool(data_args.dataset_name or data_args.train_file) and train is not None
+    text = [c for c in columns if isinstance(train.features.get(c), Value) and train.features[c].dtype in (
+        "string", "large_string")] if user_data else []
+
+    def lines():
+        return [line for column in text for line in training_lines(train, column)]
+
+    with training_args.main_process_first(desc="the project tokenizer"):
+        return load_tokenizer(model_args, family, lines=lines if text else None)
+
+
+@dataclass
+class Evaluation:
+    """One evaluation set: its features, what they are (`split_info`), the metrics' function and the suffix its
+    metric names get (run_glue's "_mm" for mnli's mismatched validation; "" for the main one)."""
+
+    dataset: object
+    info: dict
+    compute_metrics: object
+    suffix: str = ""
+
+
+@dataclass
+class Prediction:
+    """One prediction set: its features, what they are, and `write(PredictionOutput, output_dir) -> metrics` that
+    writes the predictions file(s) and returns any metrics to record (e.g. when the test data has labels)."""
+
+    dataset: object
+    info: dict
+    write: object
+    compute_metrics: object = None
+    suffix: str = ""
+
+
+def run_finetuning(trainer, model_args, script: str, task: str, *, train_info: dict | None,
+                   evaluations: list, predictions: list, **training) -> dict:
+    """The stages of a fine-tuning script, as transformers' examples run them: --do_train (train, save the model,
+    train metrics, trainer state), --do_eval (each `Evaluation`, metrics suffixed), --do_predict (each
+    `Prediction`, its file written); then `training_info.json`, the model card (README.md) in the output folder,
+    and with --push_to_hub the push and the same card on the Hub. The model is saved in every run, so the output
+    folder is the checkpoint its card and metrics describe. Returns all metrics."""
+    args = trainer.args
+    results = {}
+    if args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(args))
+        metrics = {**train_result.metrics, "train_samples": len(trainer.train_dataset),
+                   "num_parameters": sum(p.numel() for p in trainer.model.parameters())}
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+        results.update(metrics)
+    trainer.save_model()
+    if args.do_eval:
+        combined = {}
+        for evaluation in evaluations:
+            trainer.compute_metrics = evaluation.compute_metrics
+            metrics = trainer.evaluate(eval_dataset=evaluation.dataset)
+            metrics = {f"{k}{evaluation.suffix}": v for k, v in
+                       {**metrics, "eval_samples": len(evaluation.dataset)}.items()}
+            trainer.log_metrics("eval", metrics)
+            combined.update(metrics)
+        trainer.save_metrics("eval", combined)
+        results.update(combined)
+    if args.do_predict:
+        combined = {}
+        for prediction in predictions:
+            trainer.compute_metrics = prediction.compute_metrics
+            output = trainer.predict(prediction.dataset, metric_key_prefix="predict")
+            metrics = {**(output.metrics or {}), **(prediction.write(output, args.output_dir) or {})}
+            metrics = {f"{k}{prediction.suffix}": v for k, v in
+                       {**metrics, "predict_samples": len(prediction.dataset)}.items()}
+            trainer.log_metrics("predict", metrics)
+            combined.update(metrics)
+        trainer.save_metrics("predict", combined)
+        results.update(combined)
+    measured = [{"metric_prefix": "eval_", "metric_suffix": e.suffix, **e.info} for e in evaluations] \
+        if args.do_eval else []
+    measured += [{"metric_prefix": "predict_", "metric_suffix": p.suffix, **p.info} for p in predictions] \
+        if args.do_predict else []
+    if trainer.is_world_process_zero():
+        write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path,
+                            train_info or {}, args, evaluation=measured, **training)
+        write_model_card(args.output_dir, args.hub_model_id)
+    if args.push_to_hub:
+        push_with_card(trainer)
+    return results
+
+
+def write_model_card(output_dir, repo_id: str | None = None, revision: str | None = None) -> Path:
+    """README.md in `output_dir`: the card `hf_attn_variants.publish.render_card` makes of the folder, addressed to
+    `repo_id` (default: the folder itself, which loads as it is) without a pinned revision until it is pushed."""
+    from hf_attn_variants.publish import render_card
+
+    path = Path(output_dir) / "README.md"
+    render_card(output_dir, repo_id or str(output_dir), revision).save(path)
+    return path
+
+
+def push_with_card(trainer) -> None:
+    """Trainer's push, then our card in place of Trainer's default README, on the Hub and in the output folder."""
+    trainer.push_to_hub()
+    if trainer.is_world_process_zero():
+        published = upload_card(trainer.args.output_dir, trainer.hub_model_id, token=trainer.args.hub_token)
+        write_model_card(trainer.args.output_dir, trainer.hub_model_id, published.model_commit)

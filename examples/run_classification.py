@@ -1,30 +1,46 @@
-"""Fine-tune a BERT, ALBERT or T5 variant for text classification (GLUE-style: single sentences or sentence pairs)
+"""Fine-tune a BERT, ALBERT or T5 variant for text classification (GLUE tasks, single sentences or sentence pairs)
 with `Trainer`.
 
     python examples/run_classification.py           # movie-review sentiment, bert-tiny-talking-heads, about a minute
     python examples/run_classification.py --preset albert-mini-synthesizer-dense
-    python examples/run_classification.py --model_name_or_path path/to/bert --attention_type talking_heads \
-        --train_file train.csv --validation_file dev.csv --text_column premise --text_pair_column hypothesis
+    python examples/run_classification.py --task_name mnli --model_name_or_path path/to/bert \
+        --attention_type talking_heads --max_seq_length 128 --per_device_train_batch_size 32 --num_train_epochs 3
+    python examples/run_classification.py --model_name_or_path path/to/bert --train_file train.csv \
+        --validation_file dev.csv --test_file test.csv --do_train --do_eval --do_predict \
+        --text_column premise --text_pair_column hypothesis
 
-With no data arguments it trains on 436 labelled movie-review sentences and evaluates on 108 others (the sentence
-polarity dataset of Pang and Lee, shipped in examples/data/). `--train_file`/`--validation_file` take CSV, TSV,
-JSON (a list of objects) or JSON lines; the text columns are found as transformers' run_glue finds them
-(sentence1/sentence2, question/sentence, premise/hypothesis, sentence, text) or named with `--text_column` and
-`--text_pair_column`; labels (`--label_column`, default `label`) are class names or integers. Without
-`--model_name_or_path` the model is built from `--preset` with the project's tokenizer (WordPiece for BERT/ALBERT,
-Unigram for T5). Reports accuracy and F1 (of the second class in sorted order for two classes, macro-averaged
-otherwise). Every `TrainingArguments` option passes through (--bf16, --torch_compile, --gradient_checkpointing,
---push_to_hub, ...); `--resume_from_checkpoint last` resumes from the newest checkpoint in --output_dir. The output
-folder loads with `AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`.
+Data, as transformers' run_glue.py reads it (`example_utils.load_raw_datasets`):
+- `--task_name {cola,sst2,mrpc,qqp,stsb,mnli,qnli,rte,wnli}`: a GLUE task, from `--dataset_name` (default
+  `nyu-mll/glue`, config = the task) or a GLUE-shaped local folder. The task sets the text columns, the label
+  count (stsb is regression with one output) and GLUE's metric under GLUE's names: matthews_correlation (cola),
+  pearson and spearmanr (stsb), accuracy and f1 (mrpc, qqp), accuracy (the others). mnli is evaluated on
+  validation_matched (eval_*) and validation_mismatched (eval_*_mm) and predicted on test_matched and
+  test_mismatched, as run_glue does.
+- `--dataset_name` (a Hub id or local folder) or `--train_file`/`--validation_file`/`--test_file` (CSV, TSV, JSON
+  lines, parquet): the text columns are found as run_glue finds them (sentence1/sentence2, question/sentence,
+  premise/hypothesis, sentence, text) or named with `--text_column`/`--text_pair_column`; labels
+  (`--label_column`) are class names, integers, or floats (regression). Reports accuracy and F1 (of class 1 for
+  two classes, macro-averaged otherwise), or pearson and spearmanr for regression.
+- No data flags: 436 labelled movie-review sentences, evaluated on 108 others (the sentence polarity dataset of
+  Pang and Lee, shipped in examples/data/).
+
+Without validation data, --validation_split_percentage of the training rows are held out. `--metric_name` (an
+evaluate module: Hub id or local script) replaces the default metric. `--do_train`, `--do_eval`, `--do_predict`
+act as in transformers' examples (none given: train and evaluate); predictions go to `predict_results[_task].txt`.
+Tokenization is a batched `Dataset.map` cached by `datasets` (`--preprocessing_num_workers`, `--overwrite_cache`).
+Without `--model_name_or_path` the model is built from `--preset` with the project's tokenizer. Every
+`TrainingArguments` option passes through; `--resume_from_checkpoint last` resumes from the newest checkpoint in
+--output_dir. The output folder holds the model, its metrics and its model card (README.md) and loads with
+`AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`.
 """
 
-import csv
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+import pyarrow.compute
 from transformers import (
     DataCollatorWithPadding,
     HfArgumentParser,
@@ -36,15 +52,22 @@ from transformers import (
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
     DATA,
+    DataArguments,
+    Evaluation,
     ModelArguments,
+    Prediction,
+    align_tokenizer,
     check_max_length,
-    data_file_info,
+    check_stage_data,
+    choose_stages,
     family_of,
-    finish,
+    finetuning_splits,
+    load_metric,
     load_or_build_model,
-    load_tokenizer,
+    project_or_checkpoint_tokenizer,
+    map_batched,
     parse_config_overrides,
-    resume_checkpoint,
+    run_finetuning,
 )
 
 RT_POLARITY = {"train": DATA / "rt_polarity_train.csv", "validation": DATA / "rt_polarity_validation.csv"}
@@ -56,6 +79,30 @@ RT_POLARITY_INFO = {
 # run_glue's column names, in the order they are tried: (text, text pair)
 KNOWN_TEXT_COLUMNS = [("sentence1", "sentence2"), ("question", "sentence"), ("premise", "hypothesis"),
                       ("sentence", None), ("text", None)]
+GLUE_DATASET = "nyu-mll/glue"
+
+
+class GlueTask(NamedTuple):
+    text: str
+    pair: str | None
+    labels: tuple[str, ...] | None  # the Hub dataset's label names, in id order; None: regression
+    metrics: tuple[str, ...]  # GLUE's metric names (evaluate's "glue" metric), in its order
+
+
+GLUE_TASKS = {
+    "cola": GlueTask("sentence", None, ("unacceptable", "acceptable"), ("matthews_correlation",)),
+    "sst2": GlueTask("sentence", None, ("negative", "positive"), ("accuracy",)),
+    "mrpc": GlueTask("sentence1", "sentence2", ("not_equivalent", "equivalent"), ("accuracy", "f1")),
+    "qqp": GlueTask("question1", "question2", ("not_duplicate", "duplicate"), ("accuracy", "f1")),
+    "stsb": GlueTask("sentence1", "sentence2", None, ("pearson", "spearmanr")),
+    "mnli": GlueTask("premise", "hypothesis", ("entailment", "neutral", "contradiction"), ("accuracy",)),
+    "qnli": GlueTask("question", "sentence", ("entailment", "not_entailment"), ("accuracy",)),
+    "rte": GlueTask("sentence1", "sentence2", ("entailment", "not_entailment"), ("accuracy",)),
+    "wnli": GlueTask("sentence1", "sentence2", ("not_entailment", "entailment"), ("accuracy",)),
+}
+# mnli's extra splits, and the suffix run_glue gives their metrics and prediction files
+MNLI_EVAL = {"validation_matched": "", "validation_mismatched": "_mm"}
+MNLI_TEST = {"test_matched": "", "test_mismatched": "_mm"}
 DEFAULTS = dict(
     preset="bert-tiny-talking-heads", output_dir="outputs/classification", num_train_epochs=10,
     per_device_train_batch_size=32,
@@ -65,68 +112,48 @@ DEFAULTS = dict(
 
 
 @dataclass
-class DataArguments:
-    train_file: str | None = field(default=None, metadata={
-        "help": "CSV, TSV, JSON or JSON-lines file of labelled texts. Default: the embedded movie-review sentences."})
-    validation_file: str | None = field(default=None, metadata={
-        "help": "Same format and columns. Required with --train_file; default: the embedded validation sentences."})
+class ClassificationDataArguments(DataArguments):
+    task_name: str | None = field(default=None, metadata={
+        "help": f"A GLUE task: {', '.join(GLUE_TASKS)}. Sets the columns, labels and metric; the data defaults to "
+                f"--dataset_name {GLUE_DATASET} --dataset_config_name <task>."})
     text_column: str | None = field(default=None, metadata={
-        "help": "Column of the (first) text. Default: found as run_glue finds it (sentence1, question, premise, "
-                "sentence, text)."})
+        "help": "Column of the (first) text. Default: the GLUE task's, else found as run_glue finds it (sentence1, "
+                "question, premise, sentence, text)."})
     text_pair_column: str | None = field(default=None, metadata={
         "help": "Column of the second text of a pair task; default: the partner of the found text column, if any."})
-    label_column: str = field(default="label", metadata={"help": "Column of the labels (class names or integers)."})
+    label_column: str = field(default="label", metadata={
+        "help": "Column of the labels: class names, integers, or floats (regression)."})
     max_seq_length: int = field(default=128, metadata={
         "help": "Tokens per example after truncation, special tokens included; at most the model's limit."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation examples."})
+    metric_name: str | None = field(default=None, metadata={
+        "help": "An evaluate module (Hub id or local script path) computed on the predicted and true labels, in "
+                "place of the default (GLUE's metric of the task; accuracy and F1 otherwise)."})
 
 
 # ------------------------------------------------------------------------------------------------------------ data
-def read_table(path: str | Path, argument: str) -> list[dict]:
-    """The rows of a CSV/TSV file or a JSON file (a list of objects, {"data": [...]}, or one object per line)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{argument} {path}: no such file.")
-    suffix = path.suffix.lower()
-    if suffix in (".csv", ".tsv"):
-        with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ","))
-    elif suffix in (".json", ".jsonl"):
-        text = path.read_text(encoding="utf-8")
-        try:
-            data = json.loads(text) if suffix == ".json" else None
-        except json.JSONDecodeError:
-            data = None  # JSON lines in a .json file
-        if data is None:
-            data = [json.loads(line) for line in text.splitlines() if line.strip()]
-        rows = data.get("data") if isinstance(data, dict) else data
-    else:
-        raise ValueError(f"{argument} {path}: use a .csv, .tsv, .json or .jsonl file.")
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
-        raise ValueError(f"{argument} {path}: expected a non-empty table (rows of named columns).")
-    return rows
-
-
-def require_columns(rows: list[dict], columns: list[str], path, hint: str) -> None:
-    missing = [c for c in columns if c not in rows[0]]
-    if missing:
-        raise ValueError(f"{path} has no column {', '.join(map(repr, missing))} (its columns: "
-                         f"{', '.join(rows[0])}): {hint}.")
-
-
-def text_columns(rows: list[dict], data_args, path) -> tuple[str, str | None]:
-    """The (text, text pair) columns: the ones named on the command line, else run_glue's known names."""
+def text_columns(columns: list[str], data_args, where: str) -> tuple[str, str | None]:
+    """The (text, text pair) columns: named on the command line, else the GLUE task's, else run_glue's known
+    names."""
     if data_args.text_column:
-        columns = (data_args.text_column, data_args.text_pair_column)
+        found = (data_args.text_column, data_args.text_pair_column)
+    elif data_args.task_name:
+        task = GLUE_TASKS[data_args.task_name]
+        found = (task.text, data_args.text_pair_column or task.pair)
     else:
-        found = [pair for pair in KNOWN_TEXT_COLUMNS if all(c in rows[0] for c in pair if c)]
-        if not found:
-            raise ValueError(f"{path}: no known text column (its columns: {', '.join(rows[0])}): pass "
+        known = [pair for pair in KNOWN_TEXT_COLUMNS if all(c in columns for c in pair if c)]
+        if not known:
+            raise ValueError(f"{where}: no known text column (its columns: {', '.join(columns)}): pass "
                              "--text_column (and --text_pair_column for pairs).")
-        columns = (found[0][0], data_args.text_pair_column or found[0][1])
-    require_columns(rows, [c for c in columns if c], path, "pass --text_column/--text_pair_column")
-    return columns
+        found = (known[0][0], data_args.text_pair_column or known[0][1])
+    require_columns(columns, [c for c in found if c], where, "pass --text_column/--text_pair_column")
+    return found
+
+
+def require_columns(columns: list[str], needed: list[str], where: str, hint: str) -> None:
+    missing = [c for c in needed if c not in columns]
+    if missing:
+        raise ValueError(f"{where} has no column {', '.join(map(repr, missing))} (its columns: "
+                         f"{', '.join(columns)}): {hint}.")
 
 
 def label_names(values) -> list[str]:
@@ -137,16 +164,65 @@ def label_names(values) -> list[str]:
     return names
 
 
-def encode(rows, columns, label_column, label2id, tokenizer, max_seq_length, path) -> list[dict]:
+class Labels(NamedTuple):
+    names: list[str] | None  # class names in id order; None: regression
+    encoded: bool  # whether the column already holds class ids (ClassLabel, or integers of a GLUE task)
+
+
+def find_labels(train, data_args, where: str) -> Labels:
+    """The classes (or regression) of the training split: a GLUE task's, a ClassLabel column's names, or the sorted
+    distinct values of the label column; float labels are regression."""
+    from datasets import ClassLabel, Value
+
+    feature = train.features[data_args.label_column]
+    task = GLUE_TASKS.get(data_args.task_name)
+    if isinstance(feature, ClassLabel):
+        if task and task.labels and feature.num_classes != len(task.labels):
+            raise ValueError(f"{where}: the label column has {feature.num_classes} classes, GLUE's "
+                             f"{data_args.task_name} has {len(task.labels)}: check --task_name and the data.")
+        return Labels(list(feature.names), True)
+    is_float = isinstance(feature, Value) and feature.dtype.startswith("float")
+    if task:
+        if task.labels is None or is_float:
+            if task.labels is not None:
+                raise ValueError(f"{where}: float labels, but {data_args.task_name} is a classification task.")
+            return Labels(None, False)
+        if isinstance(feature, Value) and feature.dtype.startswith("int"):
+            return Labels(list(task.labels), True)
+        return Labels(list(task.labels), False)  # class names as strings
+    if is_float:
+        return Labels(None, False)
+    names = label_names(train.unique(data_args.label_column))
+    if len(names) < 2:
+        raise ValueError(f"{where}: the training labels hold one class only ({names}); classification needs two "
+                         "or more.")
+    return Labels(names, False)
+
+
+def preprocess_function(tokenizer, columns, label_column: str, labels: Labels, max_seq_length: int, where: str):
+    """A batched `Dataset.map` function: the tokenized text (pairs), and `labels` as class ids (or floats)."""
     first, second = columns
-    for i, row in enumerate(rows):
-        if str(row[label_column]) not in label2id:
-            raise ValueError(f"{path}, row {i + 1}: label {row[label_column]!r} is not among the training labels "
-                             f"{list(label2id)}.")
-    pairs = [str(r[second]) for r in rows] if second else None
-    encoded = tokenizer([str(r[first]) for r in rows], pairs, truncation=True, max_length=max_seq_length)
-    return [{**{k: v[i] for k, v in encoded.items()}, "labels": label2id[str(r[label_column])]}
-            for i, r in enumerate(rows)]
+    label2id = {name: i for i, name in enumerate(labels.names or [])}
+
+    def to_label(value):
+        if labels.names is None:
+            return float(value)
+        if labels.encoded:
+            if not -1 <= int(value) < len(labels.names):  # -1: GLUE's unlabelled test rows
+                raise ValueError(f"{where}: label {value} is not a class id of {labels.names}.")
+            return int(value)
+        if str(value) not in label2id:
+            raise ValueError(f"{where}: label {value!r} is not among the training labels {list(label2id)}.")
+        return label2id[str(value)]
+
+    def preprocess(batch):
+        encoded = tokenizer(batch[first], batch[second] if second else None, truncation=True,
+                            max_length=max_seq_length)
+        if label_column in batch:
+            encoded["labels"] = [to_label(v) for v in batch[label_column]]
+        return encoded
+
+    return preprocess
 
 
 # --------------------------------------------------------------------------------------------------------- metrics
@@ -161,57 +237,168 @@ def classification_metrics(predictions, labels, num_labels: int) -> dict:
     return {"accuracy": float(np.mean(predictions == labels)), "f1": float(np.mean(f1s))}
 
 
-def predicted_classes(logits, labels):
-    """Keep the argmax, not the logits (nor T5's other outputs), for `compute_metrics`."""
-    return (logits[0] if isinstance(logits, tuple) else logits).argmax(-1)
+def matthews_correlation(predictions, labels) -> float:
+    """Matthews' correlation coefficient of two label sequences (any number of classes; Gorodkin's R_K), 0 when
+    it is undefined (one class predicted or present), as scikit-learn and GLUE report it."""
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    classes = np.union1d(predictions, labels)
+    confusion = np.array([[np.sum((labels == t) & (predictions == p)) for p in classes] for t in classes],
+                         dtype=np.float64)
+    true_counts, predicted_counts = confusion.sum(1), confusion.sum(0)
+    correct, total = np.trace(confusion), confusion.sum()
+    covariance = correct * total - true_counts @ predicted_counts
+    denominator = np.sqrt((total**2 - predicted_counts @ predicted_counts) * (total**2 - true_counts @ true_counts))
+    return 0.0 if denominator == 0 else float(covariance / denominator)
 
 
+def average_ranks(values) -> np.ndarray:
+    """Ranks 1..n, ties sharing their average rank (as Spearman's correlation ranks)."""
+    values = np.asarray(values, dtype=np.float64)
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values))
+    sorted_values = values[order]
+    start = 0
+    for end in range(1, len(values) + 1):
+        if end == len(values) or sorted_values[end] != sorted_values[start]:
+            ranks[order[start:end]] = (start + end + 1) / 2
+            start = end
+    return ranks
+
+
+def pearson(x, y) -> float:
+    """Pearson's correlation; nan when either input is constant (as scipy gives it)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    x, y = x - x.mean(), y - y.mean()
+    denominator = np.sqrt((x @ x) * (y @ y))
+    return float("nan") if denominator == 0 else float(np.clip((x @ y) / denominator, -1.0, 1.0))
+
+
+def glue_metrics(task_name: str, predictions, labels) -> dict:
+    """GLUE's metric of a task, under the names and with the values of evaluate's "glue" metric."""
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    values = {
+        "accuracy": lambda: float(np.mean(predictions == labels)),
+        "f1": lambda: classification_metrics(predictions, labels, 2)["f1"],
+        "matthews_correlation": lambda: matthews_correlation(predictions, labels),
+        "pearson": lambda: pearson(predictions, labels),
+        "spearmanr": lambda: pearson(average_ranks(predictions), average_ranks(labels)),
+    }
+    return {name: values[name]() for name in GLUE_TASKS[task_name].metrics}
+
+
+def regression_metrics(predictions, labels) -> dict:
+    return {"pearson": pearson(predictions, labels),
+            "spearmanr": pearson(average_ranks(predictions), average_ranks(labels))}
+
+
+def predictions_of(logits, labels):
+    """Keep the argmax (or the regression output), not the logits nor T5's other outputs, for `compute_metrics`."""
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    return logits[..., 0] if logits.shape[-1] == 1 else logits.argmax(-1)
+
+
+def metrics_function(data_args, labels: Labels, metric):
+    """`compute_metrics` for Trainer: `--metric_name`'s module, GLUE's metric of the task, or the default."""
+    def compute_metrics(prediction):
+        predictions, references = prediction.predictions, prediction.label_ids
+        if metric is not None:
+            return metric.compute(predictions=predictions, references=references)
+        if data_args.task_name:
+            return glue_metrics(data_args.task_name, predictions, references)
+        if labels.names is None:
+            return regression_metrics(predictions, references)
+        return classification_metrics(predictions, references, len(labels.names))
+
+    return compute_metrics
+
+
+def predictions_writer(path_name: str, labels: Labels):
+    """`Prediction.write`: run_glue's predict_results file, "index<TAB>prediction" (class names, or %3.3f)."""
+    def write(output, output_dir) -> dict:
+        with open(Path(output_dir) / path_name, "w", encoding="utf-8") as f:
+            f.write("index\tprediction\n")
+            for index, value in enumerate(output.predictions):
+                f.write(f"{index}\t{value:3.3f}\n" if labels.names is None else f"{index}\t{labels.names[value]}\n")
+        return {}
+
+    return write
+
+
+# ------------------------------------------------------------------------------------------------------------ main
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, ClassificationDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
-    if bool(data_args.train_file) != bool(data_args.validation_file):
-        raise ValueError("Pass both --train_file and --validation_file (or neither, for the embedded data).")
-    train_path = data_args.train_file or RT_POLARITY["train"]
-    eval_path = data_args.validation_file or RT_POLARITY["validation"]
-    train_rows = read_table(train_path, "--train_file")[: data_args.max_train_samples]
-    eval_rows = read_table(eval_path, "--validation_file")[: data_args.max_eval_samples]
-    columns = text_columns(train_rows, data_args, train_path)
-    require_columns(eval_rows, [c for c in columns if c], eval_path, "give both files the same columns")
-    for rows, path in ((train_rows, train_path), (eval_rows, eval_path)):
-        require_columns(rows, [data_args.label_column], path, "pass --label_column")
-    labels = label_names(r[data_args.label_column] for r in train_rows)
-    if len(labels) < 2:
-        raise ValueError(f"{train_path}: the training labels hold one class only ({labels}); classification needs two "
-                         "or more.")
-    label2id = {name: i for i, name in enumerate(labels)}
+    choose_stages(training_args, argv, bool(data_args.test_file))
+    task = data_args.task_name
+    if task is not None:
+        if task not in GLUE_TASKS:
+            raise ValueError(f"Unknown --task_name {task!r}: the GLUE tasks are {', '.join(GLUE_TASKS)}.")
+        if not (data_args.dataset_name or data_args.train_file or data_args.validation_file):
+            data_args.dataset_name = GLUE_DATASET
+        if data_args.dataset_name and not data_args.dataset_config_name:
+            data_args.dataset_config_name = task
+    eval_names, test_names = (list(MNLI_EVAL), list(MNLI_TEST)) if task == "mnli" else (["validation"], ["test"])
+    metric = load_metric(data_args.metric_name, task if data_args.metric_name.rstrip("/").endswith("glue") else None) \
+        if data_args.metric_name else None
+    splits, info = finetuning_splits(data_args, default_files=RT_POLARITY, default_info=RT_POLARITY_INFO,
+                                     seed=training_args.seed, eval_splits=eval_names, test_splits=test_names)
+    evaluated, tested = check_stage_data(training_args, splits, eval_names, test_names)
+    reference = "train" if "train" in splits else (evaluated or tested)[0]
+    where = f"The {reference} data ({info[reference]['name']})"
+    columns = text_columns(splits[reference].column_names, data_args, where)
+    for split in splits:
+        require_columns(splits[split].column_names, [c for c in columns if c], f"The {split} data",
+                        "give every split the same columns")
+    for split in (reference, *evaluated):
+        require_columns(splits[split].column_names, [data_args.label_column], f"The {split} data",
+                        "pass --label_column")
+    labels = find_labels(splits[reference], data_args, where)
 
     family = family_of(model_args.model_name_or_path, model_args.preset)
-    tokenizer = load_tokenizer(model_args, family)
+    tokenizer = project_or_checkpoint_tokenizer(model_args, family, data_args, training_args, splits,
+                                                [c for c in columns if c])
     set_seed(training_args.seed)  # the same initial weights on every process and every run
+    label_fields = (dict(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, problem_type="regression")  # 1 output
+                    if labels.names is None else
+                    dict(id2label=dict(enumerate(labels.names)), label2id={n: i for i, n in enumerate(labels.names)}))
     model = load_or_build_model(
         "ForSequenceClassification", model_args.model_name_or_path, model_args.preset, tokenizer,
-        model_args.attention_type, parse_config_overrides(model_args.config_overrides),
-        id2label=dict(enumerate(labels)), label2id=label2id,  # num_labels follows from id2label
-    )
+        model_args.attention_type, parse_config_overrides(model_args.config_overrides), **label_fields)
     check_max_length(model.config, data_args.max_seq_length)
-    train_set = encode(train_rows, columns, data_args.label_column, label2id, tokenizer, data_args.max_seq_length,
-                       train_path)
-    eval_set = encode(eval_rows, columns, data_args.label_column, label2id, tokenizer, data_args.max_seq_length,
-                      eval_path)
+    align_tokenizer(tokenizer, model.config)
 
+    features = {}
+    for split in (["train"] if training_args.do_train else []) + evaluated + tested:
+        rows = splits[split]
+        function = preprocess_function(tokenizer, columns, data_args.label_column, labels, data_args.max_seq_length,
+                                       f"The {split} data ({info[split]['name']})")
+        features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,
+                                      desc=f"Tokenizing {split}")
+    for split in tested:  # GLUE's test rows are unlabelled (-1): predict without labels
+        if "labels" in features[split].column_names and pyarrow.compute.min(
+                features[split].data.column("labels")).as_py() < 0:
+            features[split] = features[split].remove_columns("labels")
+
+    compute_metrics = metrics_function(data_args, labels, metric)
+    evaluations = [Evaluation(features[s], info[s], compute_metrics, MNLI_EVAL.get(s, "")) for s in evaluated]
+    file_task = f"_{task}" if task else ""
+    predictions = [Prediction(features[s], info[s], predictions_writer(
+        f"predict_results{file_task}{'-mm' if MNLI_TEST.get(s) else ''}.txt", labels), compute_metrics,
+        MNLI_TEST.get(s, "")) for s in tested]
     trainer = Trainer(
-        model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
+        model=model, args=training_args, train_dataset=features.get("train"),
+        eval_dataset=evaluations[0].dataset if evaluations else None,
         data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer,
-        compute_metrics=lambda p: classification_metrics(p.predictions, p.label_ids, len(labels)),
-        preprocess_logits_for_metrics=predicted_classes,
+        compute_metrics=compute_metrics, preprocess_logits_for_metrics=predictions_of,
     )
-    train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    return finish(trainer, train_result, model_args, __file__, "text-classification",
-                  data_file_info(data_args.train_file, RT_POLARITY_INFO), max_seq_length=data_args.max_seq_length,
-                  labels=labels, text_columns=[c for c in columns if c])
+    return run_finetuning(trainer, model_args, __file__, "text-classification", train_info=info.get("train"),
+                          evaluations=evaluations, predictions=predictions, max_seq_length=data_args.max_seq_length,
+                          task_name=task, labels=labels.names or "regression",
+                          text_columns=[c for c in columns if c])
+
 
 if __name__ == "__main__":
     main()

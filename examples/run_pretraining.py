@@ -6,18 +6,34 @@
     python examples/run_pretraining.py --model_name_or_path path/to/bert --attention_type talking_heads
     torchrun --nproc_per_node 2 examples/run_pretraining.py ...   # or: accelerate launch examples/run_pretraining.py
 
-With no data arguments it trains on The Devil's Dictionary (shipped in examples/data/) with a WordPiece tokenizer
-trained on it once and cached. `--train_file` takes any text file: documents separated by blank lines, one paragraph
-per line. Every `TrainingArguments` option passes through (--bf16, --torch_compile, --gradient_checkpointing,
+    python examples/run_pretraining.py --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \
+        --preprocessing_num_workers 8 --max_seq_length 128      # a Hub dataset, prepared once into the datasets cache
+    torchrun --nproc_per_node 8 examples/run_pretraining.py --dataset_name allenai/c4 --dataset_config_name en \
+        --streaming --max_steps 100000 --max_eval_samples 5000  # a streamed corpus: nothing downloaded ahead
+
+Data: with no data arguments, The Devil's Dictionary (shipped in examples/data/); `--dataset_name` (a Hub id or a
+local dataset folder), `--train_file`/`--validation_file` (.txt, .csv, .tsv, .json/.jsonl, .parquet), the text in
+`--text_column_name` (default "text", else the first column). Preparation is a batched `Dataset.map` into the
+datasets cache (a second identical run reads it back; `--overwrite_cache` redoes it), by the main process first under
+torchrun/accelerate; `--streaming` prepares as it reads. Masked LM packs the token stream into blocks of
+`--max_seq_length`; NSP/SOP cut segment pairs from the sentences of each document, where documents are separated by
+empty rows (a text file's blank lines) and a row of several lines is a document of its own (see
+`example_utils.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by the example's
+tokens, the seed and the epoch), so 1 and N processes mask alike; the evaluation set is masked once, with a fixed
+seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval` as in transformers' examples (neither: both).
+Every `TrainingArguments` option passes through (--bf16, --torch_compile, --gradient_checkpointing,
 --push_to_hub, ...). The output folder loads with `AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)`.
 """
 
+import logging
 import math
 import random
 import sys
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
@@ -25,35 +41,53 @@ from hf_attn_variants.admin import AdminProfilingCallback, admin_closed_form
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
+    CORPUS,
     CORPUS_INFO,
-    CorpusArguments,
+    DataArguments,
     EpochCallback,
     MaskedLMCollator,
     ModelArguments,
     StepTimer,
+    align_tokenizer,
     check_max_length,
-    corpus_documents,
-    data_file_info,
+    check_streaming,
+    check_training_args,
+    dataset_info,
+    encode_texts,
     family_of,
     finish,
+    first_rows,
     load_or_build_model,
+    load_raw_datasets,
     load_tokenizer,
+    map_batched,
     parse_config_overrides,
+    pick_column,
+    resolve_do_flags,
     resume_checkpoint,
+    rows_to_documents,
     split_sentences,
+    token_blocks,
+    training_lines,
 )
+
+logger = logging.getLogger(__name__)
 
 DEFAULTS = dict(  # the main job; every one can be overridden on the command line
     preset="bert-mini-talking-heads", output_dir="outputs/bert-mini-talking-heads", max_steps=300,
     per_device_train_batch_size=16, max_seq_length=64,
-    per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=30, weight_decay=0.01, lr_scheduler_type="linear",
+    per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.1, weight_decay=0.01, lr_scheduler_type="linear",
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
     report_to="none", seed=42,
 )
+VALIDATION_BLOCK_ROWS = 32  # a carved validation split takes blocks of consecutive rows: documents stay mostly whole
+EVAL_MASK_SEED = 1234
 
 
 @dataclass
-class DataArguments(CorpusArguments):
+class PretrainingDataArguments(DataArguments):
+    text_column_name: str | None = field(default=None, metadata={
+        "help": "The column holding the text. Default: 'text' if the data has it, else its first column."})
     max_seq_length: int = field(default=64, metadata={"help": "Tokens per sequence, [CLS] and [SEP] included."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict."})
     whole_word_masking: bool = field(default=False, metadata={
@@ -64,17 +98,39 @@ class DataArguments(CorpusArguments):
 
 
 def tokenize_sentences(documents, tokenizer):
-    """Every document as a list of sentences, each a list of token ids (no special tokens)."""
-    return [[tokenizer(s, add_special_tokens=False)["input_ids"] for p in doc for s in split_sentences(p)]
-            for doc in documents]
+    """Every document as a list of sentences, each a list of token ids (no special tokens); one batched call."""
+    sentences = [[s for p in doc for s in split_sentences(p)] for doc in documents]
+    flat = [s for doc in sentences for s in doc]
+    ids = iter(encode_texts(tokenizer, flat))
+    return [[next(ids) for _ in doc] for doc in sentences]
 
 
-def packed_examples(documents, tokenizer, max_seq_length):
-    """Masked-LM only: the token stream of all documents cut into [CLS] x [SEP] blocks of max_seq_length."""
-    stream = [t for doc in documents for sentence in doc for t in sentence]
-    size = max_seq_length - 2
-    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    return [{"input_ids": [cls, *stream[i : i + size], sep]} for i in range(0, len(stream) - size + 1, size)]
+def pack_batch(batch, tokenizer, column, max_seq_length):
+    """Masked LM only (a batched map): the batch's token stream cut into [CLS] x [SEP] blocks of max_seq_length."""
+    blocks = token_blocks(batch[column], tokenizer, max_seq_length - 2)
+    edge = np.ones((len(blocks), 1), dtype=np.int32)
+    return {"input_ids": np.concatenate([edge * tokenizer.cls_token_id, blocks, edge * tokenizer.sep_token_id], 1)}
+
+
+def pair_batch(batch, tokenizer, column, max_seq_length, objective, seed):
+    """NSP/SOP (a batched map): the segment pairs of the batch's documents (`pair_examples`), with a generator
+    seeded by the seed and the batch's text, so a batch gives the same pairs in every process and every run."""
+    texts = batch[column]
+    documents = tokenize_sentences(rows_to_documents(texts), tokenizer)
+    batch_seed = zlib.crc32("\n".join(t or "" for t in texts).encode(), seed)
+    examples = pair_examples(documents, tokenizer, max_seq_length, objective, batch_seed)
+    return {key: [e[key] for e in examples] for key in ("input_ids", "token_type_ids", sentence_label(objective))}
+
+
+def sentence_label(objective: str) -> str:
+    return "next_sentence_label" if objective == "nsp" else "sentence_order_label"
+
+
+def mask_batch(batch, collator):
+    """The evaluation set masked once (a batched map): every evaluation, and every model trained on the same data,
+    sees the same masks."""
+    masked = [collator.mask({"input_ids": ids}) for ids in batch["input_ids"]]
+    return {"input_ids": [m["input_ids"].tolist() for m in masked], "labels": [m["labels"].tolist() for m in masked]}
 
 
 def pair_examples(documents, tokenizer, max_seq_length, objective, seed):
@@ -116,21 +172,6 @@ def pair_examples(documents, tokenizer, max_seq_length, objective, seed):
     return examples
 
 
-def build_examples(documents, tokenizer, data_args, seed):
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise ValueError("The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
-                         "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer).")
-    documents = tokenize_sentences(documents, tokenizer)
-    if data_args.sentence_objective == "none":
-        examples = packed_examples(documents, tokenizer, data_args.max_seq_length)
-    else:
-        examples = pair_examples(documents, tokenizer, data_args.max_seq_length, data_args.sentence_objective, seed)
-    if not examples:
-        raise ValueError(f"The data gives no sequence of {data_args.max_seq_length} tokens: use more text or a "
-                         "smaller --max_seq_length.")
-    return examples
-
-
 def compute_metrics(prediction):
     """Masked-LM loss and perplexity (and the sentence task's accuracy) from the per-batch sums below."""
     (nll, count, *sentence), _ = prediction.predictions, prediction.label_ids
@@ -156,12 +197,39 @@ def reduce_logits(logits, labels):
     return tuple(outputs)
 
 
+def features_for(objective: str):
+    from datasets import Features, Sequence, Value
+
+    features = {"input_ids": Sequence(Value("int32"))}
+    if objective != "none":
+        features.update(token_type_ids=Sequence(Value("int8")), **{sentence_label(objective): Value("int64")})
+    return Features(features)
+
+
+def prepare(dataset, tokenizer, column, data_args, training_args, seed, split):
+    """Raw rows -> training examples (packed blocks or segment pairs), a batched map into the datasets cache."""
+    objective = data_args.sentence_objective
+    if objective == "none":
+        function, kwargs = pack_batch, {}
+    else:
+        function, kwargs = pair_batch, {"objective": objective, "seed": seed}
+    return map_batched(dataset, function, training_args, data_args, desc=f"Packing the {split} split",
+                       remove_columns=dataset.column_names or [column], features=features_for(objective),
+                       fn_kwargs={"tokenizer": tokenizer, "column": column,
+                                  "max_seq_length": data_args.max_seq_length, **kwargs})
+
+
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, PretrainingDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
+    resolve_do_flags(argv, training_args)
+    if training_args.do_predict:
+        raise ValueError("Pretraining has no prediction step: use --do_train and/or --do_eval.")
+    check_streaming(training_args, data_args)
+    check_training_args(training_args)
     family = family_of(model_args.model_name_or_path, model_args.preset)
     if family == "t5":
         raise ValueError("T5 pretrains with span corruption: use examples/run_t5_pretraining.py.")
@@ -171,25 +239,59 @@ def main(argv=None) -> dict:
     if (objective, family) in (("nsp", "albert"), ("sop", "bert")):
         raise ValueError(f"--sentence_objective {objective} is not {family}'s pretraining task: use "
                          f"{'sop' if family == 'albert' else 'nsp'} (or none).")
-    train_docs, eval_docs = corpus_documents(data_args, training_args.seed)
-    tokenizer = load_tokenizer(model_args, family)
+    raw = load_raw_datasets(data_args, default_files={"train": CORPUS}, seed=training_args.seed, select_samples=False,
+                            validation_block_rows=VALIDATION_BLOCK_ROWS)
+    for needed, split in ((training_args.do_train, "train"), (training_args.do_eval, "validation")):
+        if needed and split not in raw:
+            raise ValueError(f"The data has no {split} split (it has {sorted(raw)}): give --{split}_file, or "
+                             "--validation_split_percentage above 0.")
+    column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
+                         "--text_column_name", default="text")
+    user_data = bool(data_args.dataset_name or data_args.train_file)
+    with training_args.main_process_first(desc="the project tokenizer"):
+        tokenizer = load_tokenizer(model_args, family, lines=(lambda: training_lines(raw["train"], column))
+                                   if user_data and "train" in raw else None)
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise ValueError("The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
+                         "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer).")
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     head = "ForMaskedLM" if objective == "none" else "ForPreTraining"
     model = load_or_build_model(head, model_args.model_name_or_path, model_args.preset, tokenizer,
                                 model_args.attention_type, parse_config_overrides(model_args.config_overrides))
     check_max_length(model.config, data_args.max_seq_length)
+    align_tokenizer(tokenizer, model.config)
 
-    train_set = build_examples(train_docs, tokenizer, data_args, training_args.seed)[: data_args.max_train_samples]
     collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
                                 training_args.seed)
-    eval_collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking, seed=1234)
-    # The eval set is masked once: every evaluation, and every model trained on the same data, sees the same masks.
-    eval_set = [eval_collator.mask(e)
-                for e in build_examples(eval_docs, tokenizer, data_args, 1234)[: data_args.max_eval_samples]]
+    train_set = eval_set = None
+    if training_args.do_train:
+        train_set = prepare(raw["train"], tokenizer, column, data_args, training_args, training_args.seed, "train")
+        if data_args.max_train_samples is not None:
+            train_set = first_rows(train_set, data_args.max_train_samples)
+        if not data_args.streaming and len(train_set) == 0:
+            raise ValueError(f"The training data gives no sequence of {data_args.max_seq_length} tokens: use more "
+                             "text or a smaller --max_seq_length.")
+    if training_args.do_eval:
+        eval_set = prepare(raw["validation"], tokenizer, column, data_args, training_args, EVAL_MASK_SEED,
+                           "validation")
+        if data_args.max_eval_samples is not None:
+            eval_set = first_rows(eval_set, data_args.max_eval_samples)
+        elif data_args.streaming:
+            logger.warning("--streaming without --max_eval_samples: every evaluation reads the whole validation "
+                           "stream.")
+        if not data_args.streaming and len(eval_set) == 0:
+            raise ValueError(f"The validation data gives no sequence of {data_args.max_seq_length} tokens: use more "
+                             "text, a larger --validation_split_percentage or a smaller --max_seq_length.")
+        eval_collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
+                                         seed=EVAL_MASK_SEED)
+        eval_set = map_batched(eval_set, mask_batch, training_args, data_args, desc="Masking the validation split",
+                               fn_kwargs={"collator": eval_collator})
+    else:
+        training_args.eval_strategy = "no"
 
     timer = StepTimer()
     callbacks = [EpochCallback(collator), timer]
-    if getattr(model.config, "admin", False) and not model_args.model_name_or_path:
+    if getattr(model.config, "admin", False) and not model_args.model_name_or_path and training_args.do_train:
         if family == "albert":  # shared layers run several times with one omega: the closed form applies
             admin_closed_form(model)
         else:
@@ -201,10 +303,11 @@ def main(argv=None) -> dict:
         processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
         callbacks=callbacks,
     )
-    train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    return finish(trainer, train_result, model_args, __file__, "fill-mask",
-                  data_file_info(data_args.train_file, CORPUS_INFO),
-                  extra_metrics={"train_seconds_per_step": timer.seconds_per_step},
+    train_result = None
+    if training_args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    return finish(trainer, train_result, model_args, __file__, "fill-mask", dataset_info(data_args, CORPUS_INFO),
+                  extra_metrics={"train_seconds_per_step": timer.seconds_per_step}, do_eval=training_args.do_eval,
                   max_seq_length=data_args.max_seq_length, mlm_probability=data_args.mlm_probability,
                   whole_word_masking=data_args.whole_word_masking, sentence_objective=objective)
 

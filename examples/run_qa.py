@@ -1,28 +1,41 @@
-"""Fine-tune a BERT, ALBERT or T5 variant for extractive question answering (SQuAD format) with `Trainer`.
+"""Fine-tune a BERT, ALBERT or T5 variant for extractive question answering (SQuAD v1.1 and v2.0) with `Trainer`.
 
     python examples/run_qa.py                   # SQuAD paragraphs shipped in examples/data/, bert-tiny-talking-heads
-    python examples/run_qa.py --model_name_or_path path/to/bert --attention_type talking_heads \
-        --train_file train-v1.1.json --validation_file dev-v1.1.json --max_seq_length 384 --doc_stride 128
+    python examples/run_qa.py --dataset_name rajpurkar/squad --model_name_or_path path/to/bert \
+        --attention_type talking_heads --max_seq_length 384 --doc_stride 128 --per_device_train_batch_size 12
+    python examples/run_qa.py --dataset_name rajpurkar/squad_v2 --version_2_with_negative ...
+    python examples/run_qa.py --train_file train-v1.1.json --validation_file dev-v1.1.json ...
 
-With no data arguments it trains on 83 SQuAD v1.1 questions about one article (University_of_Notre_Dame) and
-evaluates on 34 about another (Normans). `--train_file`/`--validation_file` take SQuAD-format JSON
-({"data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question", "answers": [{"text",
-"answer_start"}]}]}]}]}) or JSON lines of flat records with `--question_column`, `--context_column` and
-`--answer_column` ({"text": [...], "answer_start": [...]}). Contexts longer than --max_seq_length are cut into
-overlapping windows (--doc_stride tokens of overlap); a window that does not hold the answer is trained to point at
-the first token. Predictions take the best-scoring valid span (start logit + end logit, start <= end, at most
---max_answer_length tokens) over all windows of a question, mapped back to the context's characters, and are
-scored with SQuAD's exact match and F1 (answers lower-cased, punctuation and articles removed; best over the gold
-answers), computed here: nothing is fetched. Every `TrainingArguments` option passes through (--bf16,
---torch_compile, --gradient_checkpointing, --push_to_hub, ...); `--resume_from_checkpoint last` resumes. The output
-folder loads with `AutoModelForQuestionAnswering.from_pretrained(path, trust_remote_code=True)`.
+Data (`example_utils.load_raw_datasets`): `--dataset_name` (a Hub id such as rajpurkar/squad, or a local dataset
+folder) with SQuAD's columns (id, title, context, question, answers {text, answer_start}), or `--train_file` /
+`--validation_file` / `--test_file`: SQuAD's own nested JSON ({"data": [{"title", "paragraphs": [{"context",
+"qas": [...]}]}]}, flattened once into the cache), or JSON lines / CSV / parquet of flat records. Other column
+names: `--question_column`, `--context_column`, `--answer_column`. With no data flags it trains on 83 SQuAD v1.1
+questions about one article (University_of_Notre_Dame) and evaluates on 34 about another (Normans).
+
+Contexts longer than --max_seq_length are cut into overlapping windows (--doc_stride tokens of overlap), a batched
+`Dataset.map` cached by `datasets`; a window that does not hold the answer (or an unanswerable question, with
+`--version_2_with_negative`) points at the first token. Predictions take the best-scoring valid span (start logit
++ end logit, start <= end, at most --max_answer_length tokens) over all windows of a question, mapped back to the
+context's characters; with `--version_2_with_negative` the answer is empty when the first token's score (least
+over the windows) beats the best span by more than --null_score_diff_threshold, as transformers' run_qa decides.
+Metrics are computed here, with the names and values of evaluate's `squad` (exact_match, f1, in percent) and
+`squad_v2` (exact, f1, HasAns_*, NoAns_*, best_*); `--metric_name` (an evaluate module) replaces them. `--do_train`,
+`--do_eval`, `--do_predict` act as in transformers' examples (none given: train and evaluate); predictions go to
+`predict_predictions.json` (and `predict_null_odds.json` for v2). Without validation data,
+--validation_split_percentage of the training questions are held out. Every `TrainingArguments` option passes
+through; `--resume_from_checkpoint last` resumes. The output folder holds the model, its metrics and its model card
+(README.md) and loads with `AutoModelForQuestionAnswering.from_pretrained(path, trust_remote_code=True)`.
 """
 
 import collections
+import hashlib
 import json
+import os
 import re
 import string
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,15 +45,23 @@ from transformers import DataCollatorWithPadding, HfArgumentParser, Trainer, Tra
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
     DATA,
+    DataArguments,
+    Evaluation,
     ModelArguments,
+    Prediction,
+    align_tokenizer,
+    cache_dir,
     check_max_length,
-    data_file_info,
+    check_stage_data,
+    choose_stages,
     family_of,
-    finish,
+    finetuning_splits,
+    load_metric,
     load_or_build_model,
-    load_tokenizer,
+    project_or_checkpoint_tokenizer,
+    map_batched,
     parse_config_overrides,
-    resume_checkpoint,
+    run_finetuning,
 )
 
 SQUAD = {"train": DATA / "squad_train.json", "validation": DATA / "squad_validation.json"}
@@ -58,113 +79,150 @@ DEFAULTS = dict(
 
 
 @dataclass
-class DataArguments:
-    train_file: str | None = field(default=None, metadata={
-        "help": "SQuAD-format JSON, or JSON lines of flat records. Default: the embedded SQuAD paragraphs."})
-    validation_file: str | None = field(default=None, metadata={
-        "help": "Same format. Required with --train_file; default: the embedded validation paragraphs."})
-    question_column: str = field(default="question", metadata={"help": "Field of the question (flat records)."})
-    context_column: str = field(default="context", metadata={"help": "Field of the context (flat records)."})
+class QADataArguments(DataArguments):
+    question_column: str = field(default="question", metadata={"help": "Column of the question."})
+    context_column: str = field(default="context", metadata={"help": "Column of the context."})
     answer_column: str = field(default="answers", metadata={
-        "help": "Field of the answers (flat records): {\"text\": [...], \"answer_start\": [...]}."})
+        "help": "Column of the answers: {\"text\": [...], \"answer_start\": [...]} (character offsets)."})
     max_seq_length: int = field(default=128, metadata={
         "help": "Tokens per window (question, context and special tokens); at most the model's limit."})
     doc_stride: int = field(default=32, metadata={"help": "Tokens of overlap between the windows of a context."})
     n_best_size: int = field(default=20, metadata={"help": "Start and end candidates considered per window."})
     max_answer_length: int = field(default=30, metadata={"help": "Longest answer predicted, in tokens."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training questions."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation questions."})
+    version_2_with_negative: bool = field(default=False, metadata={
+        "help": "SQuAD v2.0: some questions have no answer (empty `answers`); the model may answer with nothing."})
+    null_score_diff_threshold: float = field(default=0.0, metadata={
+        "help": "With --version_2_with_negative: answer nothing when the no-answer score beats the best span's by "
+                "more than this."})
+    metric_name: str | None = field(default=None, metadata={
+        "help": "An evaluate module (Hub id or local script path) given SQuAD-format predictions and references, in "
+                "place of the default (evaluate's squad / squad_v2 values, computed here)."})
 
 
 # ------------------------------------------------------------------------------------------------------------ data
-def read_squad(path: str | Path, argument: str, data_args) -> list[dict]:
-    """Questions as flat records {id, question, context, answers: {text: [...], answer_start: [...]}}."""
+def flat_squad_file(path: str | os.PathLike) -> str:
+    """SQuAD's own nested JSON (articles > paragraphs > questions) as JSON lines of flat records {id, title,
+    context, question, answers: {text, answer_start}}, written once into the cache (keyed by the file's content)
+    for datasets' json builder; any other file is returned as it is."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{argument} {path}: no such file.")
-    if path.suffix.lower() not in (".json", ".jsonl"):
-        raise ValueError(f"{argument} {path}: use a SQuAD-format .json file or a .jsonl file of flat records.")
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None  # JSON lines
-    if isinstance(data, dict) and "data" in data:  # SQuAD's nesting: articles > paragraphs > questions
-        return [{"id": str(qa["id"]), "question": qa["question"], "context": paragraph["context"],
-                 "answers": {"text": [a["text"] for a in qa["answers"]],
-                             "answer_start": [a["answer_start"] for a in qa["answers"]]}}
-                for article in data["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
-    rows = data if isinstance(data, list) else [json.loads(line) for line in text.splitlines() if line.strip()]
-    columns = [data_args.question_column, data_args.context_column, data_args.answer_column]
-    missing = [c for c in columns if not rows or c not in rows[0]]
-    if missing:
-        raise ValueError(f"{path} has no field {', '.join(map(repr, missing))} (its fields: "
-                         f"{', '.join(rows[0]) if rows else 'none'}): pass --question_column, --context_column "
-                         "and --answer_column, or use SQuAD's format.")
-    return [{"id": str(r.get("id", i)), "question": r[columns[0]], "context": r[columns[1]], "answers": r[columns[2]]}
-            for i, r in enumerate(rows)]
+    if path.suffix.lower() != ".json" or not path.is_file():
+        return str(path)
+    with path.open(encoding="utf-8") as f:
+        head = f.read(65536)
+    if not head.lstrip().startswith("{") or '"paragraphs"' not in head:
+        return str(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    target = cache_dir() / "squad" / f"{path.stem}-{digest}.jsonl"
+    if not target.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=target.parent, delete=False, encoding="utf-8") as out:
+            for article in data["data"]:
+                for paragraph in article["paragraphs"]:
+                    for qa in paragraph["qas"]:
+                        out.write(json.dumps({
+                            "id": str(qa["id"]), "title": article.get("title", ""), "context": paragraph["context"],
+                            "question": qa["question"],
+                            "answers": {"text": [a["text"] for a in qa["answers"]],
+                                        "answer_start": [a["answer_start"] for a in qa["answers"]]}}) + "\n")
+        os.replace(out.name, target)  # atomic: concurrent processes never read half a file
+    return str(target)
 
 
-def check_answers(examples: list[dict], path) -> None:
-    for e in examples:
-        answers = e["answers"]
-        if not answers["text"]:
-            raise ValueError(f"{path}: question {e['id']} has no answer; this script trains extractive QA with an "
-                             "answer in every context (SQuAD v1.1), so drop unanswerable questions.")
-        for text, start in zip(answers["text"], answers["answer_start"]):
-            if e["context"][start : start + len(text)] != text:
-                raise ValueError(f"{path}: question {e['id']}: the answer {text!r} is not at character {start} of "
-                                 "its context; fix `answer_start`.")
+def answer_positions(answers: dict, context: str, example_id, where: str, negatives: bool) -> tuple[int, int] | None:
+    """The first answer's character span, after checking every answer sits at its offset; None for a question
+    without an answer (SQuAD v2)."""
+    if not answers["text"]:
+        if not negatives:
+            raise ValueError(f"{where}: question {example_id} has no answer; pass --version_2_with_negative for "
+                             "SQuAD v2.0 data with unanswerable questions (or drop them).")
+        return None
+    for text, start in zip(answers["text"], answers["answer_start"]):
+        if context[start : start + len(text)] != text:
+            raise ValueError(f"{where}: question {example_id}: the answer {text!r} is not at character {start} of "
+                             "its context; fix `answer_start`.")
+    return answers["answer_start"][0], answers["answer_start"][0] + len(answers["text"][0])
 
 
-def prepare_features(examples: list[dict], tokenizer, max_seq_length: int, doc_stride: int):
-    """Windows of (question, context) with the first answer's token positions (the first token when the window
-    does not hold it), and for each window its question's id and the context character span of every context token
-    (None elsewhere), which post-processing needs."""
-    encoded = tokenizer([e["question"].lstrip() for e in examples], [e["context"] for e in examples],
-                        truncation="only_second", max_length=max_seq_length, stride=doc_stride,
-                        return_overflowing_tokens=True, return_offsets_mapping=True)
-    features, windows = [], []
-    for i, offsets in enumerate(encoded["offset_mapping"]):
-        example = examples[encoded["overflow_to_sample_mapping"][i]]
-        sequence_ids = encoded.sequence_ids(i)
-        context_offsets = [o if s == 1 else None for o, s in zip(offsets, sequence_ids)]
-        first = sequence_ids.index(1)
-        last = len(sequence_ids) - 1 - sequence_ids[::-1].index(1)
-        answer_start = example["answers"]["answer_start"][0]
-        answer_end = answer_start + len(example["answers"]["text"][0])
-        start_position = end_position = 0
-        if offsets[first][0] <= answer_start and offsets[last][1] >= answer_end:
-            start_position = next(t for t in range(first, last + 1) if offsets[t][1] > answer_start)
-            end_position = next(t for t in range(last, first - 1, -1) if offsets[t][0] < answer_end)
-        inputs = {k: encoded[k][i] for k in encoded if k not in ("offset_mapping", "overflow_to_sample_mapping")}
-        features.append({**inputs, "start_positions": start_position, "end_positions": end_position})
-        windows.append({"example_id": example["id"], "offsets": context_offsets})
-    return features, windows
+def features_function(tokenizer, data_args, where: str, *, positions: bool, windows: bool):
+    """A batched `Dataset.map` function: windows of (question, context); with `positions` the first answer's token
+    positions (the first token when the window does not hold it, or the question has none); with `windows` each
+    window's question id and the context character span of every context token (None elsewhere), which
+    post-processing needs."""
+    question, context, answer = data_args.question_column, data_args.context_column, data_args.answer_column
+
+    def prepare(batch):
+        encoded = tokenizer([q.lstrip() for q in batch[question]], batch[context], truncation="only_second",
+                            max_length=data_args.max_seq_length, stride=data_args.doc_stride,
+                            return_overflowing_tokens=True, return_offsets_mapping=True)
+        sample = encoded.pop("overflow_to_sample_mapping")
+        offsets_batch = encoded.pop("offset_mapping")
+        if positions:
+            spans = [answer_positions(a, c, i, where, data_args.version_2_with_negative)
+                     for a, c, i in zip(batch[answer], batch[context], batch["id"])]
+            encoded["start_positions"], encoded["end_positions"] = [], []
+        if windows:
+            encoded["example_id"], encoded["offset_mapping"] = [], []
+        for i, offsets in enumerate(offsets_batch):
+            sequence_ids = encoded.sequence_ids(i)
+            if positions:
+                span = spans[sample[i]]
+                first = sequence_ids.index(1)
+                last = len(sequence_ids) - 1 - sequence_ids[::-1].index(1)
+                start_position = end_position = 0
+                if span and offsets[first][0] <= span[0] and offsets[last][1] >= span[1]:
+                    start_position = next(t for t in range(first, last + 1) if offsets[t][1] > span[0])
+                    end_position = next(t for t in range(last, first - 1, -1) if offsets[t][0] < span[1])
+                encoded["start_positions"].append(start_position)
+                encoded["end_positions"].append(end_position)
+            if windows:
+                encoded["example_id"].append(batch["id"][sample[i]])
+                encoded["offset_mapping"].append([o if s == 1 else None for o, s in zip(offsets, sequence_ids)])
+        return encoded
+
+    return prepare
 
 
 # ------------------------------------------------------------------------------------------------- post-processing
-def postprocess_predictions(examples, windows, start_logits, end_logits, n_best_size=20, max_answer_length=30):
-    """{question id: answer text}: the best valid span over all windows of each question."""
-    by_example = collections.defaultdict(list)
-    for index, window in enumerate(windows):
-        by_example[window["example_id"]].append(index)
-    answers = {}
-    for example in examples:
-        best_score, best_text = -np.inf, ""
-        for index in by_example[example["id"]]:
-            offsets = windows[index]["offsets"]
-            starts = np.argsort(start_logits[index][: len(offsets)])[::-1][:n_best_size]
-            ends = np.argsort(end_logits[index][: len(offsets)])[::-1][:n_best_size]
-            for s in starts:
-                for e in ends:
+def postprocess_predictions(examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=30,
+                            version_2_with_negative=False, null_score_diff_threshold=0.0, context_column="context"):
+    """({question id: answer text}, {question id: no-answer score - best span score}): the best valid span over all
+    windows of each question; with `version_2_with_negative`, "" when the no-answer score (the first token's start +
+    end logits, least over the windows) exceeds the best span's by more than `null_score_diff_threshold`.
+    `examples` and `features` are datasets (or lists of rows); features carry example_id and offset_mapping."""
+    best = {}  # question id -> (score, start char, end char)
+    null = {}  # question id -> least no-answer score over its windows
+    index = 0
+    for batch in _batches(features, ["example_id", "offset_mapping"]):
+        for example_id, offsets in zip(batch["example_id"], batch["offset_mapping"]):
+            starts, ends = start_logits[index][: len(offsets)], end_logits[index][: len(offsets)]
+            index += 1
+            null[example_id] = min(null.get(example_id, np.inf), starts[0] + ends[0])
+            for s in np.argsort(starts)[::-1][:n_best_size]:
+                for e in np.argsort(ends)[::-1][:n_best_size]:
                     if offsets[s] is None or offsets[e] is None or e < s or e - s + 1 > max_answer_length:
                         continue
-                    score = start_logits[index][s] + end_logits[index][e]
-                    if score > best_score:
-                        best_score, best_text = score, example["context"][offsets[s][0] : offsets[e][1]]
-        answers[example["id"]] = best_text
-    return answers
+                    score = starts[s] + ends[e]
+                    if score > best.get(example_id, (-np.inf,))[0]:
+                        best[example_id] = (score, offsets[s][0], offsets[e][1])
+    answers, null_odds = {}, {}
+    for batch in _batches(examples, ["id", context_column]):
+        for example_id, context in zip(batch["id"], batch[context_column]):
+            score, start, end = best.get(example_id, (-np.inf, 0, 0))
+            answers[example_id] = context[start:end]
+            if version_2_with_negative:
+                null_odds[example_id] = float(null.get(example_id, np.inf) - score)
+                if null_odds[example_id] > null_score_diff_threshold:
+                    answers[example_id] = ""
+    return answers, null_odds
+
+
+def _batches(rows, columns, size=1000):
+    """Column batches of a dataset (Arrow, read a batch at a time), or of a list of row dicts."""
+    if isinstance(rows, list):
+        yield {c: [r[c] for r in rows] for c in columns}
+        return
+    yield from rows.select_columns(columns).iter(batch_size=size)
 
 
 def normalize_answer(text: str) -> str:
@@ -178,7 +236,10 @@ def exact_match(prediction: str, truth: str) -> float:
 
 
 def f1_score(prediction: str, truth: str) -> float:
+    """SQuAD's token F1; an empty answer scores 1 against an empty answer and 0 against any other (SQuAD v2)."""
     predicted, gold = normalize_answer(prediction).split(), normalize_answer(truth).split()
+    if not predicted or not gold:
+        return float(predicted == gold)
     common = sum((collections.Counter(predicted) & collections.Counter(gold)).values())
     if common == 0:
         return 0.0
@@ -186,33 +247,132 @@ def f1_score(prediction: str, truth: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_metrics(predictions: dict, examples: list[dict]) -> dict:
-    """SQuAD v1.1's exact match and F1 in percent: per question the best over its gold answers, then the mean."""
-    em = [max(exact_match(predictions[e["id"]], t) for t in e["answers"]["text"]) for e in examples]
-    f1 = [max(f1_score(predictions[e["id"]], t) for t in e["answers"]["text"]) for e in examples]
+def squad_metrics(predictions: dict, references: list[dict]) -> dict:
+    """evaluate's `squad` (SQuAD v1.1): exact match and F1 in percent, per question the best over its gold answers.
+    `references`: [{"id", "answers": {"text": [...]}}]."""
+    em = [max(exact_match(predictions[r["id"]], t) for t in r["answers"]["text"]) for r in references]
+    f1 = [max(f1_score(predictions[r["id"]], t) for t in r["answers"]["text"]) for r in references]
     return {"exact_match": 100.0 * float(np.mean(em)), "f1": 100.0 * float(np.mean(f1))}
 
 
+def squad_v2_metrics(predictions: dict, references: list[dict], no_answer_probability: dict | None = None,
+                     no_answer_threshold: float = 1.0) -> dict:
+    """evaluate's `squad_v2` (the official SQuAD v2.0 evaluation): exact and f1 over all questions, over those with
+    (HasAns_) and without (NoAns_) an answer, and the best scores over no-answer thresholds (best_*), in percent.
+    A question without an answer is right when the prediction is empty. `no_answer_probability` defaults to 0 for
+    every question, as transformers' run_qa passes it."""
+    probability = no_answer_probability or {r["id"]: 0.0 for r in references}
+    has_answer = {r["id"]: bool(r["answers"]["text"]) for r in references}
+    exact, f1 = {}, {}
+    for r in references:
+        golds = [t for t in r["answers"]["text"] if normalize_answer(t)] or [""]
+        exact[r["id"]] = max(exact_match(predictions[r["id"]], t) for t in golds)
+        f1[r["id"]] = max(f1_score(predictions[r["id"]], t) for t in golds)
+
+    def thresholded(scores):  # a question predicted unanswerable scores 1 if it is, 0 if not
+        return {q: float(not has_answer[q]) if probability[q] > no_answer_threshold else s for q, s in scores.items()}
+
+    def summary(exact_scores, f1_scores, ids):
+        return {"exact": 100.0 * sum(exact_scores[q] for q in ids) / len(ids),
+                "f1": 100.0 * sum(f1_scores[q] for q in ids) / len(ids), "total": len(ids)}
+
+    exact_t, f1_t = thresholded(exact), thresholded(f1)
+    out = summary(exact_t, f1_t, list(has_answer))
+    for prefix, wanted in (("HasAns", True), ("NoAns", False)):
+        ids = [q for q, h in has_answer.items() if h == wanted]
+        if ids:
+            out.update({f"{prefix}_{k}": v for k, v in summary(exact_t, f1_t, ids).items()})
+    for name, raw in (("exact", exact), ("f1", f1)):
+        out[f"best_{name}"], out[f"best_{name}_thresh"] = _best_threshold(predictions, raw, probability, has_answer)
+    return out
+
+
+def _best_threshold(predictions, scores, probability, has_answer) -> tuple[float, float]:
+    """The best score over no-answer thresholds: questions sorted by no-answer probability, each threshold
+    predicting "no answer" for those above it (the official script's find_best_thresh)."""
+    score = best = sum(not h for h in has_answer.values())
+    threshold = 0.0
+    for q in sorted(probability, key=probability.get):
+        if has_answer[q]:
+            score += scores[q]
+        elif predictions[q]:
+            score -= 1
+        if score > best:
+            best, threshold = score, probability[q]
+    return 100.0 * best / len(scores), threshold
+
+
+def references_of(examples, answer_column: str) -> list[dict]:
+    return [{"id": i, "answers": {"text": list(a["text"]), "answer_start": list(a["answer_start"])}}
+            for batch in _batches(examples, ["id", answer_column]) for i, a in zip(batch["id"], batch[answer_column])]
+
+
+def qa_metrics_function(examples, features, data_args, metric):
+    """`compute_metrics` for one set of questions: post-process the windows' logits into answers, then score them
+    (`--metric_name`'s module, else SQuAD v1.1 or v2.0)."""
+    def compute_metrics(prediction):
+        answers, _ = postprocess(prediction, examples, features, data_args)
+        references = references_of(examples, data_args.answer_column)
+        if metric is not None:
+            formatted = [{"id": q, "prediction_text": a, **({"no_answer_probability": 0.0}
+                          if data_args.version_2_with_negative else {})} for q, a in answers.items()]
+            return metric.compute(predictions=formatted, references=references)
+        if data_args.version_2_with_negative:
+            return squad_v2_metrics(answers, references)
+        return squad_metrics(answers, references)
+
+    return compute_metrics
+
+
+def postprocess(prediction, examples, features, data_args):
+    start_logits, end_logits = prediction.predictions[:2]
+    return postprocess_predictions(examples, features, start_logits, end_logits, data_args.n_best_size,
+                                   data_args.max_answer_length, data_args.version_2_with_negative,
+                                   data_args.null_score_diff_threshold, data_args.context_column)
+
+
+def predictions_writer(examples, features, data_args):
+    """`Prediction.write`: predict_predictions.json ({id: answer}) and, for v2, predict_null_odds.json."""
+    def write(output, output_dir) -> dict:
+        answers, null_odds = postprocess(output, examples, features, data_args)
+        (Path(output_dir) / "predict_predictions.json").write_text(json.dumps(answers, indent=2) + "\n")
+        if data_args.version_2_with_negative:
+            (Path(output_dir) / "predict_null_odds.json").write_text(json.dumps(null_odds, indent=2) + "\n")
+        return {}
+
+    return write
+
+
+# ------------------------------------------------------------------------------------------------------------ main
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, QADataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
-    if bool(data_args.train_file) != bool(data_args.validation_file):
-        raise ValueError("Pass both --train_file and --validation_file (or neither, for the embedded data).")
+    choose_stages(training_args, argv, bool(data_args.test_file))
     if not 0 < data_args.doc_stride < data_args.max_seq_length:
         raise ValueError(f"--doc_stride ({data_args.doc_stride}) must be positive and below --max_seq_length "
                          f"({data_args.max_seq_length}).")
-    train_path = data_args.train_file or SQUAD["train"]
-    eval_path = data_args.validation_file or SQUAD["validation"]
-    train_examples = read_squad(train_path, "--train_file", data_args)[: data_args.max_train_samples]
-    eval_examples = read_squad(eval_path, "--validation_file", data_args)[: data_args.max_eval_samples]
-    check_answers(train_examples, train_path)
-    check_answers(eval_examples, eval_path)
+    metric = load_metric(data_args.metric_name) if data_args.metric_name else None
+    splits, info = finetuning_splits(data_args, default_files=SQUAD, default_info=SQUAD_INFO,
+                                     seed=training_args.seed, convert_file=flat_squad_file)
+    evaluated, tested = check_stage_data(training_args, splits, ["validation"], ["test"])
+    columns = [data_args.question_column, data_args.context_column]
+    for split, rows in splits.items():
+        needed = columns + ([data_args.answer_column] if split != "test" else [])
+        missing = [c for c in needed if c not in rows.column_names]
+        if missing:
+            raise ValueError(f"The {split} data ({info[split]['name']}) has no column {', '.join(map(repr, missing))} "
+                             f"(its columns: {', '.join(rows.column_names)}): pass --question_column, "
+                             "--context_column and --answer_column, or use SQuAD's format.")
+        if "id" not in rows.column_names:  # post-processing groups windows by question id
+            splits[split] = rows.map(lambda batch, indices: {"id": [str(i) for i in indices]}, batched=True,
+                                     with_indices=True)
 
     family = family_of(model_args.model_name_or_path, model_args.preset)
-    tokenizer = load_tokenizer(model_args, family)
+    tokenizer = project_or_checkpoint_tokenizer(model_args, family, data_args, training_args, splits,
+                                                [data_args.question_column, data_args.context_column])
     if not tokenizer.is_fast:
         raise ValueError("Extractive QA maps tokens back to characters, which needs a fast tokenizer "
                          "(tokenizer.json): pass --tokenizer_name with one.")
@@ -220,23 +380,31 @@ def main(argv=None) -> dict:
     model = load_or_build_model("ForQuestionAnswering", model_args.model_name_or_path, model_args.preset, tokenizer,
                                 model_args.attention_type, parse_config_overrides(model_args.config_overrides))
     check_max_length(model.config, data_args.max_seq_length)
-    train_set, _ = prepare_features(train_examples, tokenizer, data_args.max_seq_length, data_args.doc_stride)
-    eval_set, eval_windows = prepare_features(eval_examples, tokenizer, data_args.max_seq_length, data_args.doc_stride)
+    align_tokenizer(tokenizer, model.config)
 
-    def compute_metrics(prediction):
-        start_logits, end_logits = prediction.predictions[:2]
-        answers = postprocess_predictions(eval_examples, eval_windows, start_logits, end_logits,
-                                          data_args.n_best_size, data_args.max_answer_length)
-        return squad_metrics(answers, eval_examples)
-
+    features = {}
+    for split in (["train"] if training_args.do_train else []) + evaluated + tested:
+        rows = splits[split]
+        labelled = data_args.answer_column in rows.column_names
+        function = features_function(tokenizer, data_args, f"The {split} data ({info[split]['name']})",
+                                     positions=labelled, windows=split != "train")
+        features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,
+                                      desc=f"Windows of the {split} contexts")
+    evaluations = [Evaluation(features[s], info[s], qa_metrics_function(splits[s], features[s], data_args, metric))
+                   for s in evaluated]
+    predictions = [Prediction(features[s], info[s], predictions_writer(splits[s], features[s], data_args),
+                              qa_metrics_function(splits[s], features[s], data_args, metric)
+                              if data_args.answer_column in splits[s].column_names else None) for s in tested]
     trainer = Trainer(
-        model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
-        data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer, compute_metrics=compute_metrics,
+        model=model, args=training_args, train_dataset=features.get("train"),
+        eval_dataset=evaluations[0].dataset if evaluations else None,
+        data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer,
+        compute_metrics=evaluations[0].compute_metrics if evaluations else None,
     )
-    train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    return finish(trainer, train_result, model_args, __file__, "question-answering",
-                  data_file_info(data_args.train_file, SQUAD_INFO), max_seq_length=data_args.max_seq_length,
-                  doc_stride=data_args.doc_stride)
+    return run_finetuning(trainer, model_args, __file__, "question-answering", train_info=info.get("train"),
+                          evaluations=evaluations, predictions=predictions, max_seq_length=data_args.max_seq_length,
+                          doc_stride=data_args.doc_stride, version_2_with_negative=data_args.version_2_with_negative)
+
 
 if __name__ == "__main__":
     main()

@@ -7,10 +7,20 @@
 Span corruption (Raffel et al. 2020, section 3.1.4): 15% of the tokens of each sequence (`--noise_density`) are
 dropped in spans of mean length 3 (`--mean_noise_span_length`); each span is replaced in the input by one sentinel
 (<extra_id_0>, <extra_id_1>, ...) and the target lists the sentinels, each followed by the tokens it replaced.
-With no data arguments it trains on The Devil's Dictionary (examples/data/) with a Unigram tokenizer trained on it
-once and cached. The output folder loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
+
+Data, as examples/run_pretraining.py: with no data arguments The Devil's Dictionary (examples/data/); else
+`--dataset_name` (+ `--dataset_config_name`), `--train_file`/`--validation_file`, `--text_column_name`, `--streaming`
+(with --max_steps). The token stream is packed into raw blocks by a batched `Dataset.map` into the datasets cache;
+the noise is drawn per example when a batch is made (seeded by the example's tokens, the seed and the epoch), and
+the evaluation set is corrupted once with a fixed seed. The tokenizer: a Unigram one with sentinels trained on the
+run's text (see --tokenizer_name). The output folder loads with
+`AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
+
+    python examples/run_t5_pretraining.py --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \
+        --preprocessing_num_workers 8
 """
 
+import logging
 import math
 import sys
 from dataclasses import dataclass, field
@@ -21,36 +31,54 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
+    CORPUS,
     CORPUS_INFO,
-    CorpusArguments,
+    DataArguments,
     EpochCallback,
     ModelArguments,
     StepTimer,
+    align_tokenizer,
     check_max_length,
-    corpus_documents,
-    data_file_info,
+    check_streaming,
+    check_training_args,
+    dataset_info,
     example_generator,
     family_of,
     finish,
+    first_rows,
     load_or_build_model,
+    load_raw_datasets,
     load_tokenizer,
+    map_batched,
     pad_batch,
     parse_config_overrides,
+    pick_column,
+    resolve_do_flags,
     resume_checkpoint,
     sentinel_ids,
+    token_blocks,
+    training_lines,
 )
+
+logger = logging.getLogger(__name__)
 
 DEFAULTS = dict(
     preset="t5-mini-talking-heads", output_dir="outputs/t5-mini-talking-heads", max_steps=300,
     per_device_train_batch_size=16,
-    per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=40, weight_decay=0.0, lr_scheduler_type="linear",
+    per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.1, weight_decay=0.0, lr_scheduler_type="linear",
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
     report_to="none", seed=42,
 )
 
 
+VALIDATION_BLOCK_ROWS = 32  # a carved validation split takes blocks of consecutive rows (see run_pretraining.py)
+EVAL_NOISE_SEED = 1234
+
+
 @dataclass
-class DataArguments(CorpusArguments):
+class T5DataArguments(DataArguments):
+    text_column_name: str | None = field(default=None, metadata={
+        "help": "The column holding the text. Default: 'text' if the data has it, else its first column."})
     max_seq_length: int = field(default=128, metadata={
         "help": "Encoder input length after corruption (sentinels and </s> included)."})
     noise_density: float = field(default=0.15, metadata={"help": "Share of tokens that are corrupted."})
@@ -138,10 +166,24 @@ class DataCollatorForT5SpanCorruption:
         return pad_batch([e if "labels" in e else self.corrupt(e) for e in examples], self.pad)
 
 
-def raw_blocks(documents, tokenizer, raw_length: int) -> list[dict]:
-    """The token stream of all documents (no </s>) cut into blocks of `raw_length`."""
-    stream = [t for doc in documents for line in doc for t in tokenizer(line, add_special_tokens=False)["input_ids"]]
-    return [{"input_ids": stream[i : i + raw_length]} for i in range(0, len(stream) - raw_length + 1, raw_length)]
+def block_batch(batch, tokenizer, column, raw_length):
+    """A batched map: the batch's token stream (no </s>) cut into blocks of `raw_length`."""
+    return {"input_ids": token_blocks(batch[column], tokenizer, raw_length)}
+
+
+def corrupt_batch(batch, collator):
+    """The evaluation set corrupted once (a batched map): the same noise at every evaluation and for every model."""
+    corrupted = [collator.corrupt({"input_ids": ids}) for ids in batch["input_ids"]]
+    return {"input_ids": [c["input_ids"] for c in corrupted], "labels": [c["labels"] for c in corrupted]}
+
+
+def prepare(dataset, tokenizer, column, raw_length, data_args, training_args, split):
+    from datasets import Features, Sequence, Value
+
+    return map_batched(dataset, block_batch, training_args, data_args, desc=f"Packing the {split} split",
+                       remove_columns=dataset.column_names or [column],
+                       features=Features({"input_ids": Sequence(Value("int32"))}),
+                       fn_kwargs={"tokenizer": tokenizer, "column": column, "raw_length": raw_length})
 
 
 def compute_metrics(prediction):
@@ -160,14 +202,29 @@ def reduce_logits(logits, labels):
 
 
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
+    resolve_do_flags(argv, training_args)
+    if training_args.do_predict:
+        raise ValueError("Pretraining has no prediction step: use --do_train and/or --do_eval.")
+    check_streaming(training_args, data_args)
+    check_training_args(training_args)
     if family_of(model_args.model_name_or_path, model_args.preset) != "t5":
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
-    train_docs, eval_docs = corpus_documents(data_args, training_args.seed)
-    tokenizer = load_tokenizer(model_args, "t5")
+    raw = load_raw_datasets(data_args, default_files={"train": CORPUS}, seed=training_args.seed, select_samples=False,
+                            validation_block_rows=VALIDATION_BLOCK_ROWS)
+    for needed, split in ((training_args.do_train, "train"), (training_args.do_eval, "validation")):
+        if needed and split not in raw:
+            raise ValueError(f"The data has no {split} split (it has {sorted(raw)}): give --{split}_file, or "
+                             "--validation_split_percentage above 0.")
+    column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
+                         "--text_column_name", default="text")
+    user_data = bool(data_args.dataset_name or data_args.train_file)
+    with training_args.main_process_first(desc="the project tokenizer"):
+        tokenizer = load_tokenizer(model_args, "t5", lines=(lambda: training_lines(raw["train"], column))
+                                   if user_data and "train" in raw else None)
     collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
                                                training_args.seed)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
@@ -178,13 +235,27 @@ def main(argv=None) -> dict:
     _, target_length = corrupted_lengths(raw_length, data_args.noise_density, data_args.mean_noise_span_length)
     check_max_length(model.config, data_args.max_seq_length)
     check_max_length(model.config, target_length, argument="the target length of --max_seq_length")
+    align_tokenizer(tokenizer, model.config)
 
-    train_set = raw_blocks(train_docs, tokenizer, raw_length)[: data_args.max_train_samples]
-    eval_collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density,
-                                                    data_args.mean_noise_span_length, seed=1234)
-    eval_set = [eval_collator.corrupt(e)
-                for e in raw_blocks(eval_docs, tokenizer, raw_length)[: data_args.max_eval_samples]]
-    if not train_set or not eval_set:
+    train_set = eval_set = None
+    if training_args.do_train:
+        train_set = prepare(raw["train"], tokenizer, column, raw_length, data_args, training_args, "train")
+        if data_args.max_train_samples is not None:
+            train_set = first_rows(train_set, data_args.max_train_samples)
+    if training_args.do_eval:
+        eval_set = prepare(raw["validation"], tokenizer, column, raw_length, data_args, training_args, "validation")
+        if data_args.max_eval_samples is not None:
+            eval_set = first_rows(eval_set, data_args.max_eval_samples)
+        elif data_args.streaming:
+            logger.warning("--streaming without --max_eval_samples: every evaluation reads the whole validation "
+                           "stream.")
+        eval_collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density,
+                                                        data_args.mean_noise_span_length, seed=EVAL_NOISE_SEED)
+        eval_set = map_batched(eval_set, corrupt_batch, training_args, data_args,
+                               desc="Corrupting the validation split", fn_kwargs={"collator": eval_collator})
+    else:
+        training_args.eval_strategy = "no"
+    if not data_args.streaming and any(d is not None and len(d) == 0 for d in (train_set, eval_set)):
         raise ValueError(f"The data gives no block of {raw_length} tokens for training and evaluation: use more text "
                          "or a smaller --max_seq_length.")
 
@@ -195,12 +266,15 @@ def main(argv=None) -> dict:
         processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
         callbacks=[EpochCallback(collator), timer],
     )
-    train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    train_result = None
+    if training_args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
     return finish(trainer, train_result, model_args, __file__, "text2text-generation",
-                  data_file_info(data_args.train_file, CORPUS_INFO),
-                  extra_metrics={"train_seconds_per_step": timer.seconds_per_step},
+                  dataset_info(data_args, CORPUS_INFO),
+                  extra_metrics={"train_seconds_per_step": timer.seconds_per_step}, do_eval=training_args.do_eval,
                   max_seq_length=data_args.max_seq_length, objective="span corruption",
                   noise_density=data_args.noise_density, mean_noise_span_length=data_args.mean_noise_span_length)
+
 
 if __name__ == "__main__":
     main()

@@ -2,19 +2,26 @@
 
     python examples/run_text_to_text.py         # movie-review sentiment as text, t5-tiny-talking-heads
     python examples/run_text_to_text.py --model_name_or_path path/to/t5 --attention_type talking_heads \
-        --train_file train.csv --validation_file dev.csv --source_column question --target_column answer \
-        --source_prefix "question: "
+        --dataset_name rajpurkar/squad --source_column question --target_column title --source_prefix "topic: "
+    python examples/run_text_to_text.py --train_file train.csv --validation_file dev.csv --test_file test.csv \
+        --source_column question --target_column answer --source_prefix "question: " --do_train --do_eval --do_predict
 
-With no data arguments it learns "sst2 sentence: <review sentence>" -> "positive" / "negative" on the 436 movie-review
-sentences shipped in examples/data/ (the T5 paper's SST-2 format) and evaluates on 108 others. `--train_file`/
-`--validation_file` take CSV, TSV, JSON (a list of objects) or JSON lines with a source and a target column
-(`--source_column`, `--target_column`); `--source_prefix` is put before every source. Without
-`--model_name_or_path` the model is built from a t5-* `--preset` with the project's Unigram tokenizer. Evaluation
-generates (`--predict_with_generate`, greedy or `--generation_num_beams`) and reports `accuracy`, the share of
-generated texts equal to their target (surrounding spaces ignored): exact match of the whole output, which is the
-classification accuracy for label words. Every `Seq2SeqTrainingArguments` option passes through (--bf16,
---torch_compile, --gradient_checkpointing, --push_to_hub, ...); `--resume_from_checkpoint last` resumes. The output
-folder loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
+Data (`example_utils.load_raw_datasets`): `--dataset_name` (a Hub id or a local dataset folder, with
+`--dataset_config_name`) or `--train_file`/`--validation_file`/`--test_file` (CSV, TSV, JSON lines, parquet), with
+a source and a target column (`--source_column`, `--target_column`: text; a target that is a class label is
+written as its name); `--source_prefix` is put before every source. With no data flags it learns
+"sst2 sentence: <review sentence>" -> "positive" / "negative" on the 436 movie-review sentences shipped in
+examples/data/ (the T5 paper's SST-2 format) and evaluates on 108 others. Without validation data,
+--validation_split_percentage of the training rows are held out. Tokenization is a batched `Dataset.map` cached by
+`datasets`. Without `--model_name_or_path` the model is built from a t5-* `--preset` with the project's Unigram
+tokenizer. Evaluation generates (`--predict_with_generate`, greedy or `--generation_num_beams`) and reports
+`accuracy`, the share of generated texts equal to their target (surrounding spaces ignored): exact match of the
+whole output, which is the classification accuracy for label words; `--metric_name` (an evaluate module, e.g. a
+local rouge or sacrebleu script) replaces it, given the generated and target texts. `--do_train`, `--do_eval`,
+`--do_predict` act as in transformers' examples (none given: train and evaluate); predictions go to
+`generated_predictions.txt`. Every `Seq2SeqTrainingArguments` option passes through; `--resume_from_checkpoint
+last` resumes. The output folder holds the model, its metrics and its model card (README.md) and loads with
+`AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
 """
 
 import sys
@@ -32,22 +39,24 @@ from transformers import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
+    DataArguments,
+    Evaluation,
     ModelArguments,
+    Prediction,
+    align_tokenizer,
     check_max_length,
-    data_file_info,
+    check_stage_data,
+    choose_stages,
     family_of,
-    finish,
+    finetuning_splits,
+    load_metric,
     load_or_build_model,
-    load_tokenizer,
+    project_or_checkpoint_tokenizer,
+    map_batched,
     parse_config_overrides,
-    resume_checkpoint,
+    run_finetuning,
 )
-from run_classification import (  # noqa: E402
-    RT_POLARITY,
-    RT_POLARITY_INFO,
-    read_table,
-    require_columns,
-)
+from run_classification import RT_POLARITY, RT_POLARITY_INFO, require_columns  # noqa: E402
 
 SST2_PREFIX = "sst2 sentence: "  # the T5 paper's input format for SST-2
 DEFAULTS = dict(
@@ -59,31 +68,43 @@ DEFAULTS = dict(
 
 
 @dataclass
-class DataArguments:
-    train_file: str | None = field(default=None, metadata={
-        "help": "CSV, TSV, JSON or JSON-lines file of source/target pairs. Default: the embedded movie reviews."})
-    validation_file: str | None = field(default=None, metadata={
-        "help": "Same format and columns. Required with --train_file; default: the embedded validation sentences."})
+class TextToTextDataArguments(DataArguments):
     source_column: str = field(default="sentence", metadata={"help": "Column of the input text."})
-    target_column: str = field(default="label", metadata={"help": "Column of the output text."})
+    target_column: str = field(default="label", metadata={
+        "help": "Column of the output text (a class-label column is written as its class names)."})
     source_prefix: str | None = field(default=None, metadata={
-        "help": f"Text put before every source. Default: {SST2_PREFIX!r} on the embedded data, none on files."})
+        "help": f"Text put before every source. Default: {SST2_PREFIX!r} on the embedded data, none otherwise."})
     max_source_length: int = field(default=128, metadata={
         "help": "Source tokens after truncation, </s> included; at most the model's limit."})
     max_target_length: int = field(default=16, metadata={
         "help": "Target tokens after truncation, </s> included; also the generation length unless "
                 "--generation_max_length is given."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training examples."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation examples."})
+    metric_name: str | None = field(default=None, metadata={
+        "help": "An evaluate module (Hub id or local script path) given the generated and the target texts, in "
+                "place of the default (accuracy: exact match of the whole output)."})
 
 
-def encode(rows, data_args, prefix: str, tokenizer) -> list[dict]:
-    sources = tokenizer([prefix + str(r[data_args.source_column]) for r in rows], truncation=True,
-                        max_length=data_args.max_source_length)
-    targets = tokenizer(text_target=[str(r[data_args.target_column]) for r in rows], truncation=True,
-                        max_length=data_args.max_target_length)
-    return [{"input_ids": sources["input_ids"][i], "attention_mask": sources["attention_mask"][i],
-             "labels": targets["input_ids"][i]} for i in range(len(rows))]
+def target_texts(rows, column: str):
+    """A function giving a batch's target texts: the values as text, class labels by their names."""
+    from datasets import ClassLabel
+
+    feature = rows.features.get(column)
+    if isinstance(feature, ClassLabel):
+        return lambda values: [feature.int2str(v) for v in values]
+    return lambda values: [str(v) for v in values]
+
+
+def tokenize_function(tokenizer, data_args, prefix: str, to_text):
+    """A batched `Dataset.map` function: the prefixed source as input ids, the target (when present) as labels."""
+    def tokenize(batch):
+        encoded = tokenizer([prefix + str(s) for s in batch[data_args.source_column]], truncation=True,
+                            max_length=data_args.max_source_length)
+        if data_args.target_column in batch:
+            encoded["labels"] = tokenizer(text_target=to_text(batch[data_args.target_column]), truncation=True,
+                                          max_length=data_args.max_target_length)["input_ids"]
+        return encoded
+
+    return tokenize
 
 
 def text_accuracy(predicted: list[str], targets: list[str]) -> float:
@@ -91,33 +112,38 @@ def text_accuracy(predicted: list[str], targets: list[str]) -> float:
     return float(np.mean([p.strip() == t.strip() for p, t in zip(predicted, targets)]))
 
 
+def decode(tokenizer, ids) -> list[str]:
+    """Texts of generated ids or labels (padded with -100 across batches, labels wherever they are not predicted)."""
+    return tokenizer.batch_decode(np.where(ids == -100, tokenizer.pad_token_id, ids), skip_special_tokens=True)
+
+
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, Seq2SeqTrainingArguments))
+    parser = HfArgumentParser((ModelArguments, TextToTextDataArguments, Seq2SeqTrainingArguments))
     parser.set_defaults(**DEFAULTS)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
+    choose_stages(training_args, argv, bool(data_args.test_file))
     family = family_of(model_args.model_name_or_path, model_args.preset)
     if family != "t5":
         raise ValueError(f"run_text_to_text.py fine-tunes T5 variants, not {family}: pass a t5-* --preset or a T5 "
                          "checkpoint (for BERT/ALBERT classification use run_classification.py).")
-    if bool(data_args.train_file) != bool(data_args.validation_file):
-        raise ValueError("Pass both --train_file and --validation_file (or neither, for the embedded data).")
-    train_path = data_args.train_file or RT_POLARITY["train"]
-    eval_path = data_args.validation_file or RT_POLARITY["validation"]
-    train_rows = read_table(train_path, "--train_file")[: data_args.max_train_samples]
-    eval_rows = read_table(eval_path, "--validation_file")[: data_args.max_eval_samples]
-    for rows, path in ((train_rows, train_path), (eval_rows, eval_path)):
-        require_columns(rows, [data_args.source_column, data_args.target_column], path,
-                        "pass --source_column and --target_column")
-    prefix = data_args.source_prefix
-    if prefix is None:
-        prefix = "" if data_args.train_file else SST2_PREFIX
     if not training_args.predict_with_generate:
         raise ValueError("Evaluation scores generated text: keep --predict_with_generate (the default).")
     training_args.generation_max_length = training_args.generation_max_length or data_args.max_target_length
+    metric = load_metric(data_args.metric_name) if data_args.metric_name else None
+    splits, info = finetuning_splits(data_args, default_files=RT_POLARITY, default_info=RT_POLARITY_INFO,
+                                     seed=training_args.seed)
+    evaluated, tested = check_stage_data(training_args, splits, ["validation"], ["test"])
+    for split, rows in splits.items():
+        needed = [data_args.source_column] + ([data_args.target_column] if split != "test" else [])
+        require_columns(rows.column_names, needed, f"The {split} data ({info[split]['name']})",
+                        "pass --source_column and --target_column")
+    embedded = not (data_args.dataset_name or data_args.train_file or data_args.validation_file)
+    prefix = data_args.source_prefix if data_args.source_prefix is not None else SST2_PREFIX if embedded else ""
 
-    tokenizer = load_tokenizer(model_args, family)
+    tokenizer = project_or_checkpoint_tokenizer(model_args, family, data_args, training_args, splits,
+                                                [data_args.source_column, data_args.target_column])
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     model = load_or_build_model("ForConditionalGeneration", model_args.model_name_or_path, model_args.preset,
                                 tokenizer, model_args.attention_type,
@@ -125,26 +151,42 @@ def main(argv=None) -> dict:
     check_max_length(model.config, data_args.max_source_length, "--max_source_length")
     check_max_length(model.config, training_args.generation_max_length, "--generation_max_length")
     check_max_length(model.config, data_args.max_target_length, "--max_target_length")
-    train_set = encode(train_rows, data_args, prefix, tokenizer)
-    eval_set = encode(eval_rows, data_args, prefix, tokenizer)
+    align_tokenizer(tokenizer, model.config)
+
+    features = {}
+    for split in (["train"] if training_args.do_train else []) + evaluated + tested:
+        rows = splits[split]
+        function = tokenize_function(tokenizer, data_args, prefix, target_texts(rows, data_args.target_column))
+        features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,
+                                      desc=f"Tokenizing {split}")
 
     def compute_metrics(prediction):
-        # Generated ids are padded with -100 across batches, labels wherever they are not predicted.
-        predicted = np.where(prediction.predictions == -100, tokenizer.pad_token_id, prediction.predictions)
-        targets = np.where(prediction.label_ids == -100, tokenizer.pad_token_id, prediction.label_ids)
-        return {"accuracy": text_accuracy(tokenizer.batch_decode(predicted, skip_special_tokens=True),
-                                          tokenizer.batch_decode(targets, skip_special_tokens=True))}
+        predicted, targets = decode(tokenizer, prediction.predictions), decode(tokenizer, prediction.label_ids)
+        if metric is not None:
+            return metric.compute(predictions=predicted, references=targets)
+        return {"accuracy": text_accuracy(predicted, targets)}
 
+    def write_predictions(output, output_dir) -> dict:
+        texts = decode(tokenizer, output.predictions)
+        (Path(output_dir) / "generated_predictions.txt").write_text(
+            "".join(t.strip().replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
+        return {}
+
+    evaluations = [Evaluation(features[s], info[s], compute_metrics) for s in evaluated]
+    predictions = [Prediction(features[s], info[s], write_predictions,
+                              compute_metrics if "labels" in features[s].column_names else None) for s in tested]
     trainer = Seq2SeqTrainer(
-        model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set,
+        model=model, args=training_args, train_dataset=features.get("train"),
+        eval_dataset=evaluations[0].dataset if evaluations else None,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
         compute_metrics=compute_metrics,
     )
-    train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    return finish(trainer, train_result, model_args, __file__, "text2text-generation",
-                  data_file_info(data_args.train_file, RT_POLARITY_INFO),
-                  max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
-                  source_prefix=prefix)
+    return run_finetuning(trainer, model_args, __file__, "text2text-generation", train_info=info.get("train"),
+                          evaluations=evaluations, predictions=predictions,
+                          max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
+                          source_prefix=prefix, source_column=data_args.source_column,
+                          target_column=data_args.target_column)
+
 
 if __name__ == "__main__":
     main()

@@ -51,6 +51,17 @@ PIPELINE_TAGS = {
     "EncoderModel": "feature-extraction",
     "Model": "feature-extraction",
 }
+# pipeline tag -> how the card's quick start uses the model with transformers v5 (which has no question-answering
+# or text2text-generation pipeline): ("pipeline", example input) or ("generate" / "span", input)
+USAGE = {
+    "fill-mask": ("pipeline", None),
+    "text-classification": ("pipeline", '"A gem of a film."'),
+    "token-classification": ("pipeline", '"Ambrose Bierce wrote it in San Francisco."'),
+    "feature-extraction": ("pipeline", '"A sentence to embed."'),
+    "text-generation": ("pipeline", '"The dictionary defines"'),
+    "question-answering": ("span", None),
+    "text2text-generation": ("generate", "sst2 sentence: a gem of a film ."),
+}
 # Trainer.save_metrics keys that describe the run's speed, not the model's quality
 NOT_QUALITY = ("_runtime", "_samples_per_second", "_steps_per_second", "_flos", "epoch")
 STRUCTURE_FIELDS = ("num_hidden_layers", "num_layers", "num_decoder_layers", "hidden_size", "d_model", "embedding_size",
@@ -116,16 +127,44 @@ def read_run(folder) -> tuple[dict, dict, str | None]:
     return _read_json(folder / "training_info.json"), metrics, "train_results.json" if metrics else None
 
 
-def _quality_metrics(metrics: dict) -> dict[str, float]:
-    """eval_* and perplexity values, named without the eval_ prefix, e.g. {"loss": 2.1, "accuracy": 0.8}."""
-    out = {}
+def _quality_metrics(metrics: dict, info: dict | None = None) -> list[tuple[str, str, float, dict | None]]:
+    """(name, metric, value, data) of each quality metric: eval_* (and predict_* with a record of its data) and
+    perplexity; `metric` is the name without prefix and suffix, `name` keeps the suffix (and predict_), e.g.
+    ("accuracy_mm", "accuracy", 0.8, {...}). `data` is the entry of training_info.json's
+    `evaluation` the metric was measured on (matched by `metric_prefix` and the longest `metric_suffix`), None when
+    the run did not record it."""
+    records = sorted((info or {}).get("evaluation") or [], key=lambda r: -len(r.get("metric_suffix", "")))
+    out = []
     for key, value in metrics.items():
-        if isinstance(value, (int, float)) and not key.endswith(NOT_QUALITY):
-            if key.startswith("eval_"):
-                out[key[len("eval_"):]] = value
-            elif key == "perplexity":
-                out[key] = value
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        lookup = "eval_perplexity" if key == "perplexity" else key
+        record = next((r for r in records if lookup.startswith(r["metric_prefix"])
+                       and lookup.endswith(r.get("metric_suffix", ""))), None)
+        if record is not None:
+            prefix, suffix = record["metric_prefix"], record.get("metric_suffix", "")
+        elif lookup.startswith("eval_"):
+            prefix, suffix = "eval_", ""
+        else:
+            continue
+        base = lookup[len(prefix): len(lookup) - len(suffix)]
+        if ("_" + base).endswith(NOT_QUALITY + ("_samples",)):
+            continue
+        out.append((("predict_" if prefix == "predict_" else "") + base + suffix, base, value, record))
     return out
+
+
+def _data_text(record: dict | None) -> str:
+    if record is None:
+        return "not recorded"
+    split = f", split {record['split']}" if record.get("split") else ""
+    return f"{record.get('name', 'unnamed data')}{split}"
+
+
+def _hub_datasets(info: dict) -> list[str]:
+    """The Hub dataset ids the run trained and evaluated on (local files and the embedded data are not Hub ids)."""
+    records = [info.get("dataset") or {}, *(info.get("evaluation") or [])]
+    return list(dict.fromkeys(r["hub_id"] for r in records if r.get("hub_id")))
 
 
 def _table(rows, header=("", "")) -> str:
@@ -147,7 +186,7 @@ def _training_text(info: dict, metrics: dict, source: str | None) -> str:
                      + (f", starting from `{info['base_model']}`" if info.get("base_model") else "") + ".")
         dataset = info.get("dataset") or {}
         if dataset:
-            parts.append("**Data:** " + "; ".join(f"{k}: {v}" for k, v in dataset.items() if v) + ".")
+            parts.append("**Training data:** " + "; ".join(f"{k}: {v}" for k, v in dataset.items() if v) + ".")
         if info.get("training"):
             parts.append(_table(info["training"].items(), ("hyperparameter", "value")))
     else:
@@ -155,17 +194,16 @@ def _training_text(info: dict, metrics: dict, source: str | None) -> str:
                      "training data and procedure are not documented here.")
     train = [(k, _number(v)) for k, v in metrics.items() if k.startswith("train_") or k == "epoch"]
     if train:
-        parts.append(f"Recorded by the run (`{source}`):\n\n" + _table(train, ("training metric", "value")))
+        parts.append(f"Recorded by the run on its training data (`{source}`):\n\n" + _table(train, ("training metric", "value")))
     return "\n\n".join(parts)
 
 
-def _evaluation_text(quality: dict, info: dict, source: str | None) -> str:
+def _evaluation_text(quality: list, source: str | None) -> str:
     if not quality:
         return "No evaluation metrics were recorded for this checkpoint."
-    dataset = (info.get("dataset") or {}).get("name")
-    where = f" on {dataset}" if dataset else ""
-    return (f"Measured{where} by the training run and copied from its `{source}`:\n\n"
-            + _table(((k, _number(v)) for k, v in quality.items()), ("metric", "value")))
+    rows = "\n".join(f"| {name} | {_number(value)} | {_data_text(record)} |" for name, _, value, record in quality)
+    return (f"Measured by the training run and copied from its `{source}`, each on the data named beside it:\n\n"
+            "| metric | value | measured on |\n|---|---|---|\n" + rows)
 
 
 def _parameter_count(folder: Path) -> str:
@@ -178,7 +216,7 @@ def _parameter_count(folder: Path) -> str:
     return f"{total / 1e6:.1f}M" if total >= 1e5 else f"{total / 1e3:.1f}k"
 
 
-def render_card(folder, repo_id: str, revision: str, *, license: str = "apache-2.0",
+def render_card(folder, repo_id: str, revision: str | None, *, license: str = "apache-2.0",
                 base_model: str | None = None) -> ModelCard:
     """The model card of the checkpoint in `folder`, as it will read on the Hub at `repo_id`.
 
@@ -187,12 +225,14 @@ def render_card(folder, repo_id: str, revision: str, *, license: str = "apache-2
             `training_info.json`, `all_results.json` / `eval_results.json` / `train_results.json` are used when
             present.
         repo_id: the Hub repository ("user/name").
-        revision: the commit the quick start pins (the one that holds the code; `publish` passes it).
+        revision: the commit the quick start pins (the one that holds the code; `publish` passes it); None for a
+            card written before the folder is pushed (the quick start then loads `repo_id` unpinned).
         license: the card's license id.
         base_model: the Hub id of the model this one started from; defaults to training_info.json's `base_model`.
 
-    The YAML metadata carries library_name, license, tags, datasets, base_model, pipeline_tag and, when the run
-    recorded evaluation metrics, its task and its dataset, a model-index of those metrics.
+    The YAML metadata carries library_name, license, tags, datasets (the Hub dataset ids the run used; never local
+    files), base_model, pipeline_tag and a model-index of the evaluation metrics measured on a Hub dataset (each
+    with its id, config and split). The text names the data each number comes from.
     """
     folder = Path(folder)
     config = _read_json(folder / "config.json")
@@ -205,29 +245,36 @@ def render_card(folder, repo_id: str, revision: str, *, license: str = "apache-2
         raise ValueError(f"{folder}/config.json's auto_map names no Auto class for {architecture}: re-save the model "
                          "with save_pretrained from this package.")
     info, metrics, source = read_run(folder)
-    quality = _quality_metrics(metrics)
+    quality = _quality_metrics(metrics, info)
     suffix = next(s for s in PIPELINE_TAGS if architecture.endswith(s))
     task = info.get("task") or PIPELINE_TAGS[suffix]
     dataset = (info.get("dataset") or {}).get("name")
+    hub_datasets = _hub_datasets(info)
     base_model = base_model or info.get("base_model")
     model_name = repo_id.split("/")[-1]
 
+    has_tokenizer = any((folder / name).is_file() for name in TOKENIZER_FILES)
+    usage, example_input = USAGE.get(PIPELINE_TAGS[suffix], (None, None))
+    if PIPELINE_TAGS[suffix] == "fill-mask" and has_tokenizer:
+        mask = _read_json(folder / "tokenizer_config.json").get("mask_token") or "[MASK]"
+        example_input = json.dumps(f"The dictionary defines a cynic as a {mask if isinstance(mask, str) else '[MASK]'}.")
     texts, papers = _load_yaml("attention.yaml"), _load_yaml("papers.yaml")
     setups = [texts[key] for key in attention_setups(config)]
     own = [key for setup in setups for key in setup["papers"]]
     family = family_of(config).display
-    eval_results = [EvalResult(task_type=task, dataset_type=dataset, dataset_name=dataset, metric_type=metric,
-                               metric_value=value)
-                    for metric, value in quality.items()] if quality and task and dataset else None
+    eval_results = [EvalResult(task_type=task, dataset_type=record["hub_id"], dataset_name=record["name"],
+                               dataset_config=record.get("config"), dataset_split=record.get("split"),
+                               metric_type=metric, metric_name=name, metric_value=value)
+                    for name, metric, value, record in quality if record and record.get("hub_id")] if task else None
     card_data = ModelCardData(
         library_name="transformers",
         license=license,
         tags=["hf-attn-variants", "custom_code", family.lower(), *[t for s in setups for t in s["tags"]]],
-        datasets=[dataset] if dataset else None,
+        datasets=hub_datasets or None,
         base_model=base_model,
         pipeline_tag=PIPELINE_TAGS[suffix],
         model_name=model_name if eval_results else None,
-        eval_results=eval_results,
+        eval_results=eval_results or None,
     )
     limitations = [
         "`trust_remote_code=True` runs this repository's Python files: read them, and pin the revision you read.",
@@ -252,9 +299,12 @@ def render_card(folder, repo_id: str, revision: str, *, license: str = "apache-2
         auto_class=auto_class,
         repo_id=repo_id,
         revision=revision,
-        has_tokenizer=any((folder / name).is_file() for name in TOKENIZER_FILES),
+        has_tokenizer=has_tokenizer,
+        usage=usage,
+        pipeline_task=PIPELINE_TAGS[suffix],
+        example_input=example_input,
         training=_training_text(info, metrics, source),
-        evaluation=_evaluation_text(quality, info, source),
+        evaluation=_evaluation_text(quality, source),
         limitations=limitations,
         own_papers=[papers[k] for k in dict.fromkeys(own)],
         other_papers=[p for k, p in papers.items() if k not in own],

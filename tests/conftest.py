@@ -1,14 +1,35 @@
 """Shared tiny configurations: the table of attention variants every test is driven by."""
 
+import atexit
 import os
+import shutil
+import subprocess
+import tempfile
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The datasets cache of this test session (set before anything imports datasets; subprocesses inherit it): the
+# example scripts' preparation lands here, not in the user's ~/.cache/huggingface/datasets.
+if "HF_DATASETS_CACHE" not in os.environ:
+    os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="hav-datasets-")
+    atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
 
 import hf_attn_variants as hav  # noqa: E402
 from hub_server import hub  # noqa: E402, F401  (the loopback Hub fixture, for every test module)
+
+# Dataset repositories: `hub.create_dataset_repo("tester/name", {"cfg": {"train": table, "validation": table}})`
+# (tables: pyarrow Tables or dicts of columns) serves parquet files and a README `configs:` block, as
+# `datasets.load_dataset("tester/name", "cfg")` reads them; run the code that loads it with `run_with_hub`.
+
+
+def run_with_hub(hub, home, command: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run `command` in a fresh interpreter that reaches only the loopback Hub (`Hub.env`: HF_ENDPOINT set, offline
+    mode off, its own HF_HOME `home` so the datasets cache starts empty); fails the test with its stderr on error."""
+    proc = subprocess.run(command, env=hub.env(home), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
 
 # Prologue of a script run in an interpreter that must not import this package (remote code only): a meta-path
 # finder refuses `hf_attn_variants` however it is installed.

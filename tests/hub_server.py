@@ -1,10 +1,15 @@
 """A small Hub-compatible HTTP server on loopback, so no test reaches huggingface.co.
 
 It speaks the part of the Hub API that `huggingface_hub` 2.4 uses to push (`create_repo`, `create_branch`,
-`validate-yaml`, `preupload` answering "regular" for every file, NDJSON `commit`) and to pull (model info, the repo
-tree, HEAD/GET on `/{repo}/resolve/{rev}/{file}` with the `X-Repo-Commit`, `ETag` and `Content-Length` headers, and
-404s carrying the `X-Error-Code` that `hf_raise_for_status` maps to RepoNotFound / RevisionNotFound / EntryNotFound).
-Repositories live in memory: each commit is a full snapshot {path: bytes}, so a test can read what was pushed.
+`validate-yaml`, `preupload` answering "regular" for every file, NDJSON `commit`) and to pull (model and dataset info,
+the repo tree, `paths-info`, HEAD/GET on `/{repo}/resolve/{rev}/{file}` (`/datasets/{repo}/...` for datasets) with the
+`X-Repo-Commit`, `ETag` and `Content-Length` headers, and 404s carrying the `X-Error-Code` that `hf_raise_for_status`
+maps to RepoNotFound / RevisionNotFound / EntryNotFound). Repositories live in memory: each commit is a full snapshot
+{path: bytes}, so a test can read what was pushed. Dataset repositories are keyed `datasets/{user}/{name}`.
+
+Dataset repositories are what `datasets.load_dataset("user/name", "cfg")` (datasets 5.x) reads: the dataset info, the
+README's `configs:` YAML block (config_name + data_files), the tree listing and paths-info its file patterns resolve
+through (HfFileSystem), and the parquet files. `Hub.create_dataset_repo` makes one from in-memory tables.
 
 `/api/validate-yaml` checks the card metadata with `card_metadata_errors` (the same check a test can call directly):
 the real Hub's schema is not public, so this checks what our cards promise — see that function.
@@ -124,6 +129,26 @@ def _etag(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # git's blob id, as the Hub uses
 
 
+def _file_entry(path: str, data: bytes) -> dict:
+    return {"type": "file", "path": path, "size": len(data), "oid": _etag(data)}
+
+
+def _tree_entries(files: dict[str, bytes], prefix: str, recursive: bool) -> list[dict]:
+    """The Hub's tree listing of folder `prefix` ("" the root): its files and folders, or everything below it."""
+    entries, folders = [], set()
+    for path, data in sorted(files.items()):
+        if prefix and not path.startswith(prefix + "/"):
+            continue
+        below = path[len(prefix) + 1 :] if prefix else path
+        parts = below.split("/")
+        for depth in range(1, len(parts) if recursive else min(2, len(parts))):
+            folders.add("/".join(filter(None, [prefix, *parts[:depth]])))
+        if recursive or len(parts) == 1:
+            entries.append(_file_entry(path, data))
+    entries += [{"type": "directory", "path": f, "oid": _etag(f.encode()), "size": 0} for f in sorted(folders)]
+    return entries
+
+
 class Handler(BaseHTTPRequestHandler):
     state: HubState  # set on the subclass made by `serve`
     protocol_version = "HTTP/1.1"
@@ -160,10 +185,12 @@ class Handler(BaseHTTPRequestHandler):
             self.state.requests.append((method, url.path))
             try:
                 if parts[:2] == ["api", "models"]:
-                    return self._api_models(method, parts[2:], parse_qs(url.query))
+                    return self._api_repo(method, "", parts[2:], parse_qs(url.query))
+                if parts[:2] == ["api", "datasets"]:
+                    return self._api_repo(method, "datasets/", parts[2:], parse_qs(url.query))
                 if parts[:1] == ["api"]:
                     return self._api(method, parts[1:])
-                if "resolve" in parts[1:3]:
+                if "resolve" in parts[1:4]:
                     i = parts.index("resolve")
                     return self._resolve(method, "/".join(parts[:i]), parts[i + 1], "/".join(parts[i + 2 :]))
                 return self._error(404, "NotFound", f"no route for {method} {url.path}")
@@ -203,35 +230,56 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, {"type": "user", "name": "tester", "orgs": [], "auth": {}})
         return self._error(404, "NotFound", f"no route for {method} /api/{'/'.join(parts)}")
 
-    def _repo(self, parts) -> tuple[str, Repo | None, list[str]]:
+    def _api_repo(self, method, kind, parts, query):
+        """/api/models/{repo}/... (kind "") and /api/datasets/{repo}/... (kind "datasets/")."""
         repo_id = "/".join(parts[:2])
-        return repo_id, self.state.repos.get(repo_id), parts[2:]
-
-    def _api_models(self, method, parts, query):
-        repo_id, repo, rest = self._repo(parts)
+        repo, rest = self.state.repos.get(kind + repo_id), parts[2:]
         if repo is None:
-            return self._error(404, "RepoNotFound", f"Repository Not Found for url: {repo_id}")
+            return self._error(404, "RepoNotFound", f"Repository Not Found for url: {kind}{repo_id}")
         if method == "GET" and (not rest or rest[0] == "revision"):
             revision = rest[1] if rest else "main"
             sha = repo.resolve(revision)
             if sha is None:
                 return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
             files = repo.commits[sha]["files"]
-            return self._json(200, {
-                "id": repo_id, "modelId": repo_id, "sha": sha, "private": repo.private,
-                "siblings": [{"rfilename": path, "size": len(data), "blobId": _etag(data)}
-                             for path, data in sorted(files.items())],
-                "tags": [], "lastModified": "2025-01-01T00:00:00.000Z",
-            })
+            info = {"id": repo_id, "sha": sha, "private": repo.private, "gated": False, "disabled": False,
+                    "siblings": [{"rfilename": path, "size": len(data), "blobId": _etag(data)}
+                                 for path, data in sorted(files.items())],
+                    "tags": [], "lastModified": "2025-01-01T00:00:00.000Z"}
+            if kind:
+                card = files.get("README.md", b"").decode()
+                info["cardData"] = yaml.safe_load(card.split("---\n", 2)[1]) if card.startswith("---\n") else {}
+            else:
+                info["modelId"] = repo_id
+            return self._json(200, info)
         if method == "GET" and rest[:1] == ["tree"]:
             sha = repo.resolve(rest[1])
             if sha is None:
                 return self._error(404, "RevisionNotFound", f"Invalid rev id: {rest[1]}")
-            prefix = "/".join(rest[2:])
+            prefix = "/".join(rest[2:]).strip("/")
             files = repo.commits[sha]["files"]
-            return self._json(200, [{"type": "file", "path": path, "size": len(data), "oid": _etag(data)}
-                                    for path, data in sorted(files.items())
-                                    if not prefix or path.startswith(prefix + "/")])
+            if prefix and not any(path.startswith(prefix + "/") for path in files):
+                return self._error(404, "EntryNotFound", f"{prefix} is not a folder on {rest[1]}")
+            recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
+            return self._json(200, _tree_entries(files, prefix, recursive))
+        if method == "POST" and rest[:1] == ["paths-info"]:
+            sha = repo.resolve(rest[1])
+            if sha is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rest[1]}")
+            files = repo.commits[sha]["files"]
+            body = self._body()
+            if self.headers.get("Content-Type", "").startswith("application/json"):
+                paths = json.loads(body).get("paths", [])
+            else:
+                paths = parse_qs(body.decode()).get("paths", [])
+            entries = []
+            for path in paths:
+                path = path.strip("/")
+                if path in files:
+                    entries.append(_file_entry(path, files[path]))
+                elif any(p.startswith(path + "/") for p in files):
+                    entries.append({"type": "directory", "path": path, "oid": _etag(path.encode()), "size": 0})
+            return self._json(200, entries)
         if method == "POST" and rest[:1] == ["preupload"]:
             payload = json.loads(self._body())
             return self._json(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
@@ -244,7 +292,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self._error(409, "Conflict", f"branch {rest[1]} already exists")
             repo.branches[rest[1]] = repo.resolve(payload.get("startingPoint") or "main")
             return self._json(200, {})
-        return self._error(404, "NotFound", f"no route for {method} /api/models/{'/'.join(parts)}")
+        return self._error(404, "NotFound", f"no route for {method} /api/{kind or 'models/'}{'/'.join(parts)}")
 
     def _commit(self, repo_id, repo, revision):
         if revision not in repo.branches:
@@ -293,6 +341,33 @@ class Hub:
 
     endpoint: str
     state: HubState
+
+    def create_dataset_repo(self, repo_id: str, configs: dict[str, dict], card_text: str = "") -> None:
+        """A dataset repository as `datasets.load_dataset(repo_id, config)` reads it: for each config and split a
+        parquet file `{config}/{split}-00000-of-00001.parquet` made from `table` (a pyarrow Table or a dict of
+        columns), and a README whose `configs:` YAML block maps each config's splits to its files."""
+        import io
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        files, card = {}, {"configs": []}
+        for config, splits in configs.items():
+            data_files = []
+            for split, table in splits.items():
+                if not isinstance(table, pa.Table):
+                    table = pa.table(table)
+                buffer = io.BytesIO()
+                pq.write_table(table, buffer)
+                path = f"{config}/{split}-00000-of-00001.parquet"
+                files[path] = buffer.getvalue()
+                data_files.append({"split": split, "path": f"{config}/{split}-*"})
+            card["configs"].append({"config_name": config, "data_files": data_files})
+        files["README.md"] = f"---\n{yaml.safe_dump(card, sort_keys=False)}---\n{card_text}".encode()
+        with self.state.lock:
+            repo = Repo(private=False)
+            repo.branches["main"] = self.state.new_commit(repo, files, "add dataset", None)
+            self.state.repos[f"datasets/{repo_id}"] = repo
 
     def env(self, home) -> dict:
         """Environment for a subprocess that talks to this server only: its own HF_HOME (empty cache, no stored

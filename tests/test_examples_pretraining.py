@@ -241,7 +241,11 @@ def test_first_step_on_two_processes_equals_one_process(tmp_path):
 
 
 @pytest.mark.parametrize("args,error,match", [
-    (["--train_file", "/nonexistent/corpus.txt"], FileNotFoundError, "No such data file"),
+    (["--train_file", "/nonexistent/corpus.txt"], FileNotFoundError, "--train_file /nonexistent/corpus.txt: no such"),
+    (["--text_column_name", "body"], ValueError, r"--text_column_name body: the data has no such column; its columns "
+                                                 r"are \['text'\]"),
+    (["--streaming", "--max_steps", "-1"], ValueError, "--streaming needs --max_steps"),
+    (["--do_predict"], ValueError, "no prediction step"),
     (["--max_seq_length", "256"], ValueError, "max_position_embeddings=128"),
     (["--preset", "bert-tiny-synthesizer-dense", "--config_overrides", '{"synthesizer_max_position": 64}',
       "--max_seq_length", "100"], ValueError, "synthesizer_max_position=64"),
@@ -304,3 +308,141 @@ def test_push_to_hub_passes_through_with_the_real_card(hub, tmp_path):
     results = json.loads(files["all_results.json"])
     assert f"| perplexity | {results['eval_perplexity']:.4g} |" in card
     assert "bert-tiny-talking-heads" in card and "Talking-Heads Attention" in card
+
+
+# ------------------------------------------------------------------------------------------- data at real scale
+LINES = [line for line in (EXAMPLES / "data" / "devils_dictionary.txt").read_text().splitlines()[:400]]
+USER_TEXT = ["The software on the computer reads the database; no software, no database, no computer."] * 40
+TINY_RUN = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
+            "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_steps", "2",
+            "--max_eval_samples", "8"]
+
+
+def write_corpus(path: Path, lines: list[str]) -> Path:
+    """`lines` (empty strings: document breaks) as a .txt, .jsonl or .parquet file of one row per line."""
+    if path.suffix == ".txt":
+        path.write_text("\n".join(lines) + "\n")
+    elif path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps({"id": i, "body": line}) + "\n" for i, line in enumerate(lines)))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"body": lines}), path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".txt", ".jsonl", ".parquet"])
+def test_pretraining_on_a_local_file(tmp_path, suffix):
+    """--train_file in each format (json/parquet through --text_column_name); the project tokenizer is trained on
+    that file (a word the embedded book lacks is one token), and the saved tokenizer agrees with the model's length."""
+    corpus = write_corpus(tmp_path / f"corpus{suffix}", LINES[:200] + USER_TEXT + [""] + LINES[200:])
+    column = [] if suffix == ".txt" else ["--text_column_name", "body"]
+    out = tmp_path / "out"
+    metrics = run_pretraining.main([*TINY_RUN, "--preset", "bert-tiny-dot-product", "--output_dir", str(out),
+                                    "--train_file", str(corpus), *column])
+    assert math.isfinite(metrics["eval_mlm_loss"]) and metrics["train_loss"] > 0
+    from transformers import AutoTokenizer
+
+    saved = AutoTokenizer.from_pretrained(out)
+    assert saved.tokenize("software database") == ["software", "database"]
+    assert len(project_tokenizer("wordpiece").tokenize("software database")) > 2  # the embedded book's splits them
+    assert saved.model_max_length == 128 == json.loads((out / "config.json").read_text())["max_position_embeddings"]
+    info = json.loads((out / "training_info.json").read_text())
+    assert info["dataset"]["name"] == corpus.name
+
+
+@pytest.mark.parametrize("script,preset,extra", [
+    (run_pretraining, "bert-tiny-talking-heads", []),
+    (run_pretraining, "albert-tiny-dot-product", ["--sentence_objective", "sop", "--whole_word_masking", "true"]),
+    (run_t5_pretraining, "t5-tiny-dot-product", []),
+])
+def test_streaming_pretraining(tmp_path, script, preset, extra):
+    """--streaming: an IterableDataset prepared as it is read, with --max_steps; evaluation on a bounded stream."""
+    metrics = script.main([*TINY_RUN, "--preset", preset, "--output_dir", str(tmp_path), "--streaming",
+                           "--eval_strategy", "steps", "--eval_steps", "2", *extra])
+    assert metrics["train_loss"] > 0 and metrics["epoch"] > 0
+    loss = metrics.get("eval_mlm_loss", metrics.get("eval_target_loss"))
+    assert math.isfinite(loss)
+    if extra:
+        assert 0 <= metrics["eval_sentence_accuracy"] <= 1
+
+
+def cache_files(root: Path) -> dict[str, float]:
+    return {str(f): f.stat().st_mtime_ns for f in root.rglob("cache-*.arrow")}
+
+
+@pytest.mark.parametrize("script,preset", [(run_pretraining, "bert-tiny-dot-product"),
+                                           (run_t5_pretraining, "t5-tiny-dot-product")])
+def test_a_rerun_reads_the_prepared_data_from_the_cache(tmp_path, monkeypatch, script, preset):
+    """The same run twice: the second writes no cache file and rewrites none (the preparation is read back);
+    --overwrite_cache prepares again."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "datasets"))
+    corpus = write_corpus(tmp_path / "corpus.txt", LINES)
+    argv = [*TINY_RUN, "--preset", preset, "--output_dir", str(tmp_path / "out"), "--train_file", str(corpus),
+            "--max_steps", "1"]
+    script.main(argv)
+    first = cache_files(tmp_path / "datasets")
+    assert len(first) >= 2  # the packed train and validation splits (and the pre-masked validation split)
+    script.main(argv)
+    assert cache_files(tmp_path / "datasets") == first
+    script.main(argv + ["--overwrite_cache"])
+    again = cache_files(tmp_path / "datasets")
+    assert again.keys() == first.keys() and all(again[f] > first[f] for f in first)
+
+
+def test_eval_only_and_checks_of_training_arguments(tmp_path):
+    """--do_eval alone evaluates a checkpoint without training (the same eval set and masks as the training run's
+    evaluation); warm-up reaching max_steps warns; no pinned memory without CUDA."""
+    out = tmp_path / "trained"
+    trained = run_pretraining.main([*TINY_RUN, "--preset", "bert-tiny-dot-product", "--output_dir", str(out)])
+    evaluated = run_pretraining.main(["--model_name_or_path", str(out), "--do_eval", "--output_dir",
+                                      str(tmp_path / "eval"), "--max_seq_length", "32", "--max_eval_samples", "8",
+                                      "--disable_tqdm", "true"])
+    assert not any(key.startswith("train") for key in evaluated)
+    assert evaluated["eval_mlm_loss"] == pytest.approx(trained["eval_mlm_loss"], rel=1e-4)
+    assert not (tmp_path / "eval" / "model.safetensors").exists()
+    from example_utils import check_training_args
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(str(tmp_path), max_steps=20, warmup_steps=40)
+    with pytest.warns(UserWarning, match="--warmup_steps 40 reaches --max_steps 20"):
+        check_training_args(args)
+    assert args.dataloader_pin_memory is torch.cuda.is_available()
+
+
+HUB_CORPUS = {"lines": {"train": {"text": LINES[:300]}, "validation": {"text": LINES[300:]}}}
+HUB_RUNS = """
+import sys
+sys.path.insert(0, {examples!r})
+import run_pretraining, run_t5_pretraining
+common, tmp = {common!r}, {tmp!r}
+data = ["--dataset_name", "tester/devils-lines", "--dataset_config_name"]
+run_pretraining.main(common + data + ["lines", "--preset", "bert-tiny-talking-heads", "--output_dir", tmp + "/mlm"])
+run_t5_pretraining.main(common + data + ["lines", "--preset", "t5-tiny-dot-product", "--output_dir", tmp + "/t5"])
+try:
+    run_pretraining.main(common + data + ["wiki", "--preset", "bert-tiny-dot-product", "--output_dir", tmp + "/bad"])
+except ValueError as error:
+    print("ERROR", error)
+"""
+
+
+def test_pretraining_from_a_hub_dataset(hub, tmp_path):
+    """--dataset_name tester/<name> --dataset_config_name <cfg> through the loopback Hub, masked LM and T5 (a fresh
+    interpreter: huggingface_hub reads HF_ENDPOINT at import); a config the dataset lacks stops before training."""
+    from conftest import run_with_hub
+
+    hub.create_dataset_repo("tester/devils-lines", HUB_CORPUS)
+    code = HUB_RUNS.format(examples=str(EXAMPLES), common=TINY_RUN, tmp=str(tmp_path))
+    proc = run_with_hub(hub, tmp_path / "hf_home", [sys.executable, "-c", code])
+    for run in ("mlm", "t5"):
+        results = json.loads((tmp_path / run / "all_results.json").read_text())
+        assert math.isfinite(results.get("eval_mlm_loss", results.get("eval_target_loss")))
+        info = json.loads((tmp_path / run / "training_info.json").read_text())["dataset"]
+        assert info["hub_id"] == "tester/devils-lines" and info["config"] == "lines"
+    assert ("GET", "/datasets/tester/devils-lines/resolve/main/README.md") in hub.state.requests
+    assert ("ERROR The dataset tester/devils-lines has no configuration 'wiki': pass --dataset_config_name one of "
+            "['lines'].") in proc.stdout
+    assert not (tmp_path / "bad").exists()

@@ -58,7 +58,10 @@ PUSH = textwrap.dedent(
     trainer.save_model()
     (run / "training_info.json").write_text(json.dumps({
         "script": "tests/test_publish.py", "task": "fill-mask", "preset": None, "base_model": None,
-        "dataset": {"name": "random-words", "source": "generated in the test", "license": "cc0-1.0"},
+        "dataset": {"name": "random-words", "source": "generated in the test", "license": "cc0-1.0",
+                    "hub_id": "tester/random-words", "split": "train"},
+        "evaluation": [{"metric_prefix": "eval_", "metric_suffix": "", "name": "random-words",
+                        "hub_id": "tester/random-words", "split": "validation"}],
         "training": {"max_steps": 4, "learning_rate": 1e-3, "per_device_train_batch_size": 8, "seed": 0}}))
 
     trainer.push_to_hub(commit_message="End of training")
@@ -132,7 +135,8 @@ def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_
         assert card_metadata_errors(text) == [] and ModelCard(text).data.library_name == "transformers"
         assert metrics == {"loss": results["eval_loss"], "perplexity": results["perplexity"]}
         assert f"| train_loss | {results['train_loss']:.4g} |" in text
-        assert ModelCard(text).data.datasets == ["random-words"]
+        assert ModelCard(text).data.datasets == ["tester/random-words"]
+        assert "| loss | " in text and "| random-words, split validation |" in text
         assert f'revision = "{commit}"' in text and f'from_pretrained("tester/{name}"' in text
         assert CODE <= set(state.files(f"tester/{name}", commit))
     texts = [_card(f)[0].replace(n, "REPO").replace(c, "SHA") for n, f, c in
