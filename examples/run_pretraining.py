@@ -52,11 +52,13 @@ from example_utils import (  # noqa: E402
     check_max_length,
     check_streaming,
     check_training_args,
+    column_names,
     dataset_info,
     encode_texts,
     family_of,
     finish,
     first_rows,
+    is_empty,
     load_or_build_model,
     load_raw_datasets,
     load_tokenizer,
@@ -214,7 +216,7 @@ def prepare(dataset, tokenizer, column, data_args, training_args, seed, split):
     else:
         function, kwargs = pair_batch, {"objective": objective, "seed": seed}
     return map_batched(dataset, function, training_args, data_args, desc=f"Packing the {split} split",
-                       remove_columns=dataset.column_names or [column], features=features_for(objective),
+                       remove_columns=column_names(dataset), features=features_for(objective),
                        fn_kwargs={"tokenizer": tokenizer, "column": column,
                                   "max_seq_length": data_args.max_seq_length, **kwargs})
 
@@ -226,8 +228,9 @@ def main(argv=None) -> dict:
 
     # Everything that can be wrong with the input is checked before any training starts.
     resolve_do_flags(argv, training_args)
-    if training_args.do_predict:
-        raise ValueError("Pretraining has no prediction step: use --do_train and/or --do_eval.")
+    if training_args.do_predict or data_args.test_file or data_args.max_predict_samples is not None:
+        raise ValueError("Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
+                         "use --do_train and/or --do_eval.")
     check_streaming(training_args, data_args)
     check_training_args(training_args)
     family = family_of(model_args.model_name_or_path, model_args.preset)
@@ -268,7 +271,7 @@ def main(argv=None) -> dict:
         train_set = prepare(raw["train"], tokenizer, column, data_args, training_args, training_args.seed, "train")
         if data_args.max_train_samples is not None:
             train_set = first_rows(train_set, data_args.max_train_samples)
-        if not data_args.streaming and len(train_set) == 0:
+        if is_empty(train_set):
             raise ValueError(f"The training data gives no sequence of {data_args.max_seq_length} tokens: use more "
                              "text or a smaller --max_seq_length.")
     if training_args.do_eval:
@@ -279,7 +282,7 @@ def main(argv=None) -> dict:
         elif data_args.streaming:
             logger.warning("--streaming without --max_eval_samples: every evaluation reads the whole validation "
                            "stream.")
-        if not data_args.streaming and len(eval_set) == 0:
+        if is_empty(eval_set):
             raise ValueError(f"The validation data gives no sequence of {data_args.max_seq_length} tokens: use more "
                              "text, a larger --validation_split_percentage or a smaller --max_seq_length.")
         eval_collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
