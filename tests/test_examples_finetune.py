@@ -130,6 +130,29 @@ def test_text_columns_found_as_run_glue_finds_them():
     assert run_classification.label_names(["10", "2", "2"]) == ["2", "10"]  # integers sorted numerically
 
 
+def test_labels_of_class_label_integer_string_and_float_columns():
+    """GLUE on the Hub has ClassLabel columns (names in id order); a GLUE-shaped folder may hold integers (the
+    task's names), files class names (sorted) or floats (regression); text-to-text writes class labels by name."""
+    from types import SimpleNamespace
+
+    from datasets import ClassLabel, Dataset, Features, Value
+
+    def labels(values, feature, task=None):
+        data = Dataset.from_dict({"label": values}, features=Features({"label": feature}))
+        return run_classification.find_labels(data, SimpleNamespace(label_column="label", task_name=task), "f")
+
+    mnli = ClassLabel(names=["entailment", "neutral", "contradiction"])
+    assert labels([0, 2, 1], mnli, "mnli") == (["entailment", "neutral", "contradiction"], True)
+    with pytest.raises(ValueError, match="GLUE's sst2 has 2"):
+        labels([0, 2, 1], mnli, "sst2")
+    assert labels([1, 0], Value("int64"), "qnli") == (["entailment", "not_entailment"], True)
+    assert labels(["pos", "neg", "pos"], Value("string")) == (["neg", "pos"], False)
+    assert labels([0.5, 4.0], Value("float32"), "stsb") == (None, False)
+    assert labels([0.5, 4.0], Value("float64")) == (None, False)
+    data = Dataset.from_dict({"label": [2, 0]}, features=Features({"label": mnli}))
+    assert run_text_to_text.target_texts(data, "label")(data["label"]) == ["contradiction", "entailment"]
+
+
 # ------------------------------------------------------------------------------------------------------- metrics
 def test_glue_metrics_equal_scikit_learn_and_scipy():
     from scipy.stats import pearsonr, spearmanr
