@@ -756,11 +756,13 @@ def resume_checkpoint(training_args) -> str | None:
 
 
 def write_training_info(output_dir, script: str, task: str, preset: str | None, base_model: str | None,
-                        dataset: dict, training_args, evaluation: list[dict] | None = None, **training) -> None:
+                        dataset: dict, training_args, evaluation: list[dict] | None = None,
+                        stages: list[str] | None = None, **training) -> None:
     """`training_info.json`, read by `hf_attn_variants.publish` for the model card. `dataset` is the training data;
     `evaluation` says which data each recorded metric comes from: one entry per data set, the metrics named
     `metric_prefix` + name + `metric_suffix` (e.g. eval_accuracy_mm), with the data's name, source, split and, for
-    a Hub dataset, `hub_id` and config."""
+    a Hub dataset, `hub_id` and config. `stages`: what the run did ("train", "eval", "predict"), when not all
+    of a training run."""
     info = {
         "script": f"examples/{Path(script).name}",
         "task": task,
@@ -777,6 +779,8 @@ def write_training_info(output_dir, script: str, task: str, preset: str | None, 
     }
     if evaluation is not None:
         info["evaluation"] = evaluation
+    if stages is not None:
+        info["stages"] = stages
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     (Path(output_dir) / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
 
@@ -1004,9 +1008,14 @@ def run_finetuning(trainer, model_args, script: str, task: str, *, train_info: d
         if args.do_eval else []
     measured += [{"metric_prefix": "predict_", "metric_suffix": p.suffix, **p.info} for p in predictions] \
         if args.do_predict else []
+    if args.do_train:
+        training["steps"] = trainer.state.global_step
     if trainer.is_world_process_zero():
+        stages = [name for name, flag in (("train", args.do_train), ("eval", args.do_eval),
+                                          ("predict", args.do_predict)) if flag]
         write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path,
-                            train_info or {}, args, evaluation=measured, **training)
+                            (train_info or {}) if args.do_train else {}, args, evaluation=measured, stages=stages,
+                            **training)
         write_model_card(args.output_dir, args.hub_model_id)
     if args.push_to_hub:
         push_with_card(trainer)

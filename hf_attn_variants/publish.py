@@ -179,7 +179,9 @@ def _training_text(info: dict, metrics: dict, source: str | None) -> str:
     parts = []
     if info:
         where = f"`{info['script']}`" if info.get("script") else "a training script"
-        parts.append(f"Trained with {where} for {info.get('task', 'an unrecorded task')}"
+        trained = "train" in info.get("stages", ["train"])
+        parts.append(f"{'Trained' if trained else 'Not trained by this run; evaluated'} with {where} for "
+                     f"{info.get('task', 'an unrecorded task')}"
                      + (f", preset `{info['preset']}`" if info.get("preset") else "")
                      + (f", starting from `{info['base_model']}`" if info.get("base_model") else "") + ".")
         dataset = info.get("dataset") or {}
@@ -278,8 +280,9 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
         "`trust_remote_code=True` runs this repository's Python files: read them, and pin the revision you read.",
         *[item for setup in setups for item in setup["limitations"]],
     ]
-    steps = (info.get("training") or {}).get("max_steps")
-    if steps:
+    training = info.get("training") or {}
+    steps = training.get("steps") or training.get("max_steps")  # steps taken; max_steps is -1 for epoch-based runs
+    if steps and steps > 0:
         limitations.append(f"The metrics describe this run only ({steps} training steps"
                            + (f" on {dataset}" if dataset else "") + "); they are not comparable with the papers' "
                            "results at full scale.")

@@ -347,6 +347,8 @@ def test_glue_task_from_a_local_folder_predicts_reuses_the_cache_and_takes_an_ev
     assert evaluated["eval_accuracy"] == pytest.approx(first["eval_accuracy"])
     assert not (tmp_path / "c" / "train_results.json").exists()
     assert not (tmp_path / "c" / "predict_results_rte.txt").exists()
+    text, _ = card_of(tmp_path / "c")  # the card of an evaluation-only run does not claim training data
+    assert "Not trained by this run; evaluated with" in text and "**Training data:**" not in text
 
 
 EXACT_SHARE = '''
