@@ -115,6 +115,8 @@ def load_raw_datasets(args: DataArguments, *, default_files: dict[str, Path] | N
     leaves that to the script, e.g. to count packed sequences instead)."""
     from datasets import DatasetDict, IterableDatasetDict, load_dataset
 
+    if not 0 <= args.validation_split_percentage < 100:
+        raise ValueError(f"--validation_split_percentage must be in [0, 100), got {args.validation_split_percentage}.")
     kwargs = {"cache_dir": cache_dir, "streaming": args.streaming}
     if args.dataset_name:
         if args.train_file or args.validation_file or args.test_file:
@@ -241,9 +243,9 @@ def check_streaming(training_args, data_args: DataArguments) -> None:
     """--streaming gives an IterableDataset of unknown length: Trainer needs --max_steps to know when to stop."""
     if data_args.streaming and training_args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps (a streamed dataset has no length to count epochs by).")
-    if data_args.streaming and data_args.preprocessing_num_workers:
-        raise ValueError("--preprocessing_num_workers does not apply with --streaming (preprocessing runs as the "
-                         "data is read): leave it out.")
+    if data_args.streaming and (data_args.preprocessing_num_workers or data_args.overwrite_cache):
+        raise ValueError("--preprocessing_num_workers and --overwrite_cache do not apply with --streaming (the data "
+                         "is prepared as it is read, nothing is cached): leave them out.")
 
 
 def map_batched(dataset, function, training_args, data_args: DataArguments, *, desc: str, remove_columns=None,
@@ -255,9 +257,11 @@ def map_batched(dataset, function, training_args, data_args: DataArguments, *, d
 
     if isinstance(dataset, IterableDataset):
         return dataset.map(function, batched=True, remove_columns=remove_columns, **kwargs)
+    workers = data_args.preprocessing_num_workers
     with training_args.main_process_first(desc=desc):
+        # one worker is this process: datasets would start a pool of one (a second interpreter's memory, no gain)
         return dataset.map(function, batched=True, remove_columns=remove_columns,
-                           num_proc=data_args.preprocessing_num_workers,
+                           num_proc=workers if workers and workers > 1 else None,
                            load_from_cache_file=not data_args.overwrite_cache, desc=desc, **kwargs)
 
 

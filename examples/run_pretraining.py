@@ -52,6 +52,7 @@ from example_utils import (  # noqa: E402
     check_max_length,
     check_streaming,
     check_training_args,
+    column_names,
     dataset_info,
     encode_texts,
     family_of,
@@ -214,7 +215,7 @@ def prepare(dataset, tokenizer, column, data_args, training_args, seed, split):
     else:
         function, kwargs = pair_batch, {"objective": objective, "seed": seed}
     return map_batched(dataset, function, training_args, data_args, desc=f"Packing the {split} split",
-                       remove_columns=dataset.column_names or [column], features=features_for(objective),
+                       remove_columns=column_names(dataset), features=features_for(objective),
                        fn_kwargs={"tokenizer": tokenizer, "column": column,
                                   "max_seq_length": data_args.max_seq_length, **kwargs})
 
@@ -226,8 +227,9 @@ def main(argv=None) -> dict:
 
     # Everything that can be wrong with the input is checked before any training starts.
     resolve_do_flags(argv, training_args)
-    if training_args.do_predict:
-        raise ValueError("Pretraining has no prediction step: use --do_train and/or --do_eval.")
+    if training_args.do_predict or data_args.test_file or data_args.max_predict_samples is not None:
+        raise ValueError("Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
+                         "use --do_train and/or --do_eval.")
     check_streaming(training_args, data_args)
     check_training_args(training_args)
     family = family_of(model_args.model_name_or_path, model_args.preset)

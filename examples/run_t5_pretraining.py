@@ -41,6 +41,7 @@ from example_utils import (  # noqa: E402
     check_max_length,
     check_streaming,
     check_training_args,
+    column_names,
     dataset_info,
     example_generator,
     family_of,
@@ -181,7 +182,7 @@ def prepare(dataset, tokenizer, column, raw_length, data_args, training_args, sp
     from datasets import Features, Sequence, Value
 
     return map_batched(dataset, block_batch, training_args, data_args, desc=f"Packing the {split} split",
-                       remove_columns=dataset.column_names or [column],
+                       remove_columns=column_names(dataset),
                        features=Features({"input_ids": Sequence(Value("int32"))}),
                        fn_kwargs={"tokenizer": tokenizer, "column": column, "raw_length": raw_length})
 
@@ -207,8 +208,9 @@ def main(argv=None) -> dict:
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     resolve_do_flags(argv, training_args)
-    if training_args.do_predict:
-        raise ValueError("Pretraining has no prediction step: use --do_train and/or --do_eval.")
+    if training_args.do_predict or data_args.test_file or data_args.max_predict_samples is not None:
+        raise ValueError("Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
+                         "use --do_train and/or --do_eval.")
     check_streaming(training_args, data_args)
     check_training_args(training_args)
     if family_of(model_args.model_name_or_path, model_args.preset) != "t5":

@@ -80,8 +80,11 @@ def test_masked_lm_pretraining_learns_and_reloads_as_remote_code(tmp_path):
         "assert model.config.attention_type == 'talking_heads'\n"
         f"fill = pipeline('fill-mask', model={str(out)!r}, trust_remote_code=True)\n"
         "print(len(fill('A cynic is a [MASK] whose faulty vision sees things as they are.')))\n"
+        "long = 'A cynic is a [MASK] whose faulty vision sees things as they are. ' + 'Not as they ought to be. ' * 80\n"
+        "assert fill.tokenizer.model_max_length == model.config.max_position_embeddings\n"
+        "print(len(fill(long, tokenizer_kwargs={'truncation': True})))\n"  # longer than the model: truncated
     )
-    assert stdout.strip().endswith("5")
+    assert stdout.split() == ["5", "5"]
 
 
 @pytest.mark.parametrize("preset,objective,label", [("bert-tiny-synthesizer-random", "nsp", "next_sentence_label"),
