@@ -871,6 +871,9 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
 
     from datasets import DatasetDict
 
+    if not 0 <= data_args.validation_split_percentage < 100:
+        raise ValueError("--validation_split_percentage must be in [0, 100), got "
+                         f"{data_args.validation_split_percentage}.")
     if data_args.streaming:
         raise ValueError("The fine-tuning scripts read map-style datasets (they need the eval examples for "
                          "post-processing): leave out --streaming.")

@@ -510,6 +510,8 @@ BAD_INPUT = {
     "unknown metric": (run_classification, ["--metric_name", "/nowhere/metric.py"], ValueError,
                        "--metric_name /nowhere/metric.py: evaluate.load failed"),
     "streaming": (run_classification, ["--streaming"], ValueError, "leave out --streaming"),
+    "split percentage": (run_qa, ["--validation_split_percentage", "150"], ValueError,
+                         "--validation_split_percentage must be in [0, 100), got 150"),
     "qa missing file": (run_qa, ["--train_file", "nowhere.json", "--validation_file", "nowhere.json"],
                         FileNotFoundError, "no such file"),
     "qa missing column": (run_qa, ["--question_column", "query"], ValueError, "no column 'query'"),
