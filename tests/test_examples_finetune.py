@@ -410,12 +410,15 @@ def test_text_to_text_on_named_columns_with_a_prefix_predicts(tmp_path):
         ["--output_dir", str(out), *FAST, "--max_steps", "12", "--learning_rate", "3e-3", "--max_source_length", "32",
          "--train_file", str(tmp_path / "train.jsonl"), "--validation_file", str(tmp_path / "dev.jsonl"),
          "--test_file", str(tmp_path / "test.jsonl"), "--source_column", "question", "--target_column", "answer",
-         "--source_prefix", "add: "])
+         "--source_prefix", "add: ", "--eval_strategy", "steps", "--eval_steps", "12"])  # one evaluation before saving
     assert_learns(out, 0.6)
     assert 0 <= metrics["eval_accuracy"] <= 1 and math.isfinite(metrics["eval_loss"])
     assert len((out / "generated_predictions.txt").read_text().splitlines()) == 4
     info = json.loads((out / "training_info.json").read_text())
     assert info["training"]["source_prefix"] == "add: " and info["dataset"]["name"] == "train.jsonl"
+    # the saved generation config is the model's own, not Seq2SeqTrainer's defaults (max_length 20 would make
+    # generate(max_new_tokens=...) warn that both are set)
+    assert "max_length" not in json.loads((out / "generation_config.json").read_text())
     model = AutoModelForSeq2SeqLM.from_pretrained(out, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(out)
     generated = model.generate(**tokenizer(["add: what is 1 plus 2?"], return_tensors="pt"), max_new_tokens=4)
