@@ -717,12 +717,14 @@ def check_training_args(training_args) -> None:
 
 # -------------------------------------------------------------------------------------------------- bookkeeping
 def finish(trainer, train_result, model_args: ModelArguments, script: str, task: str, dataset: dict,
-           extra_metrics: dict | None = None, do_eval: bool = True, **training) -> dict:
+           extra_metrics: dict | None = None, do_eval: bool = True, eval_data: dict | None = None,
+           **training) -> dict:
     """What every script does after training: save the model and tokenizer, evaluate, write train/eval/all results,
     the trainer state, `training_info.json` and the model card (README.md), and with --push_to_hub push the folder
     and then the same model card (in place of Trainer's default README). Returns the train and eval metrics.
     `train_result` None: no training (--do_eval alone), only the evaluation is written; `do_eval` False: no
-    evaluation."""
+    evaluation. `eval_data` (name, source, split, hub_id, config: see `split_info`) says what the eval metrics were
+    measured on, for the card."""
     args = trainer.args
     train_metrics, eval_metrics = {}, {}
     if train_result is not None:
@@ -739,8 +741,9 @@ def finish(trainer, train_result, model_args: ModelArguments, script: str, task:
         return eval_metrics
     trainer.save_state()
     if trainer.is_world_process_zero():
+        evaluation = [{"metric_prefix": "eval_", "metric_suffix": "", **eval_data}] if eval_data and do_eval else None
         write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path, dataset,
-                            args, **training)
+                            args, evaluation=evaluation, **training)
         write_model_card(args.output_dir, args.hub_model_id)
     if args.push_to_hub:
         push_with_card(trainer)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from .convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
 
@@ -162,7 +163,15 @@ def _data_text(record: dict | None) -> str:
 def _hub_datasets(info: dict) -> list[str]:
     """The Hub dataset ids the run trained and evaluated on (local files and the embedded data are not Hub ids)."""
     records = [info.get("dataset") or {}, *(info.get("evaluation") or [])]
-    return list(dict.fromkeys(r["hub_id"] for r in records if r.get("hub_id")))
+    return list(dict.fromkeys(r["hub_id"] for r in records if r.get("hub_id") and _is_repo_id(r["hub_id"])))
+
+
+def _is_repo_id(name: str) -> bool:
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False  # e.g. an absolute local path recorded as a dataset name
+    return True
 
 
 def _table(rows, header=("", "")) -> str:
@@ -265,7 +274,8 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
     eval_results = [EvalResult(task_type=task, dataset_type=record["hub_id"], dataset_name=record["name"],
                                dataset_config=record.get("config"), dataset_split=record.get("split"),
                                metric_type=metric, metric_name=name, metric_value=value)
-                    for name, metric, value, record in quality if record and record.get("hub_id")] if task else None
+                    for name, metric, value, record in quality
+                    if record and record.get("hub_id") and _is_repo_id(record["hub_id"])] if task else None
     card_data = ModelCardData(
         library_name="transformers",
         license=license,
