@@ -88,8 +88,9 @@ def measure(mode: str, args, corpus: Path, tokenizer_dir: Path, cache: Path, num
     code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_data; "
             f"print('RESULT', json.dumps(bench_data.child({mode!r}, {str(corpus)!r}, {str(tokenizer_dir)!r}, "
             f"{num_proc}, {args.max_seq_length}, {args.batch_size})))")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    # output to files: a child writing more than a pipe holds (progress bars) would block until read
+    log = open(cache.parent / f"{cache.name}-{mode}.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     handle = psutil.Process(proc.pid)
     peak_main = peak_tree = 0
     while proc.poll() is None:
@@ -103,10 +104,13 @@ def measure(mode: str, args, corpus: Path, tokenizer_dir: Path, cache: Path, num
             break
         peak_main, peak_tree = max(peak_main, main), max(peak_tree, tree)
         time.sleep(0.02)
-    stdout, stderr = proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"{mode} failed:\n{stderr[-3000:]}")
-    result = json.loads(stdout.split("RESULT ", 1)[1])
+    proc.wait()
+    log.seek(0)
+    output = log.read()
+    log.close()
+    if proc.returncode != 0 or "RESULT " not in output:
+        raise RuntimeError(f"{mode} failed:\n{output[-3000:]}")
+    result = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
     maxrss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest child so far
     return {**result, "peak_rss_main_mb": peak_main / 2**20, "peak_rss_tree_mb": peak_tree / 2**20,
             "maxrss_children_mb": maxrss_children / 2**20}

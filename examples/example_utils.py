@@ -216,6 +216,15 @@ def first_rows(dataset, count: int):
     return dataset.select(range(min(count, len(dataset))))
 
 
+def is_empty(dataset) -> bool:
+    """Whether a split has no example (a stream is read up to its first one)."""
+    from datasets import IterableDataset
+
+    if isinstance(dataset, IterableDataset):
+        return next(iter(dataset), None) is None
+    return len(dataset) == 0
+
+
 def column_names(dataset) -> list[str]:
     """A split's columns; a streamed dataset whose features are unknown (json) is read for its first row."""
     if dataset.column_names is not None:

@@ -58,6 +58,7 @@ from example_utils import (  # noqa: E402
     family_of,
     finish,
     first_rows,
+    is_empty,
     load_or_build_model,
     load_raw_datasets,
     load_tokenizer,
@@ -270,7 +271,7 @@ def main(argv=None) -> dict:
         train_set = prepare(raw["train"], tokenizer, column, data_args, training_args, training_args.seed, "train")
         if data_args.max_train_samples is not None:
             train_set = first_rows(train_set, data_args.max_train_samples)
-        if not data_args.streaming and len(train_set) == 0:
+        if is_empty(train_set):
             raise ValueError(f"The training data gives no sequence of {data_args.max_seq_length} tokens: use more "
                              "text or a smaller --max_seq_length.")
     if training_args.do_eval:
@@ -281,7 +282,7 @@ def main(argv=None) -> dict:
         elif data_args.streaming:
             logger.warning("--streaming without --max_eval_samples: every evaluation reads the whole validation "
                            "stream.")
-        if not data_args.streaming and len(eval_set) == 0:
+        if is_empty(eval_set):
             raise ValueError(f"The validation data gives no sequence of {data_args.max_seq_length} tokens: use more "
                              "text, a larger --validation_split_percentage or a smaller --max_seq_length.")
         eval_collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,

@@ -47,6 +47,7 @@ from example_utils import (  # noqa: E402
     family_of,
     finish,
     first_rows,
+    is_empty,
     load_or_build_model,
     load_raw_datasets,
     load_tokenizer,
@@ -257,7 +258,7 @@ def main(argv=None) -> dict:
                                desc="Corrupting the validation split", fn_kwargs={"collator": eval_collator})
     else:
         training_args.eval_strategy = "no"
-    if not data_args.streaming and any(d is not None and len(d) == 0 for d in (train_set, eval_set)):
+    if any(d is not None and is_empty(d) for d in (train_set, eval_set)):
         raise ValueError(f"The data gives no block of {raw_length} tokens for training and evaluation: use more text "
                          "or a smaller --max_seq_length.")
 
