@@ -726,12 +726,14 @@ def check_training_args(training_args) -> None:
 
 # -------------------------------------------------------------------------------------------------- bookkeeping
 def finish(trainer, train_result, model_args: ModelArguments, script: str, task: str, dataset: dict,
-           extra_metrics: dict | None = None, do_eval: bool = True, **training) -> dict:
+           extra_metrics: dict | None = None, do_eval: bool = True, eval_data: dict | None = None,
+           **training) -> dict:
     """What every script does after training: save the model and tokenizer, evaluate, write train/eval/all results,
     the trainer state, `training_info.json` and the model card (README.md), and with --push_to_hub push the folder
     and then the same model card (in place of Trainer's default README). Returns the train and eval metrics.
     `train_result` None: no training (--do_eval alone), only the evaluation is written; `do_eval` False: no
-    evaluation."""
+    evaluation. `eval_data` (name, source, split, hub_id, config: see `split_info`) says what the eval metrics were
+    measured on, for the card."""
     args = trainer.args
     train_metrics, eval_metrics = {}, {}
     if train_result is not None:
@@ -748,8 +750,9 @@ def finish(trainer, train_result, model_args: ModelArguments, script: str, task:
         return eval_metrics
     trainer.save_state()
     if trainer.is_world_process_zero():
+        evaluation = [{"metric_prefix": "eval_", "metric_suffix": "", **eval_data}] if eval_data and do_eval else None
         write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path, dataset,
-                            args, **training)
+                            args, evaluation=evaluation, **training)
         write_model_card(args.output_dir, args.hub_model_id)
     if args.push_to_hub:
         push_with_card(trainer)
@@ -769,11 +772,13 @@ def resume_checkpoint(training_args) -> str | None:
 
 
 def write_training_info(output_dir, script: str, task: str, preset: str | None, base_model: str | None,
-                        dataset: dict, training_args, evaluation: list[dict] | None = None, **training) -> None:
+                        dataset: dict, training_args, evaluation: list[dict] | None = None,
+                        stages: list[str] | None = None, **training) -> None:
     """`training_info.json`, read by `hf_attn_variants.publish` for the model card. `dataset` is the training data;
     `evaluation` says which data each recorded metric comes from: one entry per data set, the metrics named
     `metric_prefix` + name + `metric_suffix` (e.g. eval_accuracy_mm), with the data's name, source, split and, for
-    a Hub dataset, `hub_id` and config."""
+    a Hub dataset, `hub_id` and config. `stages`: what the run did ("train", "eval", "predict"), when not all
+    of a training run."""
     info = {
         "script": f"examples/{Path(script).name}",
         "task": task,
@@ -790,6 +795,8 @@ def write_training_info(output_dir, script: str, task: str, preset: str | None, 
     }
     if evaluation is not None:
         info["evaluation"] = evaluation
+    if stages is not None:
+        info["stages"] = stages
     Path(output_dir).mkdir(parents=True, exist_ok=True)
     (Path(output_dir) / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
 
@@ -876,6 +883,9 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
 
     from datasets import DatasetDict
 
+    if not 0 <= data_args.validation_split_percentage < 100:
+        raise ValueError("--validation_split_percentage must be in [0, 100), got "
+                         f"{data_args.validation_split_percentage}.")
     if data_args.streaming:
         raise ValueError("The fine-tuning scripts read map-style datasets (they need the eval examples for "
                          "post-processing): leave out --streaming.")
@@ -1017,9 +1027,14 @@ def run_finetuning(trainer, model_args, script: str, task: str, *, train_info: d
         if args.do_eval else []
     measured += [{"metric_prefix": "predict_", "metric_suffix": p.suffix, **p.info} for p in predictions] \
         if args.do_predict else []
+    if args.do_train:
+        training["steps"] = trainer.state.global_step
     if trainer.is_world_process_zero():
+        stages = [name for name, flag in (("train", args.do_train), ("eval", args.do_eval),
+                                          ("predict", args.do_predict)) if flag]
         write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path,
-                            train_info or {}, args, evaluation=measured, **training)
+                            (train_info or {}) if args.do_train else {}, args, evaluation=measured, stages=stages,
+                            **training)
         write_model_card(args.output_dir, args.hub_model_id)
     if args.push_to_hub:
         push_with_card(trainer)

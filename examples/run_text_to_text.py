@@ -24,6 +24,7 @@ last` resumes. The output folder holds the model, its metrics and its model card
 `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
 """
 
+import copy
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from transformers import (
     HfArgumentParser,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
+    TrainerCallback,
     set_seed,
 )
 
@@ -117,6 +119,20 @@ def decode(tokenizer, ids) -> list[str]:
     return tokenizer.batch_decode(np.where(ids == -100, tokenizer.pad_token_id, ids), skip_special_tokens=True)
 
 
+class KeepGenerationConfig(TrainerCallback):
+    """Seq2SeqTrainer's evaluation fills the model's generation config with every default (max_length=20, ...); saved
+    so, the checkpoint would make `generate(max_new_tokens=...)` warn that both lengths are set. This puts the model's
+    own generation config back after each evaluation and prediction, before anything is saved."""
+
+    def __init__(self, model):
+        self.model, self.config = model, copy.deepcopy(model.generation_config)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.model.generation_config = copy.deepcopy(self.config)
+
+    on_predict = on_evaluate
+
+
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, TextToTextDataArguments, Seq2SeqTrainingArguments))
     parser.set_defaults(**DEFAULTS)
@@ -179,7 +195,7 @@ def main(argv=None) -> dict:
         model=model, args=training_args, train_dataset=features.get("train"),
         eval_dataset=evaluations[0].dataset if evaluations else None,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
-        compute_metrics=compute_metrics,
+        compute_metrics=compute_metrics, callbacks=[KeepGenerationConfig(model)],
     )
     return run_finetuning(trainer, model_args, __file__, "text2text-generation", train_info=info.get("train"),
                           evaluations=evaluations, predictions=predictions,

@@ -59,7 +59,8 @@ def main(argv=None) -> int:
 
             out = convert(args.source, args.output, args.attention,
                           synthesizer_components=args.synthesizer_components, architecture=args.architecture)
-            print(f"Wrote {out} (outputs verified equal to {args.source})")
+            print(f"Wrote {out} (outputs verified equal to {args.source}; the variant's new parameters start at "
+                  "values that preserve the function)")
         else:
             from .convert import export_admin
 

@@ -10,9 +10,12 @@ Package-only.
 Both are function-preserving and prove it before writing: the new model and the original run on the same probe
 batch (`probe_inputs`) and every output tensor must agree, or nothing is written. The output is built in a temporary
 folder next to `output` and moved into place only when complete, so a failure never leaves a partial checkpoint.
-Tokenizer files found in the source folder are copied along.
+Tokenizer files found in the source folder are copied along. transformers' load warnings (a `bert` checkpoint into
+a `variant_bert` model; the variant's new parameters "MISSING" from the checkpoint) are silenced: the new
+parameters start at their function-preserving values, and the verification proves it.
 """
 
+import contextlib
 import copy
 import json
 import os
@@ -149,10 +152,25 @@ def weights_report(model, shapes: dict) -> tuple[list[str], list[str]]:
     return sorted(missing), mismatched
 
 
-def _load(model_class, source: Path, **kwargs):
-    """`model_class.from_pretrained(source)` in eval mode; shapes that do not fit are reported by `weights_report`."""
+@contextlib.contextmanager
+def _quiet_loading():
+    """transformers' load warnings off: loading a `bert` checkpoint into `variant_bert` warns about the model type,
+    and its LOAD REPORT lists the variant's own parameters (head maps, mixture weights) as MISSING. Both are
+    expected here: `_check_loaded` accepts exactly those parameters and `_mismatch` proves the outputs equal."""
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
     try:
-        model = model_class.from_pretrained(source, ignore_mismatched_sizes=True, **kwargs)
+        yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+
+
+def _load(model_class, source: Path, **kwargs):
+    """`model_class.from_pretrained(source)` in eval mode, without transformers' load warnings (see
+    `_quiet_loading`); missing weights and shapes that do not fit are reported by `weights_report`."""
+    try:
+        with _quiet_loading():
+            model = model_class.from_pretrained(source, ignore_mismatched_sizes=True, **kwargs)
     except (OSError, RuntimeError, ValueError) as error:  # e.g. unreadable weights
         raise ValueError(f"{source}: the weights do not load into {model_class.__name__}: {error}") from error
     return model.eval()

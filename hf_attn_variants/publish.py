@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from .convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
 from .families import FAMILIES, family_of
@@ -164,7 +165,15 @@ def _data_text(record: dict | None) -> str:
 def _hub_datasets(info: dict) -> list[str]:
     """The Hub dataset ids the run trained and evaluated on (local files and the embedded data are not Hub ids)."""
     records = [info.get("dataset") or {}, *(info.get("evaluation") or [])]
-    return list(dict.fromkeys(r["hub_id"] for r in records if r.get("hub_id")))
+    return list(dict.fromkeys(r["hub_id"] for r in records if r.get("hub_id") and _is_repo_id(r["hub_id"])))
+
+
+def _is_repo_id(name: str) -> bool:
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False  # e.g. an absolute local path recorded as a dataset name
+    return True
 
 
 def _table(rows, header=("", "")) -> str:
@@ -181,7 +190,9 @@ def _training_text(info: dict, metrics: dict, source: str | None) -> str:
     parts = []
     if info:
         where = f"`{info['script']}`" if info.get("script") else "a training script"
-        parts.append(f"Trained with {where} for {info.get('task', 'an unrecorded task')}"
+        trained = "train" in info.get("stages", ["train"])
+        parts.append(f"{'Trained' if trained else 'Not trained by this run; evaluated'} with {where} for "
+                     f"{info.get('task', 'an unrecorded task')}"
                      + (f", preset `{info['preset']}`" if info.get("preset") else "")
                      + (f", starting from `{info['base_model']}`" if info.get("base_model") else "") + ".")
         dataset = info.get("dataset") or {}
@@ -265,7 +276,8 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
     eval_results = [EvalResult(task_type=task, dataset_type=record["hub_id"], dataset_name=record["name"],
                                dataset_config=record.get("config"), dataset_split=record.get("split"),
                                metric_type=metric, metric_name=name, metric_value=value)
-                    for name, metric, value, record in quality if record and record.get("hub_id")] if task else None
+                    for name, metric, value, record in quality
+                    if record and record.get("hub_id") and _is_repo_id(record["hub_id"])] if task else None
     card_data = ModelCardData(
         library_name="transformers",
         license=license,
@@ -280,8 +292,9 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
         "`trust_remote_code=True` runs this repository's Python files: read them, and pin the revision you read.",
         *[item for setup in setups for item in setup["limitations"]],
     ]
-    steps = (info.get("training") or {}).get("max_steps")
-    if steps:
+    training = info.get("training") or {}
+    steps = training.get("steps") or training.get("max_steps")  # steps taken; max_steps is -1 for epoch-based runs
+    if steps and steps > 0:
         limitations.append(f"The metrics describe this run only ({steps} training steps"
                            + (f" on {dataset}" if dataset else "") + "); they are not comparable with the papers' "
                            "results at full scale.")

@@ -2,6 +2,7 @@
 and all-or-nothing: a bad input gives a clear error and writes nothing."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -54,7 +55,15 @@ def _leftovers(tmp_path):
 @pytest.mark.parametrize("name", list(REFERENCES))
 def test_convert_preserves_the_function_of_every_family(tmp_path, name, attention):
     reference, source = _reference(tmp_path, name)
-    out = convert(source, tmp_path / "out", attention)
+    records, handler = [], logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        out = convert(source, tmp_path / "out", attention)
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    # no LOAD REPORT of the variant's new parameters as MISSING, no model-type warning: the conversion is exact
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
     variant = getattr(hav, f"Variant{name}").from_pretrained(out).eval()
     assert variant.config.attention_type == attention
     assert (out / "vocab.txt").read_text() == "[PAD]\n[UNK]\n"

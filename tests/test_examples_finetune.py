@@ -130,6 +130,29 @@ def test_text_columns_found_as_run_glue_finds_them():
     assert run_classification.label_names(["10", "2", "2"]) == ["2", "10"]  # integers sorted numerically
 
 
+def test_labels_of_class_label_integer_string_and_float_columns():
+    """GLUE on the Hub has ClassLabel columns (names in id order); a GLUE-shaped folder may hold integers (the
+    task's names), files class names (sorted) or floats (regression); text-to-text writes class labels by name."""
+    from types import SimpleNamespace
+
+    from datasets import ClassLabel, Dataset, Features, Value
+
+    def labels(values, feature, task=None):
+        data = Dataset.from_dict({"label": values}, features=Features({"label": feature}))
+        return run_classification.find_labels(data, SimpleNamespace(label_column="label", task_name=task), "f")
+
+    mnli = ClassLabel(names=["entailment", "neutral", "contradiction"])
+    assert labels([0, 2, 1], mnli, "mnli") == (["entailment", "neutral", "contradiction"], True)
+    with pytest.raises(ValueError, match="GLUE's sst2 has 2"):
+        labels([0, 2, 1], mnli, "sst2")
+    assert labels([1, 0], Value("int64"), "qnli") == (["entailment", "not_entailment"], True)
+    assert labels(["pos", "neg", "pos"], Value("string")) == (["neg", "pos"], False)
+    assert labels([0.5, 4.0], Value("float32"), "stsb") == (None, False)
+    assert labels([0.5, 4.0], Value("float64")) == (None, False)
+    data = Dataset.from_dict({"label": [2, 0]}, features=Features({"label": mnli}))
+    assert run_text_to_text.target_texts(data, "label")(data["label"]) == ["contradiction", "entailment"]
+
+
 # ------------------------------------------------------------------------------------------------------- metrics
 def test_glue_metrics_equal_scikit_learn_and_scipy():
     from scipy.stats import pearsonr, spearmanr
@@ -324,6 +347,8 @@ def test_glue_task_from_a_local_folder_predicts_reuses_the_cache_and_takes_an_ev
     assert evaluated["eval_accuracy"] == pytest.approx(first["eval_accuracy"])
     assert not (tmp_path / "c" / "train_results.json").exists()
     assert not (tmp_path / "c" / "predict_results_rte.txt").exists()
+    text, _ = card_of(tmp_path / "c")  # the card of an evaluation-only run does not claim training data
+    assert "Not trained by this run; evaluated with" in text and "**Training data:**" not in text
 
 
 EXACT_SHARE = '''
@@ -385,12 +410,15 @@ def test_text_to_text_on_named_columns_with_a_prefix_predicts(tmp_path):
         ["--output_dir", str(out), *FAST, "--max_steps", "12", "--learning_rate", "3e-3", "--max_source_length", "32",
          "--train_file", str(tmp_path / "train.jsonl"), "--validation_file", str(tmp_path / "dev.jsonl"),
          "--test_file", str(tmp_path / "test.jsonl"), "--source_column", "question", "--target_column", "answer",
-         "--source_prefix", "add: "])
+         "--source_prefix", "add: ", "--eval_strategy", "steps", "--eval_steps", "12"])  # one evaluation before saving
     assert_learns(out, 0.6)
     assert 0 <= metrics["eval_accuracy"] <= 1 and math.isfinite(metrics["eval_loss"])
     assert len((out / "generated_predictions.txt").read_text().splitlines()) == 4
     info = json.loads((out / "training_info.json").read_text())
     assert info["training"]["source_prefix"] == "add: " and info["dataset"]["name"] == "train.jsonl"
+    # the saved generation config is the model's own, not Seq2SeqTrainer's defaults (max_length 20 would make
+    # generate(max_new_tokens=...) warn that both are set)
+    assert "max_length" not in json.loads((out / "generation_config.json").read_text())
     model = AutoModelForSeq2SeqLM.from_pretrained(out, trust_remote_code=True)
     tokenizer = AutoTokenizer.from_pretrained(out)
     generated = model.generate(**tokenizer(["add: what is 1 plus 2?"], return_tensors="pt"), max_new_tokens=4)
@@ -485,6 +513,8 @@ BAD_INPUT = {
     "unknown metric": (run_classification, ["--metric_name", "/nowhere/metric.py"], ValueError,
                        "--metric_name /nowhere/metric.py: evaluate.load failed"),
     "streaming": (run_classification, ["--streaming"], ValueError, "leave out --streaming"),
+    "split percentage": (run_qa, ["--validation_split_percentage", "150"], ValueError,
+                         "--validation_split_percentage must be in [0, 100), got 150"),
     "qa missing file": (run_qa, ["--train_file", "nowhere.json", "--validation_file", "nowhere.json"],
                         FileNotFoundError, "no such file"),
     "qa missing column": (run_qa, ["--question_column", "query"], ValueError, "no column 'query'"),

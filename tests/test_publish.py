@@ -208,3 +208,33 @@ def test_metadata_check_rejects_what_the_hub_would():
 )
 def test_is_published(path, published):
     assert is_published(path) == published
+
+
+def test_card_names_the_data_of_each_number_and_lists_only_hub_datasets(tmp_path):
+    """training_info.json's `evaluation` records map each metric to its data (by prefix and the longest suffix):
+    the card's table names it, the model-index carries the Hub ones with config and split, and `datasets` holds Hub
+    ids only (not local files, not a local folder recorded as a name)."""
+    build("VariantBertForSequenceClassification", "talking_heads").save_pretrained(tmp_path)
+    glue = {"name": "nyu-mll/glue (mnli)", "hub_id": "nyu-mll/glue", "config": "mnli"}
+    (tmp_path / "training_info.json").write_text(json.dumps({
+        "script": "examples/run_classification.py", "task": "text-classification", "preset": None,
+        "base_model": None, "dataset": {**glue, "split": "train"},
+        "training": {"max_steps": -1, "steps": 12},
+        "evaluation": [{"metric_prefix": "eval_", "metric_suffix": "", **glue, "split": "validation_matched"},
+                       {"metric_prefix": "eval_", "metric_suffix": "_mm", **glue, "split": "validation_mismatched"},
+                       {"metric_prefix": "predict_", "metric_suffix": "", "name": "test.csv",
+                        "hub_id": "/tmp/local/test.csv", "split": "test"}]}))
+    (tmp_path / "all_results.json").write_text(json.dumps({
+        "train_loss": 0.5, "eval_accuracy": 0.75, "eval_loss": 0.6, "eval_samples": 8, "eval_accuracy_mm": 0.7,
+        "eval_samples_mm": 10, "predict_accuracy": 0.5, "predict_runtime": 0.1, "epoch": 3.0}))
+    text = str(render_card(tmp_path, "me/model", REVISION))
+    assert card_metadata_errors(text) == []
+    data = ModelCard(text).data
+    assert data.datasets == ["nyu-mll/glue"]
+    assert sorted((r.metric_type, r.metric_name, r.dataset_split, r.metric_value) for r in data.eval_results) == [
+        ("accuracy", "accuracy", "validation_matched", 0.75), ("accuracy", "accuracy_mm", "validation_mismatched", 0.7),
+        ("loss", "loss", "validation_matched", 0.6)]
+    assert "| accuracy_mm | 0.7 | nyu-mll/glue (mnli), split validation_mismatched |" in text
+    assert "| predict_accuracy | 0.5 | test.csv, split test |" in text
+    assert "samples" not in text.split("## Evaluation results")[1].split("## Limitations")[0]
+    assert "(12 training steps on nyu-mll/glue (mnli))" in text
