@@ -1,6 +1,7 @@
 """Scale-out on 2 CPU processes (gloo, OMP_NUM_THREADS=1 each): DeepSpeed ZeRO-2 and ZeRO-3 through
-`torchrun examples/run_pretraining.py --deepspeed examples/deepspeed/zero{2,3}.json`, and FSDP2 launched by
-`accelerate launch --config_file examples/accelerate/fsdp.yaml` (tests/fsdp_worker.py says why not through Trainer).
+`torchrun examples/run_pretraining.py --deepspeed examples/deepspeed/zero{2,3}.json`, and FSDP2 sharding as
+examples/accelerate/fsdp.yaml asks, under `accelerate launch --config_file examples/accelerate/fsdp.yaml`
+(tests/fsdp_worker.py says why not through Trainer, and records that accelerate's own FSDP2 preparation fails).
 
 For each: the run really has 2 processes, the logged losses and the weights after 3 steps equal one process on the
 same global batch, and the saved folder loads through AutoModelForMaskedLM with trust_remote_code in an interpreter
@@ -175,6 +176,14 @@ def test_fsdp_equals_one_process(fsdp):
     assert info["world_size"] == 2 and "FSDPVariantBertLayer" in info["sharded"], info
     assert info["losses"] == pytest.approx(json.loads((one / "run.json").read_text())["losses"], rel=1e-5)
     _assert_same_weights(one, two)
+
+
+@pytest.mark.xfail(reason="accelerate 1.15 + torch 2.13: fsdp2_prepare_model shards the input embedding twice and "
+                          "splits tied weights across FSDP groups (transformers' own BERT/ALBERT/T5 fail alike)")
+def test_accelerate_prepares_the_model_for_fsdp2(fsdp):
+    """What Trainer does on a GPU with examples/accelerate/fsdp.yaml; an XPASS means a release fixed it."""
+    info = json.loads((fsdp[1] / "run.json").read_text())
+    assert info["accelerate_prepare"] == "ok", info["accelerate_prepare"]
 
 
 def test_scaled_out_folders_load_as_remote_code(tmp_path, zero2, zero3, fsdp):
