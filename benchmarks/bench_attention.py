@@ -5,6 +5,7 @@ Run from the repository root:
     python benchmarks/bench_attention.py --markdown                   # BERT-base layers, seq 128 and 512
     python benchmarks/bench_attention.py --markdown --family albert   # the same for ALBERT (embedding 128, 1 group)
     python benchmarks/bench_attention.py --quick                      # tiny shapes, a smoke run of seconds
+    python benchmarks/bench_attention.py --device cuda --dtype bfloat16 --seq-lens 512 2048   # on a GPU
 
 Every row is a bare encoder (embeddings, `--num-layers` layers, pooler) built from the same seed and fed the same
 random `input_ids` with an all-ones `attention_mask`. Per sequence length all models are built once, then each
@@ -22,6 +23,12 @@ minimum, the cost without interference, is far more repeatable). Measured per ro
 
 Ratios are against `eager` (transformers' BertModel or AlbertModel with eager attention: the 1.00 reference) and
 `sdpa` (the same with SDPA).
+
+On a GPU (`--device cuda`) the times come from CUDA events around each pass (the GPU's own clock, after a
+synchronisation), a `flash_attention_2` row of transformers' model joins where the flash-attn package is installed
+and `--dtype` is bfloat16 or float16, and a "peak MiB" column gives `torch.cuda.max_memory_allocated` during one
+fwd+bwd pass above what the model and inputs hold. `--dtype` casts the models' weights (pure bf16 / fp16, no
+autocast). On the CPU and in float32 the output is what it always was.
 The cost of a row is dominated by its layers and identical layers repeat, so the ratios barely move with depth:
 `--num-layers` defaults to 2 to keep the run short. The FFN width is 4 x `--hidden-size`; synthesizers keep
 BERT's `max_position_embeddings` (512) as their longest sequence, as a model trained at 512 would.
@@ -42,6 +49,7 @@ except ImportError:
 
 import transformers
 from transformers import AlbertConfig, AlbertModel, BertConfig, BertModel
+from transformers.utils import is_flash_attn_2_available
 
 # name -> (whose model, config kwargs). "transformers" is BertModel/AlbertModel, "ours" the variant model.
 ROWS = {
@@ -67,6 +75,8 @@ ROWS = {
     "general_bilinear": ("ours", {"attention_type": "general_bilinear"}),
 }
 REFERENCES = ("eager", "sdpa")
+FLASH = ("transformers", {"attn_implementation": "flash_attention_2"})  # joins on a GPU where flash-attn is installed
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def parse_args():
@@ -86,16 +96,25 @@ def parse_args():
     p.add_argument("--quick", action="store_true",
                    help="smoke run: hidden 64, 4 heads, seq 16 32, batch 2, repeats 1, warmup 0")
     p.add_argument("--markdown", action="store_true", help="print markdown tables")
+    p.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
+    p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="the models' weights (no autocast)")
     args = p.parse_args()
+    args.device = torch.device(args.device)
+    if args.device.type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: torch {torch.__version__} sees no CUDA device")
+    if args.device.type not in ("cpu", "cuda"):
+        p.error(f"--device {args.device}: use cpu or cuda")
     if args.quick:
         args.hidden_size, args.num_heads, args.seq_lens = 64, 4, [16, 32]
         args.batch_size, args.repeats, args.warmup = 2, 1, 0
     args.variants = [*REFERENCES, *(v for v in args.variants if v not in REFERENCES)]
+    if args.device.type == "cuda" and args.dtype != "float32" and is_flash_attn_2_available():
+        args.variants.insert(len(REFERENCES), "flash")
     return args
 
 
 def build_model(name, args):
-    family, kwargs = ROWS[name]
+    family, kwargs = FLASH if name == "flash" else ROWS[name]
     common = dict(
         vocab_size=1000, hidden_size=args.hidden_size, num_attention_heads=args.num_heads,
         num_hidden_layers=args.num_layers, intermediate_size=4 * args.hidden_size,
@@ -107,29 +126,68 @@ def build_model(name, args):
     torch.manual_seed(args.seed)
     if family == "transformers":
         ref_model, ref_config = (AlbertModel, AlbertConfig) if args.family == "albert" else (BertModel, BertConfig)
-        return ref_model(ref_config(**common, **kwargs))
-    if args.family == "albert":
-        return hf_attn_variants.VariantAlbertModel(hf_attn_variants.VariantAlbertConfig(**common, **kwargs))
-    return hf_attn_variants.VariantBertModel(hf_attn_variants.VariantBertConfig(**common, **kwargs))
+        model = ref_model(ref_config(**common, **kwargs))
+    elif args.family == "albert":
+        model = hf_attn_variants.VariantAlbertModel(hf_attn_variants.VariantAlbertConfig(**common, **kwargs))
+    else:
+        model = hf_attn_variants.VariantBertModel(hf_attn_variants.VariantBertConfig(**common, **kwargs))
+    return model.to(device=args.device, dtype=DTYPES[args.dtype])
+
+
+class Clock:
+    """Milliseconds of the code in a `with` block: wall clock on the CPU; on a GPU, CUDA events recorded around it
+    on the current stream, read after a synchronisation (the kernels' own time, not the launch time)."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.start.record()
+        else:
+            self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            self.end.record()
+            torch.cuda.synchronize()
+            self.ms = self.start.elapsed_time(self.end)
+        else:
+            self.ms = (time.perf_counter() - self.t0) * 1e3
 
 
 def time_forward(model, inputs):
     model.eval()
-    with torch.no_grad():
-        start = time.perf_counter()
+    with torch.no_grad(), Clock(next(model.parameters()).device) as clock:
         model(**inputs)
-        return (time.perf_counter() - start) * 1e3
+    return clock.ms
 
 
 def time_forward_backward(model, inputs):
     model.train()
     model.zero_grad(set_to_none=True)
-    start = time.perf_counter()
-    out = model(**inputs)
-    out.last_hidden_state.float().pow(2).mean().backward()
-    elapsed = (time.perf_counter() - start) * 1e3
+    with Clock(next(model.parameters()).device) as clock:
+        out = model(**inputs)
+        out.last_hidden_state.float().pow(2).mean().backward()
     model.zero_grad(set_to_none=True)
-    return elapsed
+    return clock.ms
+
+
+def peak_memory_mib(model, inputs):
+    """CUDA only: torch.cuda.max_memory_allocated during one fwd+bwd pass, above what was allocated before it."""
+    model.train()
+    model.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    model(**inputs).last_hidden_state.float().pow(2).mean().backward()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    model.zero_grad(set_to_none=True)
+    return peak / 2**20
 
 
 def saved_activation_bytes(model, inputs):
@@ -154,8 +212,8 @@ def measure(args, seq_len):
     models = {name: build_model(name, args) for name in args.variants}
     torch.manual_seed(args.seed)
     inputs = {
-        "input_ids": torch.randint(0, 1000, (args.batch_size, seq_len)),
-        "attention_mask": torch.ones(args.batch_size, seq_len, dtype=torch.long),
+        "input_ids": torch.randint(0, 1000, (args.batch_size, seq_len)).to(args.device),
+        "attention_mask": torch.ones(args.batch_size, seq_len, dtype=torch.long).to(args.device),
     }
     fwd = {name: [] for name in models}
     fwd_bwd = {name: [] for name in models}
@@ -165,7 +223,7 @@ def measure(args, seq_len):
             if step >= args.warmup:
                 fwd[name].append(t_fwd)
                 fwd_bwd[name].append(t_fwd_bwd)
-    return {
+    results = {
         name: {
             "fwd": min(fwd[name]),
             "fwd_bwd": min(fwd_bwd[name]),
@@ -173,6 +231,10 @@ def measure(args, seq_len):
         }
         for name, model in models.items()
     }
+    if args.device.type == "cuda":
+        for name, model in models.items():
+            results[name]["peak"] = peak_memory_mib(model, inputs)
+    return results
 
 
 def table(results):
@@ -185,6 +247,10 @@ def table(results):
          f"{r['saved']:.1f}", f"{r['saved'] / eager['saved']:.2f}"]
         for name, r in results.items()
     ]
+    if "peak" in eager:  # on a GPU
+        header += ["peak MiB", "peak / sdpa"]
+        for row, r in zip(rows, results.values()):
+            row += [f"{r['peak']:.1f}", f"{r['peak'] / sdpa['peak']:.2f}"]
     return header, rows
 
 
@@ -209,6 +275,9 @@ def main():
           f"hf_attn_variants {hf_attn_variants.__version__}, threads {torch.get_num_threads()}; "
           f"batch {args.batch_size}, hidden {args.hidden_size}, heads {args.num_heads}, layers {args.num_layers}, "
           f"fastest of {args.repeats} (warmup {args.warmup})")
+    if args.device.type != "cpu" or args.dtype != "float32":
+        name = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else "cpu"
+        print(f"device {args.device} ({name}), weights {args.dtype}; flash-attn rows: {'flash' in args.variants}")
     for seq_len in args.seq_lens:
         results = measure(args, seq_len)
         print(f"\n{'### ' if args.markdown else ''}seq_len {seq_len}\n")

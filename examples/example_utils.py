@@ -739,7 +739,8 @@ def finish(trainer, train_result, model_args: ModelArguments, script: str, task:
     if train_result is not None:
         trainer.save_model()
         train_metrics = {**train_result.metrics, **(extra_metrics or {}),
-                         "num_parameters": sum(p.numel() for p in trainer.model.parameters())}
+                         # ZeRO-3 leaves each process an empty placeholder per parameter; ds_numel is its real size
+                         "num_parameters": sum(getattr(p, "ds_numel", p.numel()) for p in trainer.model.parameters())}
         trainer.log_metrics("train", train_metrics)
         trainer.save_metrics("train", train_metrics)
     if do_eval:

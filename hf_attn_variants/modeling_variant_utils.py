@@ -134,6 +134,21 @@ class VariantPreTrainedModel(PreTrainedModel):
                 module.freeze_fixed_parameters()
         return result
 
+    def save_pretrained(self, save_directory, *args, state_dict=None, **kwargs):
+        """transformers' `save_pretrained`; a given `state_dict` first loses the copies of tied weights.
+
+        transformers recognises tied weights in a state dict by shared storage. Trainer under DeepSpeed ZeRO-1/2 hands
+        over cloned tensors (accelerate's `get_state_dict`), so the LM head's decoder weight and bias would be written
+        a second time: as large as the embedding matrix, and unused on loading (the weights are tied again).
+        """
+        if state_dict is not None:
+            declared = {f"{prefix}.{key}" if prefix else key for prefix, module in self.named_modules()
+                        for key in (getattr(module, "_tied_weights_keys", None) or {})}
+            every_name = {name for name, _ in self.named_parameters(remove_duplicate=False)}
+            aliases = every_name - dict(self.named_parameters()).keys()  # second names of one tensor
+            state_dict = {key: value for key, value in state_dict.items() if key not in declared & aliases}
+        return super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
+
     def _variant_init_std(self) -> float:
         """The std of the variant's weight matrices (synthesizers): the family's usual weight init."""
         return self.config.initializer_range

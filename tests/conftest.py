@@ -16,6 +16,46 @@ if "HF_DATASETS_CACHE" not in os.environ:
     os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="hav-datasets-")
     atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
 
+# The one device switch of the suite: HAV_TEST_DEVICE=cpu, cuda or cuda:N (default: cuda when there is one). Test
+# modules marked `pytestmark = pytest.mark.device` run there: `build` puts their models on it, `head_inputs`,
+# `encoder_inputs` and `on_device` their inputs. Other modules stay on the CPU. The example scripts go where Trainer
+# goes (a GPU when there is one); "cpu" hides every GPU from the tests and the scripts they start, so a CPU run is
+# the same on any machine.
+if os.environ.get("HAV_TEST_DEVICE", "").strip() == "cpu":
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+DEVICE = torch.device(os.environ.get("HAV_TEST_DEVICE", "").strip() or ("cuda" if torch.cuda.is_available() else "cpu"))
+if DEVICE.type == "cuda" and not torch.cuda.is_available():
+    raise RuntimeError(f"HAV_TEST_DEVICE={DEVICE}, but torch {torch.__version__} sees no CUDA device.")
+_current = [torch.device("cpu")]  # the running test's device: DEVICE in marked modules
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "device: the module's tests run on HAV_TEST_DEVICE (see conftest.py)")
+
+
+@pytest.fixture(autouse=True)
+def _test_device(request):
+    _current[0] = DEVICE if request.node.get_closest_marker("device") else torch.device("cpu")
+    yield
+    _current[0] = torch.device("cpu")
+
+
+def current_device() -> torch.device:
+    """Where the running test's models and inputs live."""
+    return _current[0]
+
+
+def on_device(value):
+    """`value` (a tensor, a model, or a dict / list / tuple of tensors) on the running test's device."""
+    if isinstance(value, (torch.Tensor, torch.nn.Module)):
+        return value.to(_current[0])
+    if isinstance(value, dict):
+        return {k: on_device(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(on_device(v) for v in value)
+    return value
+
+
 import hf_attn_variants as hav  # noqa: E402
 from hub_server import hub  # noqa: E402, F401  (the loopback Hub fixture, for every test module)
 
@@ -157,12 +197,12 @@ def encoder_inputs(batch=2, seq=7, seed=0):
     mask[1, seq - 2 :] = 0
     ids[0, -1] = ids[1, seq - 3] = 1
     ids[1, seq - 2 :] = 0
-    return ids, mask
+    return on_device(ids), on_device(mask)
 
 
 def _t5_head_inputs(head):
     ids, mask = encoder_inputs()
-    inputs = dict(input_ids=ids, attention_mask=mask)
+    inputs = dict(input_ids=ids.cpu(), attention_mask=mask.cpu())
     if head == "VariantT5Model":
         inputs["decoder_input_ids"] = torch.randint(2, TINY_T5["vocab_size"], (2, 5))
     elif head == "VariantT5ForConditionalGeneration":
@@ -173,7 +213,7 @@ def _t5_head_inputs(head):
         inputs["labels"] = torch.randint(0, 2, ids.shape)
     elif head == "VariantT5ForQuestionAnswering":
         inputs["start_positions"], inputs["end_positions"] = torch.tensor([1, 2]), torch.tensor([3, 4])
-    return inputs
+    return on_device(inputs)
 
 
 def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
@@ -202,7 +242,7 @@ def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
     elif kind == "ForQuestionAnswering":
         inputs["start_positions"] = torch.tensor([1, 2][:batch])
         inputs["end_positions"] = torch.tensor([3, 4][:batch])
-    return inputs
+    return on_device(inputs)
 
 
 def build(head: str, variant: str, seed: int = 0, **overrides):
@@ -210,7 +250,7 @@ def build(head: str, variant: str, seed: int = 0, **overrides):
     if head == "VariantBertLMHeadModel":
         overrides.setdefault("is_decoder", True)
     config = make_config(variant, family(head), **overrides)
-    return getattr(hav, head)(config).eval()
+    return on_device(getattr(hav, head)(config).eval())
 
 
 @pytest.fixture(params=list(VARIANTS))

@@ -4,7 +4,9 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import TINY, build, make_config
+from conftest import TINY, build, current_device, make_config, on_device
+
+pytestmark = pytest.mark.device
 
 
 @pytest.mark.parametrize(
@@ -56,21 +58,21 @@ def test_config_round_trips_through_json(tmp_path):
 
 def test_sequence_longer_than_the_synthesizer_limit():
     model = build("VariantBertModel", "synth_random", synthesizer_max_position=8)
-    model(torch.ones(1, 8, dtype=torch.long))
+    model(on_device(torch.ones(1, 8, dtype=torch.long)))
     with pytest.raises(ValueError, match=r"at most `synthesizer_max_position`=8 positions, got 9"):
-        model(torch.ones(1, 9, dtype=torch.long))
+        model(on_device(torch.ones(1, 9, dtype=torch.long)))
 
 
 def test_sequence_longer_than_the_position_embeddings():
     model = build("VariantBertModel", "talking_heads")
     with pytest.raises(ValueError, match=r"longer than `max_position_embeddings`=64"):
-        model(torch.ones(1, 65, dtype=torch.long))
+        model(on_device(torch.ones(1, 65, dtype=torch.long)))
 
 
 def _half_supported(dtype):
     try:
-        torch.nn.functional.layer_norm(torch.ones(2, 4, dtype=dtype), (4,))
-        torch.ones(2, 2, dtype=dtype) @ torch.ones(2, 2, dtype=dtype)
+        torch.nn.functional.layer_norm(on_device(torch.ones(2, 4, dtype=dtype)), (4,))
+        on_device(torch.ones(2, 2, dtype=dtype)) @ on_device(torch.ones(2, 2, dtype=dtype))
         return True
     except RuntimeError:
         return False
@@ -79,7 +81,7 @@ def _half_supported(dtype):
 def _low_precision_error(head, variant, dtype):
     """max and mean |low - fp32| of the last hidden state (LayerNorm scale), and the model for a training step."""
     model = build(head, variant, seed=11)
-    ids = torch.randint(1, TINY["vocab_size"], (2, 12), generator=torch.Generator().manual_seed(2))
+    ids = on_device(torch.randint(1, TINY["vocab_size"], (2, 12), generator=torch.Generator().manual_seed(2)))
     mask = torch.ones_like(ids)
     mask[1, 9:] = 0
     with torch.no_grad():
@@ -97,7 +99,7 @@ def _low_precision_error(head, variant, dtype):
 def test_low_precision_stays_close_to_float32(variant, dtype, head):
     """Every variant in bf16/fp16 is as close to its float32 self as dot-product attention is to its own."""
     if not _half_supported(dtype):
-        pytest.skip(f"{dtype} matmul/layer_norm not available on this CPU build")
+        pytest.skip(f"{dtype} matmul/layer_norm not available on {current_device()} with this torch build")
     max_err, mean_err, model, ids, mask = _low_precision_error(head, variant, dtype)
     base_max, base_mean, *_ = _low_precision_error(head, "dot_product", dtype)
     assert max_err < 2 * base_max and mean_err < 2 * base_mean, (max_err, mean_err, base_max, base_mean)

@@ -7,13 +7,15 @@ import pytest
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
-from conftest import TINY, build
+from conftest import TINY, build, on_device
 from hf_attn_variants.modeling_variant_utils import CACHE_FIELD
+
+pytestmark = pytest.mark.device
 
 
 def _prompt():
     g = torch.Generator().manual_seed(7)
-    return torch.randint(1, TINY["vocab_size"], (2, 5), generator=g)
+    return on_device(torch.randint(1, TINY["vocab_size"], (2, 5), generator=g))
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])
@@ -33,7 +35,7 @@ def test_generate_with_cache_equals_without(variant, num_beams):
 def test_cached_logits_equal_full_forward(variant):
     """Step-by-step decoding with a cache reproduces the logits of one causal forward over the whole sequence."""
     model = build("VariantBertLMHeadModel", variant, seed=4)
-    ids = torch.randint(1, TINY["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(8))
+    ids = on_device(torch.randint(1, TINY["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(8)))
     with torch.no_grad():
         full = model(ids).logits
         out = model(ids[:, :4], use_cache=True)
@@ -48,7 +50,7 @@ def test_cached_logits_equal_full_forward(variant):
 
 def test_causal_decoder_does_not_look_ahead(variant):
     model = build("VariantBertLMHeadModel", variant, seed=6)
-    ids = torch.randint(1, TINY["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(9))
+    ids = on_device(torch.randint(1, TINY["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(9)))
     changed = ids.clone()
     changed[0, 5:] = (changed[0, 5:] + 1) % TINY["vocab_size"]
     with torch.no_grad():
@@ -58,8 +60,8 @@ def test_causal_decoder_does_not_look_ahead(variant):
 def test_cross_attention_decoder_with_cache():
     """A decoder with cross-attention (talking heads with dynamic memory projections there) decodes incrementally."""
     model = build("VariantBertLMHeadModel", "talking_heads_dynamic", seed=3, add_cross_attention=True)
-    encoder_states = torch.randn(2, 6, TINY["hidden_size"], generator=torch.Generator().manual_seed(1))
-    ids = torch.randint(1, TINY["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(2))
+    encoder_states = on_device(torch.randn(2, 6, TINY["hidden_size"], generator=torch.Generator().manual_seed(1)))
+    ids = on_device(torch.randint(1, TINY["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(2)))
     with torch.no_grad():
         full = model(ids, encoder_hidden_states=encoder_states).logits
         out = model(ids[:, :3], encoder_hidden_states=encoder_states, use_cache=True)

@@ -12,7 +12,9 @@ import torch
 import transformers
 
 import hf_attn_variants as hav
-from conftest import TINY, TINY_ALBERT
+from conftest import TINY, TINY_ALBERT, on_device
+
+pytestmark = pytest.mark.device
 
 WARM_STARTS = {
     "dot_product": dict(attention_type="dot_product"),
@@ -52,7 +54,8 @@ def _inputs():
     mask = torch.ones_like(ids)
     mask[1, 6:] = 0
     mask[2, 3:] = 0
-    return dict(input_ids=ids, attention_mask=mask, token_type_ids=(torch.arange(9) > 4).long().expand(3, -1))
+    token_type_ids = (torch.arange(9) > 4).long().expand(3, -1)
+    return on_device(dict(input_ids=ids, attention_mask=mask, token_type_ids=token_type_ids))
 
 
 def _reference(tmp_path, ref_name, attn_implementation):
@@ -68,7 +71,7 @@ def _reference(tmp_path, ref_name, attn_implementation):
             p.add_(0.02 * torch.randn_like(p))
     ref.save_pretrained(tmp_path / "ref")
     ref = getattr(transformers, ref_name).from_pretrained(tmp_path / "ref", attn_implementation=attn_implementation)
-    return ref.eval()
+    return on_device(ref.eval())
 
 
 def _compare(ref_out, out, check_attentions=True):
@@ -90,7 +93,7 @@ def _compare(ref_out, out, check_attentions=True):
 def test_warm_start_equals_transformers_bert(tmp_path, warm, ref_name, ours_name):
     ref = _reference(tmp_path, ref_name, "eager")
     ours = getattr(hav, ours_name).from_pretrained(tmp_path / "ref", attn_implementation="eager", **WARM_STARTS[warm])
-    ours.eval()
+    ours = on_device(ours.eval())
     assert ours.config.attention_type == WARM_STARTS[warm]["attention_type"]
     inputs = _inputs()
     with torch.no_grad():
@@ -124,7 +127,7 @@ def test_warm_start_equals_transformers_bert(tmp_path, warm, ref_name, ours_name
 def test_dot_product_sdpa_equals_transformers_sdpa(tmp_path, ref_name, ours_name):
     """Our dot-product path through ALL_ATTENTION_FUNCTIONS (SDPA) equals transformers' BERT on SDPA."""
     ref = _reference(tmp_path, ref_name, "sdpa")
-    ours = getattr(hav, ours_name).from_pretrained(tmp_path / "ref").eval()
+    ours = on_device(getattr(hav, ours_name).from_pretrained(tmp_path / "ref").eval())
     assert ours.config._attn_implementation == "sdpa"
     inputs = _inputs()
     with torch.no_grad():
@@ -135,9 +138,9 @@ def test_dot_product_sdpa_equals_transformers_sdpa(tmp_path, ref_name, ours_name
 def test_identity_talking_heads_grad_equals_transformers(tmp_path):
     """Training step parity: the gradients of the shared parameters equal BERT's (the maps are in the graph)."""
     ref = _reference(tmp_path, "BertForMaskedLM", "eager").train()
-    ours = hav.VariantBertForMaskedLM.from_pretrained(
+    ours = on_device(hav.VariantBertForMaskedLM.from_pretrained(
         tmp_path / "ref", attention_type="talking_heads", talking_heads_init="identity", attn_implementation="eager"
-    ).train()
+    ).train())
     inputs = _inputs()
     inputs["labels"] = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
     ref(**inputs).loss.backward()

@@ -6,6 +6,9 @@ import transformers
 
 import hf_attn_variants as hav
 from conftest import SAME_WEIGHTS, T5_HEADS, TINY_T5, VARIANTS, build, encoder_inputs as _encoder_inputs, head_inputs
+from conftest import on_device
+
+pytestmark = pytest.mark.device
 
 WARM_STARTS = {
     "talking_heads_identity": dict(attention_type="talking_heads", talking_heads_init="identity"),
@@ -43,7 +46,8 @@ def _reference(tmp_path, cls_name, style):
     ref = getattr(transformers, cls_name)(transformers.T5Config(**TINY_T5, **STYLES[style]))
     _sharpen(ref)
     ref.save_pretrained(tmp_path / "ref")
-    return getattr(transformers, cls_name).from_pretrained(tmp_path / "ref", attn_implementation="eager").eval()
+    ref = getattr(transformers, cls_name).from_pretrained(tmp_path / "ref", attn_implementation="eager")
+    return on_device(ref.eval())
 
 
 def _max_diffs(ref_out, out):
@@ -61,11 +65,11 @@ def _max_diffs(ref_out, out):
 @pytest.mark.parametrize("warm", list(WARM_STARTS))
 def test_warm_start_equals_transformers_t5(tmp_path, warm, style):
     ref = _reference(tmp_path, "T5ForConditionalGeneration", style)
-    ours = hav.VariantT5ForConditionalGeneration.from_pretrained(
+    ours = on_device(hav.VariantT5ForConditionalGeneration.from_pretrained(
         tmp_path / "ref", attn_implementation="eager", **WARM_STARTS[warm]
-    ).eval()
+    ).eval())
     ids, mask = _encoder_inputs()
-    decoder_ids = torch.randint(2, TINY_T5["vocab_size"], (2, 6), generator=torch.Generator().manual_seed(4))
+    decoder_ids = on_device(torch.randint(2, TINY_T5["vocab_size"], (2, 6), generator=torch.Generator().manual_seed(4)))
     kwargs = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, output_hidden_states=True,
                   output_attentions=True)
     with torch.no_grad():
@@ -95,9 +99,9 @@ def test_warm_start_equals_transformers_t5(tmp_path, warm, style):
 @pytest.mark.parametrize("warm", ["talking_heads_identity", "mixture_zero_start"])
 def test_encoder_model_equals_transformers(tmp_path, warm):
     ref = _reference(tmp_path, "T5EncoderModel", "t5")
-    ours = hav.VariantT5EncoderModel.from_pretrained(
+    ours = on_device(hav.VariantT5EncoderModel.from_pretrained(
         tmp_path / "ref", attn_implementation="eager", **WARM_STARTS[warm]
-    ).eval()
+    ).eval())
     ids, mask = _encoder_inputs()
     with torch.no_grad():
         diffs = _max_diffs(
@@ -109,8 +113,8 @@ def test_encoder_model_equals_transformers(tmp_path, warm):
 
 def test_dot_product_sdpa_equals_transformers_sdpa(tmp_path):
     _reference(tmp_path, "T5ForConditionalGeneration", "t5")
-    ref = transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "ref").eval()
-    ours = hav.VariantT5ForConditionalGeneration.from_pretrained(tmp_path / "ref").eval()
+    ref = on_device(transformers.T5ForConditionalGeneration.from_pretrained(tmp_path / "ref").eval())
+    ours = on_device(hav.VariantT5ForConditionalGeneration.from_pretrained(tmp_path / "ref").eval())
     assert ours.config._attn_implementation == "sdpa"
     inputs = head_inputs("VariantT5Model")  # decoder_input_ids: transformers' T5Config has no start token to shift
     with torch.no_grad():
@@ -139,7 +143,8 @@ def test_cached_decoding_equals_full_decoding(variant):
     row, mask or cached projection shows at any precision."""
     model = build("VariantT5ForConditionalGeneration", variant, seed=3).double()
     ids, mask = _encoder_inputs()
-    decoder_ids = torch.randint(2, TINY_T5["vocab_size"], (2, 7), generator=torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)
+    decoder_ids = on_device(torch.randint(2, TINY_T5["vocab_size"], (2, 7), generator=g))
     with torch.no_grad():
         encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
         full = model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=decoder_ids).logits
@@ -156,9 +161,9 @@ def test_cached_decoding_equals_full_decoding(variant):
 
 def test_encoder_padding_invariance(variant):
     model = build("VariantT5EncoderModel", variant, seed=4)
-    ids = torch.randint(2, TINY_T5["vocab_size"], (1, 6), generator=torch.Generator().manual_seed(6))
-    padded = torch.cat([ids, torch.zeros(1, 4, dtype=torch.long)], dim=1)
-    mask = torch.cat([torch.ones(1, 6), torch.zeros(1, 4)], dim=1).long()
+    ids = on_device(torch.randint(2, TINY_T5["vocab_size"], (1, 6), generator=torch.Generator().manual_seed(6)))
+    padded = torch.cat([ids, on_device(torch.zeros(1, 4, dtype=torch.long))], dim=1)
+    mask = on_device(torch.cat([torch.ones(1, 6), torch.zeros(1, 4)], dim=1).long())
     with torch.no_grad():
         short = model(ids).last_hidden_state
         long = model(padded, attention_mask=mask).last_hidden_state[:, :6]
@@ -196,7 +201,7 @@ def test_shapes_loss_gradients_and_round_trip(tmp_path, variant, head):
 
     model.eval()
     model.save_pretrained(tmp_path)
-    loaded = getattr(hav, head).from_pretrained(tmp_path).eval()
+    loaded = on_device(getattr(hav, head).from_pretrained(tmp_path).eval())
     with torch.no_grad():
         a, b = model(**inputs), loaded(**inputs)
     torch.testing.assert_close(getattr(a, field), getattr(b, field), **SAME_WEIGHTS)
@@ -213,7 +218,7 @@ def test_untied_lm_head_v1_1(tmp_path):
     assert model.encoder.embed_tokens.weight is model.shared.weight
     assert not model.config.scale_decoder_outputs
     model.save_pretrained(tmp_path)
-    loaded = hav.VariantT5ForConditionalGeneration.from_pretrained(tmp_path)
+    loaded = on_device(hav.VariantT5ForConditionalGeneration.from_pretrained(tmp_path))
     assert not loaded.config.tie_lm_head
     torch.testing.assert_close(loaded.lm_head.weight, model.lm_head.weight, atol=0, rtol=0)
     assert not torch.equal(loaded.lm_head.weight, loaded.shared.weight)

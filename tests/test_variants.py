@@ -4,7 +4,9 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import HEADS, SAME_WEIGHTS, TINY, VARIANTS, build, family, head_inputs, make_config
+from conftest import HEADS, SAME_WEIGHTS, TINY, VARIANTS, build, family, head_inputs, make_config, on_device
+
+pytestmark = pytest.mark.device
 
 # (output field, expected shape) per head for inputs of batch 2, seq 7 (multiple choice: 3 choices)
 # (output field, expected shape) per kind of head for inputs of batch 2, seq 7 (multiple choice: 3 choices)
@@ -69,7 +71,7 @@ def test_save_load_round_trip(tmp_path, variant, head):
             p.add_(0.01 * torch.randn_like(p))
     inputs = {k: v for k, v in head_inputs(head).items()}
     model.save_pretrained(tmp_path)
-    loaded = getattr(hav, head).from_pretrained(tmp_path).eval()
+    loaded = on_device(getattr(hav, head).from_pretrained(tmp_path).eval())
     assert loaded.config.attention_type == model.config.attention_type
     for (n1, p1), (n2, p2) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert n1 == n2
@@ -97,15 +99,15 @@ def test_padding_invariance(variant, head):
     """Masked padding never changes the outputs at the real positions, pure synthesizers included."""
     model = build(head, variant)
     g = torch.Generator().manual_seed(3)
-    ids = torch.randint(1, TINY["vocab_size"], (1, 6), generator=g)
-    padded = torch.cat([ids, torch.randint(1, TINY["vocab_size"], (1, 5), generator=g)], dim=1)
-    mask = torch.cat([torch.ones(1, 6), torch.zeros(1, 5)], dim=1).long()
+    ids = on_device(torch.randint(1, TINY["vocab_size"], (1, 6), generator=g))
+    padded = torch.cat([ids, on_device(torch.randint(1, TINY["vocab_size"], (1, 5), generator=g))], dim=1)
+    mask = on_device(torch.cat([torch.ones(1, 6), torch.zeros(1, 5)], dim=1).long())
     with torch.no_grad():
         short = model(ids).last_hidden_state
         long = model(padded, attention_mask=mask).last_hidden_state[:, :6]
     torch.testing.assert_close(short, long, atol=1e-5, rtol=1e-5)
     # and a row never depends on the other rows of the batch
-    other = torch.randint(1, TINY["vocab_size"], (1, 11), generator=g)
+    other = on_device(torch.randint(1, TINY["vocab_size"], (1, 11), generator=g))
     with torch.no_grad():
         batched = model(torch.cat([padded, other]), attention_mask=torch.cat([mask, torch.ones_like(mask)]))
     torch.testing.assert_close(batched.last_hidden_state[:1, :6], long, atol=1e-5, rtol=1e-5)
@@ -117,7 +119,7 @@ def test_init_weights_alone_reproduces_construction(variant, head):
     same model, and a checkpoint missing the variant parameters gets the configured init, never zeros."""
     model = build(head, variant, seed=5)
     torch.manual_seed(5)
-    fresh = getattr(hav, head)(make_config(variant, family(head)))
+    fresh = on_device(getattr(hav, head)(make_config(variant, family(head))))
     for (name, a), b in zip(model.state_dict().items(), fresh.state_dict().values(), strict=True):
         torch.testing.assert_close(a, b, atol=0, rtol=0, msg=name)
     for name, p in model.named_parameters():
@@ -130,26 +132,27 @@ def test_init_weights_alone_reproduces_construction(variant, head):
 def test_talking_heads_init_survives_from_pretrained(tmp_path, init, head):
     """A checkpoint that lacks the maps (a vanilla model) gets the configured init, not zeros or normal(0.02)."""
     build(head, "dot_product").save_pretrained(tmp_path)
-    model = getattr(hav, head).from_pretrained(tmp_path, attention_type="talking_heads", talking_heads_init=init)
+    model = on_device(getattr(hav, head).from_pretrained(tmp_path, attention_type="talking_heads",
+                                                         talking_heads_init=init))
     cores = [m for m in model.modules() if isinstance(m, hav.VariantAttentionCore)]
     assert cores
     for core in cores:
         for proj in (core.pre_softmax_proj, core.post_softmax_proj):
             if init == "identity":
-                torch.testing.assert_close(proj.detach(), torch.eye(TINY["num_attention_heads"]))
+                torch.testing.assert_close(proj.detach(), on_device(torch.eye(TINY["num_attention_heads"])))
             else:
                 std = TINY["num_attention_heads"] ** -0.5
                 assert proj.abs().max() <= 2 * std + 1e-6 and proj.std() > 0.2 * std
-                assert not torch.allclose(proj, torch.eye(TINY["num_attention_heads"]))
+                assert not torch.allclose(proj, on_device(torch.eye(TINY["num_attention_heads"])))
 
 
 def test_warm_start_mixture_learns():
     """The zero-start mixture equals dot-product attention at init, and its synthetic weights get gradients."""
-    model = hav.VariantBertForMaskedLM(
+    model = on_device(hav.VariantBertForMaskedLM(
         make_config("synth_mixture", synthesizer_mixture_init="dot_product")
-    ).train()
+    ).train())
     core = model.bert.encoder.layer[0].attention.self.core
-    torch.testing.assert_close(core.mixture_weights.detach(), torch.tensor([1.0, 0.0, 0.0]))
+    torch.testing.assert_close(core.mixture_weights.detach(), on_device(torch.tensor([1.0, 0.0, 0.0])))
     inputs = head_inputs("VariantBertForMaskedLM")
     model(**inputs).loss.backward()
     assert (core.mixture_weights.grad[1:].abs() > 0).all()
@@ -165,11 +168,12 @@ def test_normalised_mixture_sums_to_one_and_keeps_its_starts():
     core = _mixture_cores(build("VariantBertModel", "synth_mixture"))[0]
     with torch.no_grad():
         for w in (torch.randn(3), torch.tensor([0.7, 0.7, 0.7]), torch.tensor([1.0, 0.0, 0.0])):
+            w = on_device(w)
             core.mixture_weights.copy_(w)
             alpha = core.mixture_alpha()
-            torch.testing.assert_close(alpha.sum(), torch.tensor(1.0))
+            torch.testing.assert_close(alpha.sum(), on_device(torch.tensor(1.0)))
             if torch.all(w == w[0]):  # uniform: 1/C, as w / sum(w) gave
-                torch.testing.assert_close(alpha, torch.full((3,), 1 / 3))
+                torch.testing.assert_close(alpha, on_device(torch.full((3,), 1 / 3)))
             if w.sum() == 1:  # a w that already sums to one is used exactly as it is (the warm start)
                 assert torch.equal(alpha, w)
 
@@ -181,14 +185,14 @@ def test_normalised_mixture_has_no_singularity(weights, implementation):
     torch.manual_seed(0)
     config = make_config("synth_mixture", synthesizer_components=["dot_product", "random"],
                          attn_implementation=implementation)
-    model = hav.VariantBertModel(config).eval()
-    w = torch.tensor(weights)
+    model = on_device(hav.VariantBertModel(config).eval())
+    w = on_device(torch.tensor(weights))
     with torch.no_grad():
         for core in _mixture_cores(model):
             core.mixture_weights.copy_(w)
         alpha = _mixture_cores(model)[0].mixture_alpha()
         out = model(**{k: v for k, v in head_inputs("VariantBertModel").items()}).last_hidden_state
-    torch.testing.assert_close(alpha.sum(), torch.tensor(1.0))
+    torch.testing.assert_close(alpha.sum(), on_device(torch.tensor(1.0)))
     assert alpha.abs().max() <= w.abs().max() + 1  # w / sum(w) gave [50, -49] for [0.5, -0.49]
     assert torch.isfinite(out).all()
 
@@ -218,7 +222,7 @@ def test_output_attentions_are_the_weights_that_multiply_v():
     v = layer.self.value(x).view(2, 7, 8, 4).transpose(1, 2)
     manual = (out.attentions[0] @ v).transpose(1, 2).reshape(2, 7, 32)
     expected = layer.output(manual, x)
-    mask = torch.ones(2, 7)
+    mask = on_device(torch.ones(2, 7))
     mask[1, 5:] = 0
     with torch.no_grad():
         got = layer(x, attention_mask=(1 - mask[:, None, None, :]) * torch.finfo(torch.float32).min)[0]
@@ -305,6 +309,7 @@ def test_sequence_classification_problem_types(head, problem):
     model = build(head, "talking_heads", num_labels=num_labels)
     inputs = head_inputs(head)
     labels = torch.tensor([[0.5], [-1.0]]) if problem == "regression" else torch.tensor([[1.0, 0, 1], [0, 1, 0]])
+    labels = on_device(labels)
     inputs["labels"] = labels
     out = model(**inputs)
     assert model.config.problem_type == problem

@@ -1,0 +1,187 @@
+"""One command for a machine with a GPU: the test suite on CUDA, the attention benchmark in bf16, a few bf16
+pretraining steps and a DeepSpeed ZeRO-2 run, then one summary table. At most 580 s of stages (under 10 minutes).
+
+    python3 -m venv .venv && . .venv/bin/activate && pip install torch && pip install -e ".[test,deepspeed]"
+    python benchmarks/gpu_check.py                # everything (logs in outputs/gpu_check/)
+    python benchmarks/gpu_check.py --dry-run      # the stages and their commands, without running them
+    python benchmarks/gpu_check.py --only bench   # some stages: tests, bench, bf16, zero2, fsdp
+
+It installs nothing (the README's set-up with a CUDA build of torch is enough; flash-attn is used where installed).
+Every stage runs in its own process group with a time limit; a stage that fails or runs out of time is reported
+and the next one still runs. The exit status is 0 when every stage passed, 1 otherwise, 2 when there is no GPU.
+
+Stages:
+- tests: `pytest tests` with HAV_TEST_DEVICE=cuda (the device-marked modules: parity, variants, generation, T5,
+  bf16/fp16 precision; the example scripts train on the GPU through Trainer). tests/test_scaleout.py is left out:
+  it runs CPU processes by design and gives the same result here as anywhere.
+- bench: benchmarks/bench_attention.py --device cuda --dtype bfloat16, BERT-base shapes (width 768, 12 heads,
+  batch 8), n = 512 and 2048, fwd and fwd+bwd, every variant against transformers' SDPA (and flash-attn).
+- bf16: examples/run_pretraining.py --bf16, 40 steps of the main job's preset.
+- zero2: the same through torchrun and examples/deepspeed/zero2.json (one process per GPU, at most 2).
+- fsdp: accelerate launch --config_file examples/accelerate/fsdp.yaml (one process per GPU, at most 2). Known to
+  fail with accelerate 1.15 and torch 2.13 (accelerate shards the embeddings twice: see tests/fsdp_worker.py);
+  the stage records what this machine does.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+BIN = Path(PY).parent
+TINY_RUN = ["--max_steps", "40", "--per_device_train_batch_size", "16", "--max_seq_length", "128",
+            "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", "10", "--disable_tqdm", "true",
+            "--report_to", "none", "--max_eval_samples", "64"]
+
+
+def stages(out: Path, gpus: int) -> list[dict]:
+    """name, command, environment additions, time limit (seconds) and how to read the result, per stage."""
+    procs = str(max(1, min(gpus, 2)))
+    return [
+        dict(name="tests", limit=250, env={"HAV_TEST_DEVICE": "cuda"},
+             command=[PY, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--ignore",
+                      "tests/test_scaleout.py"]),
+        dict(name="bench", limit=130, env={},
+             command=[PY, "benchmarks/bench_attention.py", "--device", "cuda", "--dtype", "bfloat16",
+                      "--seq-lens", "512", "2048", "--markdown"]),
+        dict(name="bf16", limit=50, env={}, results=out / "bf16",
+             command=[PY, "examples/run_pretraining.py", "--bf16", *TINY_RUN, "--output_dir", str(out / "bf16")]),
+        dict(name="zero2", limit=100, env={}, results=out / "zero2",
+             command=[str(BIN / "torchrun"), "--nproc_per_node", procs, "--master_port", "29517",
+                      "examples/run_pretraining.py", "--bf16", "--deepspeed", "examples/deepspeed/zero2.json",
+                      *TINY_RUN, "--output_dir", str(out / "zero2")]),
+        dict(name="fsdp", limit=50, env={}, results=out / "fsdp",
+             command=[str(BIN / "accelerate"), "launch", "--config_file", "examples/accelerate/fsdp.yaml",
+                      "--num_processes", procs, "--main_process_port", "29518", "examples/run_pretraining.py",
+                      "--bf16", *TINY_RUN, "--output_dir", str(out / "fsdp")]),
+    ]
+
+
+def run_stage(stage: dict, log: Path) -> tuple[str, float, str]:
+    """(status, seconds, what it found). Never raises: a stage's failure is its row in the summary."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **stage["env"]}
+    start = time.perf_counter()
+    try:
+        with open(log, "w") as handle:
+            proc = subprocess.Popen(stage["command"], cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                code = proc.wait(timeout=stage["limit"])
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # the whole group: torchrun's and accelerate's workers too
+                proc.wait()
+                return "timeout", time.perf_counter() - start, f"stopped after {stage['limit']} s"
+    except Exception as err:  # noqa: BLE001  (a missing launcher, an unwritable log, ...)
+        return "error", time.perf_counter() - start, f"{type(err).__name__}: {err}"
+    seconds = time.perf_counter() - start
+    text = log.read_text(errors="replace")
+    return ("ok" if code == 0 else f"FAILED ({code})"), seconds, finding(stage, text)
+
+
+def finding(stage: dict, text: str) -> str:
+    """The figure worth a glance in the summary: the pytest tally, the benchmark's slowest ratio, steps and loss."""
+    try:
+        if stage["name"] == "tests":
+            tallies = re.findall(r"^=* ?(\d+ (?:passed|failed|errors?|skipped)[^\n]*?) in [\d.]+s", text, flags=re.M)
+            return tallies[-1] if tallies else last_line(text)
+        if stage["name"] == "bench":
+            ratios = re.findall(r"^\| (\w+) .*$", text, flags=re.M)
+            rows = [r for r in ratios if r != "variant"]
+            return f"{len(rows)} rows (tables in the log)" if rows else last_line(text)
+        results = stage.get("results")
+        if results and (results / "all_results.json").is_file():
+            data = json.loads((results / "all_results.json").read_text())
+            return (f"{data.get('train_seconds_per_step', float('nan')):.3f} s/step, train loss "
+                    f"{data.get('train_loss', float('nan')):.3f}, eval loss {data.get('eval_loss', float('nan')):.3f}")
+    except Exception as err:  # noqa: BLE001
+        return f"(could not read the result: {err})"
+    return last_line(text)
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error:" in line]
+    return (errors or lines or ["(no output)"])[-1][:110]
+
+
+def gpu_description() -> tuple[int, str]:
+    """(number of CUDA devices, a line about them and the software), without failing."""
+    try:
+        import torch
+    except Exception as err:  # noqa: BLE001
+        return 0, f"torch does not import: {err}"
+    versions = f"torch {torch.__version__} (CUDA build {torch.version.cuda})"
+    for name in ("transformers", "accelerate", "deepspeed", "flash_attn"):
+        try:
+            module = __import__(name)
+            versions += f", {name} {getattr(module, '__version__', '?')}"
+        except Exception:  # noqa: BLE001
+            versions += f", no {name}"
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001
+        count = 0
+    if count:
+        names = ", ".join(torch.cuda.get_device_name(i) for i in range(count))
+        return count, f"{count} GPU(s): {names}; {versions}"
+    return 0, f"no CUDA device visible; {versions}"
+
+
+def table(rows: list[list[str]]) -> str:
+    header = ["stage", "status", "seconds", "result"]
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(4)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry-run", action="store_true", help="print the stages and their commands, run nothing")
+    parser.add_argument("--only", default="", help="comma-separated stages to run (default: all)")
+    parser.add_argument("--output-dir", default=str(ROOT / "outputs" / "gpu_check"))
+    args = parser.parse_args(argv)
+    out = Path(args.output_dir).resolve()
+    gpus, description = gpu_description()
+    print(f"gpu_check: {description}", flush=True)
+    plan = stages(out, gpus)
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()] or [s["name"] for s in plan]
+    unknown = sorted(set(chosen) - {s["name"] for s in plan})
+    if unknown:
+        parser.error(f"--only: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(s['name'] for s in plan)}")
+    plan = [s for s in plan if s["name"] in chosen]
+    if args.dry_run:
+        for s in plan:
+            env = " ".join(f"{k}={v}" for k, v in s["env"].items())
+            print(f"[{s['name']}, at most {s['limit']} s] {env + ' ' if env else ''}{' '.join(s['command'])}")
+        print(f"total at most {sum(s['limit'] for s in plan)} s; logs in {out}")
+        return 0
+    if not gpus:
+        print("gpu_check: no GPU, so nothing to check here (use --dry-run to see the stages).")
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for s in plan:
+        if s.get("results"):
+            shutil.rmtree(s["results"], ignore_errors=True)
+        log = out / f"{s['name']}.log"
+        print(f"\n== {s['name']} (at most {s['limit']} s): {' '.join(s['command'])}", flush=True)
+        status, seconds, result = run_stage(s, log)
+        print(f"== {s['name']}: {status} in {seconds:.0f} s: {result} (log: {log})", flush=True)
+        if s["name"] == "bench" and log.is_file():
+            print(log.read_text(errors="replace"), flush=True)
+        rows.append([s["name"], status, f"{seconds:.0f}", result])
+    print(f"\ngpu_check summary ({description})\n")
+    print(table(rows))
+    return 0 if all(r[1] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

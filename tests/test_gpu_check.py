@@ -1,0 +1,57 @@
+"""benchmarks/gpu_check.py, as far as a machine without a GPU can check it: the plan, the refusal without a GPU, and
+the stage runner (a failing stage and one out of time are reported, the whole process group is stopped)."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import gpu_check  # noqa: E402
+
+
+def test_dry_run_lists_every_stage_within_ten_minutes(tmp_path, capsys):
+    assert gpu_check.main(["--dry-run", "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for name in ("tests", "bench", "bf16", "zero2", "fsdp"):
+        assert f"[{name}, at most" in out
+    assert "HAV_TEST_DEVICE=cuda" in out and "--dtype bfloat16 --seq-lens 512 2048" in out
+    assert "examples/deepspeed/zero2.json" in out and "--bf16" in out
+    assert sum(s["limit"] for s in gpu_check.stages(tmp_path, 1)) <= 590
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: gpu_check would run")
+def test_without_a_gpu_it_says_so_and_runs_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, str(gpu_check.ROOT / "benchmarks" / "gpu_check.py"), "--output-dir",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "no CUDA device visible" in proc.stdout and "nothing to check" in proc.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_stage_runner_reports_failure_and_timeout(tmp_path):
+    failing = dict(name="tests", limit=60, env={}, command=[sys.executable, "-c", "print('1 failed, 2 passed'); "
+                                                            "import sys; sys.exit(3)"])
+    status, _, result = gpu_check.run_stage(failing, tmp_path / "failing.log")
+    assert status == "FAILED (3)" and "failed" in result
+    # a child that outlives its parent is stopped with the group (torchrun and accelerate start workers)
+    hanging = dict(name="zero2", limit=2, env={}, command=[
+        sys.executable, "-c", "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"])
+    start = time.perf_counter()
+    status, seconds, result = gpu_check.run_stage(hanging, tmp_path / "hanging.log")
+    assert status == "timeout" and seconds < 30 and time.perf_counter() - start < 30
+    missing = dict(name="bf16", limit=5, env={}, command=[str(tmp_path / "no-such-launcher")])
+    assert gpu_check.run_stage(missing, tmp_path / "missing.log")[0] == "error"
+
+
+def test_summary_reads_the_pytest_tally():
+    text = "....F\n=========== 1 failed, 812 passed, 3 skipped in 201.55s (0:03:21) ===========\n"
+    assert gpu_check.finding({"name": "tests"}, text) == "1 failed, 812 passed, 3 skipped"
+    quiet = "........\n812 passed, 2 skipped in 190.20s (0:03:10)\n"  # pytest -q
+    assert gpu_check.finding({"name": "tests"}, quiet) == "812 passed, 2 skipped"
+    table = gpu_check.table([["tests", "ok", "201", "812 passed"], ["zero2", "timeout", "100", "stopped"]])
+    assert table.splitlines()[0].startswith("| stage") and "| zero2 | timeout |" in table
