@@ -25,6 +25,8 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 import hf_attn_variants as hav
+from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.families import family_of as model_family
 from hf_attn_variants.presets import PRESETS, preset_config
 from hf_attn_variants.publish import upload_card
 
@@ -35,10 +37,6 @@ CORPUS_INFO = {
     "source": "examples/data/devils_dictionary.txt, from Debian's dict-devil 1.0 (Internet Wiretap edition, 1993)",
     "license": "public domain",
 }
-FAMILIES = {"bert": "Bert", "albert": "Albert", "t5": "T5"}
-# transformers' model types and ours: a vanilla checkpoint warm-starts the variant of its family.
-MODEL_TYPES = {"bert": "bert", "variant_bert": "bert", "albert": "albert", "variant_albert": "albert",
-               "t5": "t5", "variant_t5": "t5"}
 
 
 # ----------------------------------------------------------------------------------------------------------- data
@@ -478,7 +476,7 @@ def load_tokenizer(model_args: ModelArguments, family: str, lines=None):
         # trust_remote_code: our checkpoints' config names their code; without it transformers asks on the terminal
         return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path,
                                              trust_remote_code=True)
-    return project_tokenizer("unigram" if family == "t5" else "wordpiece", model_args.vocab_size,
+    return project_tokenizer(FAMILIES[family].tokenizer, model_args.vocab_size,
                              lines=lines() if callable(lines) else lines)
 
 
@@ -489,16 +487,17 @@ def checkpoint_model_type(model_name_or_path: str) -> str:
         raise FileNotFoundError(f"{model_name_or_path} has no config.json: pass a folder saved with "
                                 "`save_pretrained` (a transformers BERT/ALBERT/T5 or one of ours).")
     model_type = json.loads(config_file.read_text()).get("model_type")
-    if model_type not in MODEL_TYPES:
-        raise ValueError(f"{model_name_or_path} is a {model_type!r} checkpoint; these scripts take BERT, ALBERT "
-                         f"or T5 ones (model_type one of {sorted(MODEL_TYPES)}).")
+    try:
+        model_family(model_type)  # transformers' model types and ours: a vanilla checkpoint warm-starts its variant
+    except ValueError as err:
+        raise ValueError(f"{model_name_or_path}: {err} These scripts take checkpoints of those families.") from None
     return model_type
 
 
 def family_of(model_name_or_path: str | None, preset: str | None) -> str:
-    """'bert', 'albert' or 't5', from a checkpoint's config.json or a preset name."""
+    """The family name ('bert', 'albert', 't5': a key of `FAMILIES`), from a checkpoint's config.json or a preset."""
     if model_name_or_path:
-        return MODEL_TYPES[checkpoint_model_type(model_name_or_path)]
+        return model_family(checkpoint_model_type(model_name_or_path)).name
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}. Choose one of: {', '.join(PRESETS)}.")
     return PRESETS[preset].family
@@ -525,7 +524,7 @@ def load_or_build_model(head: str, model_name_or_path: str | None, preset: str |
     product, so the model starts as the checkpoint), or built from `preset` with the tokenizer's vocabulary.
     `extra` holds task fields (num_labels, id2label, ...)."""
     family = family_of(model_name_or_path, preset)
-    model_class = getattr(hav, f"Variant{FAMILIES[family]}{head}")
+    model_class = getattr(hav, f"Variant{FAMILIES[family].prefix}{head}")
     overrides = {**(config_overrides or {}), **extra}
     if attention_type:
         overrides["attention_type"] = attention_type
@@ -537,7 +536,7 @@ def load_or_build_model(head: str, model_name_or_path: str | None, preset: str |
         model = model_class.from_pretrained(model_name_or_path, **overrides)
     else:
         config = preset_config(preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **overrides)
-        if family == "t5":
+        if FAMILIES[family].encoder_decoder:
             config.eos_token_id = tokenizer.eos_token_id
             config.decoder_start_token_id = tokenizer.pad_token_id
         model = model_class(config)
@@ -549,7 +548,7 @@ def load_or_build_model(head: str, model_name_or_path: str | None, preset: str |
 
 def length_limit(config) -> tuple[int | None, str]:
     """The longest input the model takes and the field that sets it (None: no limit, T5's relative positions)."""
-    if config.model_type == "variant_t5":
+    if model_family(config).encoder_decoder:
         types = {config.attention_type_of(place) for place in ("encoder", "decoder")}
         if "synthesizer" in types:
             return config.synthesizer_max_position, "synthesizer_max_position"

@@ -41,6 +41,7 @@ from hf_attn_variants.admin import AdminProfilingCallback, admin_closed_form
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
+    FAMILIES,
     CORPUS,
     CORPUS_INFO,
     DataArguments,
@@ -234,14 +235,15 @@ def main(argv=None) -> dict:
     check_streaming(training_args, data_args)
     check_training_args(training_args)
     family = family_of(model_args.model_name_or_path, model_args.preset)
-    if family == "t5":
-        raise ValueError("T5 pretrains with span corruption: use examples/run_t5_pretraining.py.")
+    if FAMILIES[family].encoder_decoder:
+        raise ValueError(f"{FAMILIES[family].display} pretrains with span corruption: use "
+                         "examples/run_t5_pretraining.py.")
     objective = data_args.sentence_objective
     if objective not in ("none", "nsp", "sop"):
         raise ValueError(f"--sentence_objective must be none, nsp or sop, got {objective!r}.")
-    if (objective, family) in (("nsp", "albert"), ("sop", "bert")):
+    if objective != "none" and objective != FAMILIES[family].sentence_objective:
         raise ValueError(f"--sentence_objective {objective} is not {family}'s pretraining task: use "
-                         f"{'sop' if family == 'albert' else 'nsp'} (or none).")
+                         f"{FAMILIES[family].sentence_objective} (or none).")
     raw = load_raw_datasets(data_args, default_files={"train": CORPUS}, seed=training_args.seed, select_samples=False,
                             validation_block_rows=VALIDATION_BLOCK_ROWS)
     for needed, split in ((training_args.do_train, "train"), (training_args.do_eval, "validation")):
@@ -295,7 +297,7 @@ def main(argv=None) -> dict:
     timer = StepTimer()
     callbacks = [EpochCallback(collator), timer]
     if getattr(model.config, "admin", False) and not model_args.model_name_or_path and training_args.do_train:
-        if family == "albert":  # shared layers run several times with one omega: the closed form applies
+        if FAMILIES[family].shares_layers:  # shared layers run several times with one omega: the closed form
             admin_closed_form(model)
         else:
             callbacks.append(AdminProfilingCallback())

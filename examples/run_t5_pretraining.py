@@ -31,6 +31,7 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
+    FAMILIES,
     CORPUS,
     CORPUS_INFO,
     DataArguments,
@@ -214,7 +215,7 @@ def main(argv=None) -> dict:
                          "use --do_train and/or --do_eval.")
     check_streaming(training_args, data_args)
     check_training_args(training_args)
-    if family_of(model_args.model_name_or_path, model_args.preset) != "t5":
+    if not FAMILIES[family_of(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
     raw = load_raw_datasets(data_args, default_files={"train": CORPUS}, seed=training_args.seed, select_samples=False,
                             validation_block_rows=VALIDATION_BLOCK_ROWS)

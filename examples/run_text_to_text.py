@@ -41,6 +41,7 @@ from transformers import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
+    FAMILIES,
     DataArguments,
     Evaluation,
     ModelArguments,
@@ -141,7 +142,7 @@ def main(argv=None) -> dict:
     # Everything that can be wrong with the input is checked before any training starts.
     choose_stages(training_args, argv, bool(data_args.test_file))
     family = family_of(model_args.model_name_or_path, model_args.preset)
-    if family != "t5":
+    if not FAMILIES[family].encoder_decoder:
         raise ValueError(f"run_text_to_text.py fine-tunes T5 variants, not {family}: pass a t5-* --preset or a T5 "
                          "checkpoint (for BERT/ALBERT classification use run_classification.py).")
     if not training_args.predict_with_generate:

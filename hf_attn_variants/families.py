@@ -24,6 +24,8 @@ class Family:
     shares_layers: layers shared across the depth (ALBERT): a residual runs several times per forward pass.
     depth_fields: the config fields that count layers (or layer groups), all multiplied by h in a single-head twin.
     heads_field, ffn_field: the config fields of the head count and the feed-forward width.
+    encoder_decoder: an encoder-decoder (T5: span-corruption pretraining, text-to-text, attention per place).
+    sentence_objective: the sentence-pair pretraining task of its ForPreTraining head ("nsp", "sop"; None: none).
     """
 
     name: str
@@ -36,6 +38,8 @@ class Family:
     depth_fields: tuple[str, ...]
     heads_field: str
     ffn_field: str
+    encoder_decoder: bool = False
+    sentence_objective: str | None = None
 
     @property
     def model_type(self) -> str:
@@ -57,12 +61,13 @@ FAMILIES = {
     for family in (
         Family("bert", "BERT", "Bert", VariantBertConfig, tokenizer="wordpiece", post_ln=True, shares_layers=False,
                depth_fields=("num_hidden_layers",), heads_field="num_attention_heads",
-               ffn_field="intermediate_size"),
+               ffn_field="intermediate_size", sentence_objective="nsp"),
         Family("albert", "ALBERT", "Albert", VariantAlbertConfig, tokenizer="wordpiece", post_ln=True,
                shares_layers=True, depth_fields=("num_hidden_layers", "num_hidden_groups"),
-               heads_field="num_attention_heads", ffn_field="intermediate_size"),
+               heads_field="num_attention_heads", ffn_field="intermediate_size", sentence_objective="sop"),
         Family("t5", "T5", "T5", VariantT5Config, tokenizer="unigram", post_ln=False, shares_layers=False,
-               depth_fields=("num_layers", "num_decoder_layers"), heads_field="num_heads", ffn_field="d_ff"),
+               depth_fields=("num_layers", "num_decoder_layers"), heads_field="num_heads", ffn_field="d_ff",
+               encoder_decoder=True),
     )
 }
 
