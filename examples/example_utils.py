@@ -276,7 +276,8 @@ def dataset_info(data_args: DataArguments, default: dict) -> dict:
     """What `training_info.json` (and the model card) records about the data."""
     if data_args.dataset_name:
         config = f" ({data_args.dataset_config_name})" if data_args.dataset_config_name else ""
-        return {"name": f"{data_args.dataset_name}{config}", "hub_id": data_args.dataset_name,
+        local = Path(data_args.dataset_name).exists()  # a local dataset folder is no Hub id (cards list only those)
+        return {"name": f"{data_args.dataset_name}{config}", "hub_id": None if local else data_args.dataset_name,
                 "config": data_args.dataset_config_name, "source": "datasets.load_dataset", "license": "unknown"}
     if data_args.train_file:
         return data_file_info(data_args.train_file, default)
@@ -730,13 +731,13 @@ def finish(trainer, train_result, model_args: ModelArguments, script: str, task:
     """What every script does after training: save the model and tokenizer, evaluate, write train/eval/all results,
     the trainer state, `training_info.json` and the model card (README.md), and with --push_to_hub push the folder
     and then the same model card (in place of Trainer's default README). Returns the train and eval metrics.
-    `train_result` None: no training (--do_eval alone), only the evaluation is written; `do_eval` False: no
-    evaluation. `eval_data` (name, source, split, hub_id, config: see `split_info`) says what the eval metrics were
+    `train_result` None: no training (--do_eval alone), the evaluation of the model as it was loaded is written;
+    `do_eval` False: no evaluation. `eval_data` (name, source, split, hub_id, config: see `split_info`) says what the eval metrics were
     measured on, for the card."""
     args = trainer.args
     train_metrics, eval_metrics = {}, {}
+    trainer.save_model()  # every run leaves a complete folder: the model it measured, its code, tokenizer and card
     if train_result is not None:
-        trainer.save_model()
         train_metrics = {**train_result.metrics, **(extra_metrics or {}),
                          # ZeRO-3 leaves each process an empty placeholder per parameter; ds_numel is its real size
                          "num_parameters": sum(getattr(p, "ds_numel", p.numel()) for p in trainer.model.parameters())}
@@ -746,13 +747,13 @@ def finish(trainer, train_result, model_args: ModelArguments, script: str, task:
         eval_metrics = trainer.evaluate()
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)  # save_metrics also merges both into all_results.json
-    if train_result is None:
-        return eval_metrics
-    trainer.save_state()
-    if trainer.is_world_process_zero():
+    if train_result is not None:
+        trainer.save_state()
+    if trainer.is_world_process_zero():  # an evaluation-only run records itself and gets its card too
         evaluation = [{"metric_prefix": "eval_", "metric_suffix": "", **eval_data}] if eval_data and do_eval else None
+        stages = None if train_result is not None else ["eval"]
         write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path, dataset,
-                            args, evaluation=evaluation, **training)
+                            args, evaluation=evaluation, stages=stages, **training)
         write_model_card(args.output_dir, args.hub_model_id)
     if args.push_to_hub:
         push_with_card(trainer)

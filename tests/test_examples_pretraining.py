@@ -406,7 +406,9 @@ def test_eval_only_and_checks_of_training_arguments(tmp_path):
                                       "--disable_tqdm", "true"])
     assert not any(key.startswith("train") for key in evaluated)
     assert evaluated["eval_mlm_loss"] == pytest.approx(trained["eval_mlm_loss"], rel=1e-4)
-    assert not (tmp_path / "eval" / "model.safetensors").exists()
+    info = json.loads((tmp_path / "eval" / "training_info.json").read_text())  # a complete folder, card included
+    assert info["stages"] == ["eval"] and (tmp_path / "eval" / "README.md").is_file()
+    assert (tmp_path / "eval" / "model.safetensors").is_file()
     from example_utils import check_training_args
     from transformers import TrainingArguments
 
