@@ -175,6 +175,11 @@ def append_row(path: str | os.PathLike, row: dict) -> None:
     with open(path, "ab") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
+            if handle.tell() > 0:  # a writer killed mid-line left no newline: end its torn line, keep ours whole
+                with open(path, "rb") as reader:
+                    reader.seek(-1, os.SEEK_END)
+                    if reader.read(1) != b"\n":
+                        line = b"\n" + line
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
@@ -278,7 +283,7 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
     relative = os.path.relpath(output_dir.resolve(), ROOT) if inside else str(output_dir)
     shutil.rmtree(output_dir, ignore_errors=True)  # what a killed earlier attempt left
     output_dir.mkdir(parents=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
     argv = [args.python, str(ROOT / SCRIPT), *cell.flags(actual, str(output_dir))]
     machine = hardware()
@@ -391,7 +396,8 @@ class Table:
     seeds: tuple = (0, 1, 2)
     note: str = ""
 
-    def group(self, variant: str, size: str, aliases: dict | None = None) -> tuple[str, str, str]:
-        """The (claim, variant, size) whose rows fill the entry (through `dedupe`'s aliases)."""
+    def groups(self, variant: str, size: str, aliases: dict | None = None) -> list[tuple[str, str, str]]:
+        """The (claim, variant, size) groups whose rows fill an entry: its own, then the group that holds the runs
+        `dedupe` did not repeat (or that another claim ran), if any."""
         key = (self.claim, variant, size)
-        return (aliases or {}).get(key, key)
+        return [key] + ([aliases[key]] if aliases and key in aliases else [])
