@@ -122,7 +122,8 @@ class RunnerArguments:
     keep_models: bool = field(default=False, metadata={"help": "Keep each cell's saved model and tokenizer."})
     max_cells: int | None = field(default=None, metadata={"help": "Run at most this many cells, then stop."})
     stop_after_minutes: float | None = field(default=None, metadata={
-        "help": "Start no new cell after this many minutes (a running cell finishes)."})
+        "help": "Start no new cell after this many minutes (a running cell finishes). Creating the file "
+                "<runs_dir>/STOP also stops every runner before its next cell."})
     cell_timeout_minutes: float = field(default=20.0, metadata={
         "help": "Kill a cell that runs longer than this (it leaves no row)."})
     train_file: str | None = field(default=None, metadata={
@@ -342,6 +343,9 @@ def run_cells(cells: list[Cell], args: RunnerArguments, claim_script: str) -> di
             counts["skipped"] += 1
             continue
         if args.max_cells is not None and counts["run"] + counts["failed"] >= args.max_cells:
+            break
+        if (Path(args.runs_dir) / "STOP").exists():
+            print(f"{Path(args.runs_dir) / 'STOP'} exists: no new cell started (delete it to go on).")
             break
         if args.stop_after_minutes is not None and time.time() - start > args.stop_after_minutes * 60:
             print(f"--stop_after_minutes {args.stop_after_minutes} reached: no new cell started.")

@@ -115,6 +115,13 @@ def test_failed_or_killed_cell_leaves_no_row(tmp_path, tiny_data, script, timeou
     assert runner.done_ids(tmp_path / "results.jsonl") == set()
 
 
+def test_stop_file_stops_before_the_next_cell(tmp_path, tiny_data):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "STOP").touch()
+    counts = runner.main([tiny_cell()], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
+    assert counts["run"] == counts["failed"] == 0 and not (tmp_path / "results.jsonl").exists()
+
+
 def test_load_results_skips_a_torn_line(tmp_path, capsys):
     path = tmp_path / "results.jsonl"
     runner.append_row(path, {"id": "a"})
