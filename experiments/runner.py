@@ -287,7 +287,7 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
     argv = [args.python, str(ROOT / SCRIPT), *cell.flags(actual, str(output_dir))]
-    machine = hardware()
+    machine, commit = hardware(), git_commit()  # as the run starts: the code it runs
     start, usage = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(output_dir / "log.txt", "w") as log:
         try:
@@ -308,7 +308,7 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
         "config": cell.config, "steps": None, **read_outcome(output_dir),
         "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "hardware": machine,
         "command": rerun_command(claim_script, cell), "train_command": train_command(cell, recorded, relative),
-        "git_commit": git_commit(), "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "git_commit": commit, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     row["steps"] = json.loads((output_dir / "trainer_state.json").read_text())["global_step"]
     row["hardware"]["load_average_1min_end"] = round(os.getloadavg()[0], 2)
