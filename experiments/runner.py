@@ -124,8 +124,9 @@ class RunnerArguments:
     stop_after_minutes: float | None = field(default=None, metadata={
         "help": "Start no new cell after this many minutes (a running cell finishes). Creating the file "
                 "<runs_dir>/STOP also stops every runner before its next cell."})
-    cell_timeout_minutes: float = field(default=20.0, metadata={
-        "help": "Kill a cell that runs longer than this (it leaves no row)."})
+    cell_timeout_minutes: float = field(default=240.0, metadata={
+        "help": "Kill a cell that runs longer than this, wall clock (it leaves no row): a guard against a hung run. "
+                "On a shared machine a 10-minute cell can take 40 minutes; keep it generous."})
     train_file: str | None = field(default=None, metadata={
         "help": "Train on this file instead of the KJV training chapters (tests, other corpora); recorded as given."})
     validation_file: str | None = field(default=None, metadata={
