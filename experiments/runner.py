@@ -1,0 +1,408 @@
+"""The shared runner of the research experiments: cells, their commands, resumable runs, the results file.
+
+A cell is (claim, variant, size, seed): one run of `examples/run_pretraining.py` (the project's one training path)
+as a subprocess, with flags that the cell alone decides. Its results row (one JSON line in experiments/results.jsonl)
+records the command that re-runs it. Cells are resumable: a cell whose id is already in the results file is skipped,
+and a row is appended only when a run has finished, so a killed or failed run leaves no row (its output folder is
+cleared when it is run again). Several runners may work on the same list at once (one per core): a cell being run
+holds a lock (`fcntl.flock`, released when its runner dies), and the others pass over it.
+
+The claim scripts (talking_heads.py, single_head.py, synthesizer.py) define their cells and tables and call `main`:
+
+    nice -n 19 python experiments/talking_heads.py --only 'talking_heads/lr-init/*/seed0'   # a subset, by glob
+    python experiments/talking_heads.py --list                                               # every cell, done or not
+"""
+
+import contextlib
+import fcntl
+import fnmatch
+import json
+import math
+import os
+import platform
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "experiments" / "results.jsonl"
+RUNS = ROOT / "experiments" / "runs"
+SCRIPT = "examples/run_pretraining.py"
+# The data of every cell, as a shell expression (so a recorded command runs on any machine from the repo root) and
+# as the function that resolves it here.
+KJV_FLAGS = {"train_file": '"$(python experiments/kjv.py --split train)"',
+             "validation_file": '"$(python experiments/kjv.py --split validation)"'}
+
+# What every cell shares unless it says otherwise: the issue's setting (width 256, 4 layers, MLM on the KJV, 128
+# tokens, batch 16, linear decay with 10% warm-up); evaluation on the first 256 held-out blocks (32k tokens, the same
+# blocks and masks for every cell).
+TRAINING = dict(
+    max_seq_length=128, per_device_train_batch_size=16, per_device_eval_batch_size=64, max_steps=400,
+    learning_rate=1e-3, warmup_steps=0.1, weight_decay=0.01, lr_scheduler_type="linear", eval_strategy="steps",
+    eval_steps=100, logging_steps=25, save_strategy="no", max_eval_samples=256, report_to="none",
+    disable_tqdm=True, dataloader_num_workers=0,
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run: `preset` with `overrides` (config fields), trained with `training` (run_pretraining flags on top of
+    TRAINING), seeded by `seed`. `size` names the setting within the claim (e.g. "h16" or "h16-lr5e-4")."""
+
+    claim: str
+    variant: str
+    size: str
+    seed: int
+    preset: str
+    overrides: tuple = ()  # sorted (field, value) pairs; see `cell()`
+    training: tuple = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.claim}/{self.variant}/{self.size}/seed{self.seed}"
+
+    @property
+    def config(self) -> dict:
+        return {"preset": self.preset, "overrides": dict(self.overrides), "training": {**TRAINING, **dict(self.training)}}
+
+    def flags(self, data: dict[str, str], output_dir: str) -> list[str]:
+        """run_pretraining's arguments; `data` maps train_file/validation_file to a path (or a shell expression)."""
+        flags = {"preset": self.preset, **data}
+        if self.overrides:
+            flags["config_overrides"] = json.dumps(dict(self.overrides), separators=(",", ":"))
+        flags.update({**TRAINING, **dict(self.training), "seed": self.seed, "output_dir": output_dir})
+        argv = []
+        for name, value in flags.items():
+            argv += [f"--{name}", str(value)]
+        return argv
+
+
+def cell(claim: str, variant: str, size: str, seed: int, preset: str, overrides: dict | None = None,
+         **training) -> Cell:
+    """A `Cell` from plain dicts (kept as sorted tuples, so cells are hashable and compare by value)."""
+    unknown = sorted(set(training) - set(TRAINING) - {"max_train_samples"})
+    if unknown:
+        raise ValueError(f"{claim}/{variant}: unknown training flag(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(sorted(TRAINING))}.")
+    frozen = {k: tuple(v) if isinstance(v, list) else v for k, v in (overrides or {}).items()}
+    return Cell(claim, variant, size, seed, preset, tuple(sorted(frozen.items())), tuple(sorted(training.items())))
+
+
+def dedupe(cells: list[Cell]) -> tuple[list[Cell], dict]:
+    """Drop cells that repeat an earlier cell's run (same preset, overrides, training and seed under another name,
+    e.g. a sweep point that is also a point of a study). Returns (cells, aliases): aliases maps the (claim, variant,
+    size) of a dropped group to that of the group holding its runs, for the tables."""
+    seen, kept, aliases = {}, [], {}
+    for c in cells:
+        key = (c.preset, c.overrides, c.training, c.seed)
+        if key in seen:
+            first = seen[key]
+            aliases[(c.claim, c.variant, c.size)] = (first.claim, first.variant, first.size)
+            continue
+        seen[key] = c
+        kept.append(c)
+    return kept, aliases
+
+
+@dataclass
+class RunnerArguments:
+    only: list[str] = field(default_factory=list, metadata={
+        "help": "Run only the cells whose id matches one of these globs (ids are claim/variant/size/seedN, e.g. "
+                "'talking_heads/*/h16-lr1e-3/seed0'). Default: every cell of the claim."})
+    list: bool = field(default=False, metadata={"help": "List the cells (done, or the command that runs them); run nothing."})
+    results: str = field(default=str(RESULTS), metadata={"help": "The JSON-lines results file."})
+    runs_dir: str = field(default=str(RUNS), metadata={
+        "help": "Where each cell's output folder goes (runs_dir/<cell id>): logs and metrics; models are deleted "
+                "unless --keep_models."})
+    keep_models: bool = field(default=False, metadata={"help": "Keep each cell's saved model and tokenizer."})
+    max_cells: int | None = field(default=None, metadata={"help": "Run at most this many cells, then stop."})
+    stop_after_minutes: float | None = field(default=None, metadata={
+        "help": "Start no new cell after this many minutes (a running cell finishes). Creating the file "
+                "<runs_dir>/STOP also stops every runner before its next cell."})
+    cell_timeout_minutes: float = field(default=240.0, metadata={
+        "help": "Kill a cell that runs longer than this, wall clock (it leaves no row): a guard against a hung run. "
+                "On a shared machine a 10-minute cell can take 40 minutes; keep it generous."})
+    train_file: str | None = field(default=None, metadata={
+        "help": "Train on this file instead of the KJV training chapters (tests, other corpora); recorded as given."})
+    validation_file: str | None = field(default=None, metadata={
+        "help": "Evaluate on this file instead of the KJV held-out chapters; recorded as given."})
+    python: str = field(default=sys.executable, metadata={"help": "The interpreter that runs each cell."})
+
+
+def data_flags(args: RunnerArguments) -> tuple[dict[str, str], dict[str, str]]:
+    """(flags as recorded, flags as run): the KJV split files unless --train_file/--validation_file are given."""
+    if (args.train_file is None) != (args.validation_file is None):
+        raise ValueError("Give both --train_file and --validation_file (or neither, for the KJV splits).")
+    if args.train_file is not None:
+        given = {"train_file": args.train_file, "validation_file": args.validation_file}
+        for name, path in given.items():
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"--{name} {path}: no such file.")
+        return {k: shlex.quote(v) for k, v in given.items()}, given
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from kjv import kjv_files
+
+    paths = kjv_files()
+    return dict(KJV_FLAGS), {"train_file": str(paths["train"]), "validation_file": str(paths["validation"])}
+
+
+# ----------------------------------------------------------------------------------------------------- results
+def load_results(path: str | os.PathLike) -> list[dict]:
+    """The rows of a results file (missing file: none). A line that is not JSON (a writer killed mid-line) is
+    skipped with a warning, so it never hides the rows after it."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            print(f"warning: {path}:{number} is not a JSON line; skipped", file=sys.stderr)
+    return rows
+
+
+def append_row(path: str | os.PathLike, row: dict) -> None:
+    """Append one row as a single write under an exclusive lock (concurrent runners never interleave lines)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(row, sort_keys=False, allow_nan=False) + "\n").encode()
+    with open(path, "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if handle.tell() > 0:  # a writer killed mid-line left no newline: end its torn line, keep ours whole
+                with open(path, "rb") as reader:
+                    reader.seek(-1, os.SEEK_END)
+                    if reader.read(1) != b"\n":
+                        line = b"\n" + line
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def done_ids(path) -> set[str]:
+    return {row["id"] for row in load_results(path) if "id" in row}
+
+
+@contextlib.contextmanager
+def cell_lock(lock_path: Path):
+    """Yields True when this process holds the cell's lock, False when another runner does."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def hardware() -> dict:
+    """What a row's wall time was measured on (the machine may be shared: the load average says how busy it was)."""
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    import torch
+    import transformers
+
+    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "load_average_1min": round(os.getloadavg()[0], 2), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "os": platform.platform()}
+
+
+def git_commit() -> str | None:
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return commit.stdout.strip() + ("+dirty" if dirty else "")
+    return None
+
+
+def finite(value):
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def read_outcome(output_dir: Path) -> dict:
+    """Metrics and curves of a finished run_pretraining output folder."""
+    results = json.loads((output_dir / "all_results.json").read_text())
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    # the script evaluates once more after training, at the last step: one point per step
+    by_step = {h["step"]: finite(h["eval_mlm_loss"]) for h in history if "eval_mlm_loss" in h}
+    eval_curve = [[step, loss] for step, loss in sorted(by_step.items())]
+    train_curve = [[h["step"], finite(h["loss"])] for h in history if "loss" in h]
+    values = [results.get("eval_mlm_loss")] + [v for _, v in eval_curve] + [v for _, v in train_curve]
+    diverged = any(v is None or not math.isfinite(v) for v in values)
+    loss = finite(results.get("eval_mlm_loss"))
+    return {
+        "eval_loss": loss,
+        "eval_perplexity": finite(math.exp(min(loss, 50.0))) if loss is not None else None,
+        "diverged": diverged,
+        "eval_curve": eval_curve,
+        "train_curve": train_curve,
+        "train_loss": finite(results.get("train_loss")),
+        "train_seconds_per_step": finite(results.get("train_seconds_per_step")),
+        "train_runtime": finite(results.get("train_runtime")),
+        "num_parameters": results.get("num_parameters"),
+    }
+
+
+# --------------------------------------------------------------------------------------------------- running
+def rerun_command(claim_script: str, cell: Cell) -> str:
+    return f"python {claim_script} --only {shlex.quote(cell.id)}"
+
+
+def train_command(cell: Cell, recorded_data: dict[str, str], output_dir: str) -> str:
+    """The run_pretraining command of a cell as a shell line, run from the repository root."""
+    words = []
+    flags = cell.flags({k: "\0" + k for k in recorded_data}, output_dir)
+    for word in flags:
+        words.append(recorded_data[word[1:]] if word.startswith("\0") else shlex.quote(word))
+    return f"OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python {SCRIPT} " + " ".join(words)
+
+
+def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[dict, dict]) -> dict | None:
+    """Run one cell and append its row; None (and no row) when the run failed or was killed."""
+    recorded, actual = data
+    runs_dir = Path(args.runs_dir)
+    output_dir = runs_dir / cell.id
+    inside = output_dir.resolve().is_relative_to(ROOT)
+    relative = os.path.relpath(output_dir.resolve(), ROOT) if inside else str(output_dir)
+    shutil.rmtree(output_dir, ignore_errors=True)  # what a killed earlier attempt left
+    output_dir.mkdir(parents=True)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+           "TOKENIZERS_PARALLELISM": "false"}
+    argv = [args.python, str(ROOT / SCRIPT), *cell.flags(actual, str(output_dir))]
+    machine, commit = hardware(), git_commit()  # as the run starts: the code it runs
+    start, usage = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(output_dir / "log.txt", "w") as log:
+        try:
+            proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=args.cell_timeout_minutes * 60)
+        except subprocess.TimeoutExpired:
+            print(f"  {cell.id}: killed after {args.cell_timeout_minutes} min; no row", file=sys.stderr)
+            return None
+    wall = time.time() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the cell's CPU time: independent of how busy the machine was
+    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    if proc.returncode != 0:
+        tail = (output_dir / "log.txt").read_text()[-2000:]
+        print(f"  {cell.id}: failed (exit {proc.returncode}); no row. Log tail:\n{tail}", file=sys.stderr)
+        return None
+    row = {
+        "id": cell.id, "claim": cell.claim, "variant": cell.variant, "size": cell.size, "seed": cell.seed,
+        "config": cell.config, "steps": None, **read_outcome(output_dir),
+        "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "hardware": machine,
+        "command": rerun_command(claim_script, cell), "train_command": train_command(cell, recorded, relative),
+        "git_commit": commit, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    row["steps"] = json.loads((output_dir / "trainer_state.json").read_text())["global_step"]
+    row["hardware"]["load_average_1min_end"] = round(os.getloadavg()[0], 2)
+    if not args.keep_models:
+        for pattern in ("*.safetensors", "*.bin", "tokenizer*", "vocab.txt", "special_tokens_map.json"):
+            for path in output_dir.glob(pattern):
+                path.unlink()
+    append_row(args.results, row)
+    return row
+
+
+def select(cells: list[Cell], patterns: list[str]) -> list[Cell]:
+    if not patterns:
+        return list(cells)
+    chosen = [c for c in cells if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    if not chosen:
+        raise ValueError(f"No cell matches {patterns}; see --list for the ids.")
+    return chosen
+
+
+def run_cells(cells: list[Cell], args: RunnerArguments, claim_script: str) -> dict:
+    """Run the cells not yet in the results file, in order; returns counts {"run", "skipped", "failed", "busy"}."""
+    ids = [c.id for c in cells]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise ValueError(f"Duplicate cell ids: {duplicates}.")
+    counts = {"run": 0, "skipped": 0, "failed": 0, "busy": 0}
+    data = None
+    start = time.time()
+    for c in cells:
+        if c.id in done_ids(args.results):  # re-read each time: another runner may have finished it
+            counts["skipped"] += 1
+            continue
+        if args.max_cells is not None and counts["run"] + counts["failed"] >= args.max_cells:
+            break
+        if (Path(args.runs_dir) / "STOP").exists():
+            print(f"{Path(args.runs_dir) / 'STOP'} exists: no new cell started (delete it to go on).")
+            break
+        if args.stop_after_minutes is not None and time.time() - start > args.stop_after_minutes * 60:
+            print(f"--stop_after_minutes {args.stop_after_minutes} reached: no new cell started.")
+            break
+        with cell_lock(Path(args.runs_dir) / ".locks" / (c.id.replace("/", "__") + ".lock")) as held:
+            if not held:
+                counts["busy"] += 1
+                continue
+            if c.id in done_ids(args.results):
+                counts["skipped"] += 1
+                continue
+            data = data or data_flags(args)
+            print(f"{time.strftime('%H:%M:%S')} running {c.id}", flush=True)
+            row = run_cell(c, args, claim_script, data)
+            if row is None:
+                counts["failed"] += 1
+            else:
+                counts["run"] += 1
+                print(f"  eval loss {row['eval_loss']}, {row['wall_seconds']} s", flush=True)
+    return counts
+
+
+def main(cells: list[Cell], claim_script: str, argv=None) -> dict:
+    """The entry point of a claim script: parse RunnerArguments, list or run the selected cells."""
+    from transformers import HfArgumentParser
+
+    (args,) = HfArgumentParser(RunnerArguments).parse_args_into_dataclasses(argv)
+    chosen = select(cells, args.only)
+    if args.list:
+        done = done_ids(args.results)
+        for c in chosen:
+            print(f"{'done   ' if c.id in done else 'pending'} {c.id}")
+        return {"listed": len(chosen), "done": sum(c.id in done for c in chosen)}
+    counts = run_cells(chosen, args, claim_script)
+    print(f"{counts['run']} run, {counts['skipped']} already done, {counts['failed']} failed, "
+          f"{counts['busy']} being run by another runner.")
+    if counts["failed"]:
+        raise SystemExit(1)
+    return counts
+
+
+@dataclass(frozen=True)
+class Table:
+    """A results table of docs/research.md: one row per variant, one column per size, each entry the mean ± std of
+    the final eval MLM loss over the seeds of that (variant, size) cell group. `note` goes under the table."""
+
+    name: str
+    title: str
+    claim: str
+    rows: tuple  # ((label, variant), ...)
+    columns: tuple  # ((label, size), ...)
+    seeds: tuple = (0, 1, 2)
+    note: str = ""
+
+    def groups(self, variant: str, size: str, aliases: dict | None = None) -> list[tuple[str, str, str]]:
+        """The (claim, variant, size) groups whose rows fill an entry: its own, then the group that holds the runs
+        `dedupe` did not repeat (or that another claim ran), if any."""
+        key = (self.claim, variant, size)
+        return [key] + ([aliases[key]] if aliases and key in aliases else [])

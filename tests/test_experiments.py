@@ -1,0 +1,231 @@
+"""experiments/: the KJV loader, the cell runner (row format, resumability, no row for a failed or killed run), the
+commands of every defined cell, and the report's aggregation (mean ± std, seed counts, pending, aliases).
+
+One real run only: a bert-tiny cell of 2 steps on a slice of the KJV (about 10 s); everything else is offline and
+synthetic."""
+
+import gzip
+import json
+import shlex
+import statistics
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "experiments"))
+sys.path.insert(0, str(ROOT / "examples"))
+
+import kjv  # noqa: E402
+import report  # noqa: E402
+import runner  # noqa: E402
+
+ROW_KEYS = {"id", "claim", "variant", "size", "seed", "config", "steps", "eval_loss", "eval_perplexity", "diverged",
+            "eval_curve", "train_curve", "train_loss", "train_seconds_per_step", "train_runtime", "num_parameters",
+            "wall_seconds", "cpu_seconds", "hardware", "command", "train_command", "git_commit", "finished_at"}
+
+
+# ------------------------------------------------------------------------------------------------------ corpus
+def test_kjv_split_holds_out_every_20th_chapter(tmp_path):
+    chapters = [f"chapter {i} verse one.\nchapter {i} verse two." for i in range(45)]
+    archive = tmp_path / "tiny.txt.gz"
+    archive.write_bytes(gzip.compress(("\n\n".join(chapters) + "\n").encode()))
+    paths = kjv.kjv_files(archive, cache=tmp_path / "cache")
+    validation = paths["validation"].read_text().strip().split("\n\n")
+    train = paths["train"].read_text().strip().split("\n\n")
+    assert validation == [chapters[19], chapters[39]]
+    assert len(train) == 43 and chapters[19] not in train and chapters[0] in train
+    assert paths["all"].read_text().strip().split("\n\n") == chapters
+    stamp = paths["train"].stat().st_mtime_ns
+    assert kjv.kjv_files(archive, cache=tmp_path / "cache") == paths  # cached: not written again
+    assert paths["train"].stat().st_mtime_ns == stamp
+
+
+def test_shipped_corpus_is_the_kjv():
+    text = gzip.decompress(kjv.ARCHIVE.read_bytes()).decode()
+    chapters = kjv.split_documents(text)
+    assert len(chapters["all"]) == 1189 and len(chapters["validation"]) == 59
+    assert chapters["all"][0].startswith("In the beginning God created the heaven and the earth.")
+    assert sum(len(c.splitlines()) for c in chapters["all"]) == 31102  # verses
+    assert kjv.ARCHIVE.stat().st_size < 2_000_000
+
+
+# ------------------------------------------------------------------------------------------------------ runner
+@pytest.fixture
+def tiny_data(tmp_path):
+    chapters = kjv.split_documents(gzip.decompress(kjv.ARCHIVE.read_bytes()).decode())["all"]
+    train, validation = tmp_path / "train.txt", tmp_path / "validation.txt"
+    train.write_text("\n\n".join(chapters[:12]) + "\n")
+    validation.write_text("\n\n".join(chapters[12:15]) + "\n")
+    return train, validation
+
+
+def tiny_cell(seed=0):
+    return runner.cell("test", "tiny", "t", seed, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=2,
+                       eval_steps=1, logging_steps=1, max_seq_length=32, max_eval_samples=8,
+                       per_device_train_batch_size=4)
+
+
+def runner_argv(tmp_path, data, *extra):
+    train, validation = data
+    return ["--results", str(tmp_path / "results.jsonl"), "--runs_dir", str(tmp_path / "runs"),
+            "--train_file", str(train), "--validation_file", str(validation), *extra]
+
+
+def test_tiny_cell_row_then_skipped(tmp_path, tiny_data, monkeypatch):
+    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "cache"))
+    cell = tiny_cell()
+    counts = runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
+    assert counts == {"run": 1, "skipped": 0, "failed": 0, "busy": 0}
+    (row,) = runner.load_results(tmp_path / "results.jsonl")
+    assert set(row) == ROW_KEYS
+    assert (row["id"], row["claim"], row["variant"], row["size"], row["seed"]) == ("test/tiny/t/seed0", "test",
+                                                                                   "tiny", "t", 0)
+    assert row["steps"] == 2 and row["diverged"] is False
+    assert 0 < row["eval_loss"] < 20 and row["eval_perplexity"] == pytest.approx(2.718281828 ** row["eval_loss"])
+    assert [step for step, _ in row["eval_curve"]] == [1, 2]  # the final evaluation is not a second point
+    assert row["eval_curve"][-1][1] == pytest.approx(row["eval_loss"])
+    assert row["config"]["overrides"] == {"num_attention_heads": 2}
+    assert row["config"]["training"]["max_steps"] == 2 and row["config"]["training"]["max_seq_length"] == 32
+    assert row["command"] == "python experiments/test_claim.py --only test/tiny/t/seed0"
+    words = shlex.split(row["train_command"])
+    assert words[:4] == ["OMP_NUM_THREADS=1", "HF_HUB_OFFLINE=1", "python", "examples/run_pretraining.py"]
+    assert words[words.index("--seed") + 1] == "0" and words[words.index("--train_file") + 1] == str(tiny_data[0])
+    assert row["wall_seconds"] > 0 and row["cpu_seconds"] > 0 and row["hardware"]["torch"]
+    assert not list((tmp_path / "runs").rglob("*.safetensors"))  # models are not kept by default
+
+    # resumable: a second invocation runs nothing (no subprocess at all) and writes no row
+    monkeypatch.setattr(runner.subprocess, "run", lambda *a, **k: pytest.fail("a finished cell was run again"))
+    counts = runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
+    assert counts["skipped"] == 1 and counts["run"] == 0
+    assert len(runner.load_results(tmp_path / "results.jsonl")) == 1
+
+
+@pytest.mark.parametrize("script,timeout", [("exit 3", 20.0), ("exec sleep 30", 0.02)], ids=["fails", "killed"])
+def test_failed_or_killed_cell_leaves_no_row(tmp_path, tiny_data, script, timeout):
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!/bin/sh\n{script}\n")
+    fake.chmod(0o755)
+    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake), "--cell_timeout_minutes", str(timeout))
+    with pytest.raises(SystemExit):
+        runner.main([tiny_cell()], "experiments/test_claim.py", argv)
+    assert runner.load_results(tmp_path / "results.jsonl") == []
+    assert runner.done_ids(tmp_path / "results.jsonl") == set()
+
+
+def test_stop_file_stops_before_the_next_cell(tmp_path, tiny_data):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "STOP").touch()
+    counts = runner.main([tiny_cell()], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
+    assert counts["run"] == counts["failed"] == 0 and not (tmp_path / "results.jsonl").exists()
+
+
+def test_load_results_skips_a_torn_line(tmp_path, capsys):
+    path = tmp_path / "results.jsonl"
+    runner.append_row(path, {"id": "a"})
+    with open(path, "a") as handle:
+        handle.write('{"id": "b", "eval_lo')  # a writer killed mid-line
+    runner.append_row(path, {"id": "c"})
+    assert [r["id"] for r in runner.load_results(path)] == ["a", "c"]
+    assert "not a JSON line" in capsys.readouterr().err
+
+
+def test_cells_are_checked():
+    with pytest.raises(ValueError, match="unknown training flag"):
+        runner.cell("c", "v", "s", 0, "bert-mini-dot-product", max_step=3)
+    with pytest.raises(ValueError, match="Duplicate cell ids"):
+        runner.run_cells([tiny_cell(), tiny_cell()], runner.RunnerArguments(), "x.py")
+    with pytest.raises(ValueError, match="No cell matches"):
+        runner.select([tiny_cell()], ["nothing/*"])
+    twin = runner.cell("test", "other-name", "t", 0, "bert-tiny-dot-product", {"num_attention_heads": 2},
+                       max_steps=2, eval_steps=1, logging_steps=1, max_seq_length=32, max_eval_samples=8,
+                       per_device_train_batch_size=4)
+    kept, aliases = runner.dedupe([tiny_cell(), twin, tiny_cell(1)])
+    assert [c.id for c in kept] == ["test/tiny/t/seed0", "test/tiny/t/seed1"]
+    assert aliases == {("test", "other-name", "t"): ("test", "tiny", "t")}
+
+
+def test_every_defined_cell_has_a_valid_command():
+    """Each claim's cells: unique ids, a config that builds, and flags that run_pretraining's parser accepts."""
+    from run_pretraining import DEFAULTS, ModelArguments, PretrainingDataArguments
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from hf_attn_variants.presets import preset_config
+
+    parser = HfArgumentParser((ModelArguments, PretrainingDataArguments, TrainingArguments))
+    parser.set_defaults(**DEFAULTS)
+    claims = report.load_claims()
+    ids = [c.id for claim in claims for c in claim.CELLS]
+    assert len(ids) == len(set(ids)) > 0
+    configs = {}
+    for claim in claims:
+        for cell in claim.CELLS:
+            key = (cell.preset, cell.overrides)
+            if key not in configs:
+                configs[key] = preset_config(cell.preset, **dict(cell.overrides))
+        for table in claim.TABLES:
+            for _, variant in table.rows:
+                for _, size in table.columns:  # every entry is filled by some defined cell
+                    groups = set(table.groups(variant, size, claim.ALIASES))
+                    assert any((c.claim, c.variant, c.size) in groups for m in claims for c in m.CELLS), \
+                        (table.name, variant, size)
+    cell = claims[0].CELLS[0]
+    model, data, training = parser.parse_args_into_dataclasses(
+        cell.flags({"train_file": "t.txt", "validation_file": "v.txt"}, "/tmp/out"))
+    assert (training.max_steps, training.learning_rate, data.max_seq_length) == (400, 5e-4, 128)
+    assert json.loads(model.config_overrides)["num_attention_heads"] == 16
+    twin = configs[("bert-mini-single-head-admin", (("admin", False), ("num_attention_heads", 8)))]
+    assert (twin.num_hidden_layers, twin.num_attention_heads, twin.admin) == (32, 1, False)
+
+
+# ------------------------------------------------------------------------------------------------------ report
+def fake_row(variant, size, seed, loss, diverged=False, claim="fake"):
+    return {"id": f"{claim}/{variant}/{size}/seed{seed}", "claim": claim, "variant": variant, "size": size,
+            "seed": seed, "eval_loss": None if diverged else loss, "diverged": diverged, "cpu_seconds": 60.0,
+            "eval_curve": [[1, loss + 1 if loss else None], [2, loss]]}
+
+
+@pytest.fixture
+def fake_claim():
+    table = runner.Table("fake-table", "A fake table", "fake", (("A", "a"), ("B", "b"), ("C", "c"), ("D", "d")),
+                         (("small", "s"), ("large", "l")), seeds=(0, 1, 2))
+    cells = [runner.cell("fake", v, s, seed, "bert-tiny-dot-product") for v in "abcd" for s in "sl"
+             for seed in range(3)]
+    return types.SimpleNamespace(CLAIM="fake", CELLS=cells, TABLES=[table],
+                                 ALIASES={("fake", "d", "s"): ("other", "base", "s")})
+
+
+def test_report_aggregates_seeds(fake_claim):
+    rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "s", 1, 5.2), fake_row("a", "s", 2, 5.4),
+            fake_row("a", "s", 3, 9.0),  # a seed the table does not ask for: not counted
+            fake_row("b", "s", 0, 6.0), fake_row("b", "l", 0, 6.5), fake_row("b", "l", 1, 0.0, diverged=True),
+            fake_row("c", "s", 0, 0.0, diverged=True),
+            fake_row("base", "s", 0, 4.0, claim="other"), fake_row("base", "s", 1, 4.5, claim="other")]
+    (table,) = fake_claim.TABLES
+    text = report.render_table(rows, table, fake_claim.ALIASES)
+    lines = text.splitlines()
+    assert lines[0] == "| variant | small | large |"
+    assert lines[2] == f"| A | 5.200 ± {statistics.stdev([5.0, 5.2, 5.4]):.3f} (n=3) | pending |"
+    assert lines[3] == "| B | 6.000 (n=1 of 3) | 6.500 (n=2 of 3, 1 diverged) |"
+    assert lines[4] == "| C | diverged (n=1 of 3) | pending |"
+    assert lines[5] == f"| D | 4.250 ± {statistics.stdev([4.0, 4.5]):.3f} (n=2 of 3) | pending |"  # via the alias
+
+
+def test_report_renders_page_blocks_and_curves(tmp_path, fake_claim):
+    page = ("intro\n<!-- BEGIN summary -->\nold\n<!-- END summary -->\nhand-written text\n"
+            "<!-- BEGIN fake-table -->\nold table\n<!-- END fake-table -->\nend\n")
+    rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "s", 1, 5.1)]
+    out = report.render_page(page, rows, [fake_claim], tmp_path / "research")
+    assert out.startswith("intro\n<!-- BEGIN summary -->\nCells defined: 24 (fake 24); run: 2; pending: 22.")
+    assert "hand-written text" in out and out.endswith("<!-- END fake-table -->\nend\n")
+    assert "old table" not in out and "| B | pending | pending |" in out
+    assert "![eval curves: A fake table](research/fake-table.png)" in out
+    assert (tmp_path / "research" / "fake-table.png").stat().st_size > 1000
+    assert "--only 'fake/*/s/*' 'other/base/s/*' 'fake/*/l/*'" not in out  # one command per claim script:
+    assert "python experiments/fake.py --only 'fake/*/s/*' 'fake/*/l/*'" in out
+    assert "python experiments/other.py --only 'other/base/s/*'" in out
+    assert report.render_page(page, [], [fake_claim], tmp_path / "empty").count("Eval curves: pending.") == 1
+    with pytest.raises(ValueError, match="no <!-- BEGIN fake-table -->"):
+        report.render_page("<!-- BEGIN summary -->\n<!-- END summary -->\n", rows, [fake_claim], None)
