@@ -146,8 +146,8 @@ class VariantPreTrainedModel(PreTrainedModel):
                         for key in (getattr(module, "_tied_weights_keys", None) or {})}
             every_name = {name for name, _ in self.named_parameters(remove_duplicate=False)}
             aliases = every_name - dict(self.named_parameters()).keys()  # second names of one tensor
-            state_dict = {key: value for key, value in state_dict.items() if key not in declared & aliases}
-        return super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
+            kwargs["state_dict"] = {key: value for key, value in state_dict.items() if key not in declared & aliases}
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def _variant_init_std(self) -> float:
         """The std of the variant's weight matrices (synthesizers): the family's usual weight init."""
