@@ -73,8 +73,24 @@ def _torchrun(*args) -> None:
              str(EXAMPLES / "run_pretraining.py"), *COMMON, *TWO_PROCESSES, *args])
 
 
+_BUILD_DEEPSPEED_OPS = (
+    "from deepspeed.accelerator import get_accelerator\n"
+    "get_accelerator().create_op_builder('ShareMemCommBuilder').load()\n"
+)
+_deepspeed_ops = []
+
+
 def _needs_deepspeed():
+    """Skip without DeepSpeed; else build its CPU communication op once, in one process, before any run needs it.
+
+    A first run that builds the op inside both ranks at once was seen to abort at exit ("terminate called without
+    an active exception") after finishing its work; built beforehand (as a later run finds it cached), it does not."""
     pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: pip install -e '.[test,deepspeed]'")
+    if not _deepspeed_ops:
+        proc = subprocess.run([sys.executable, "-c", _BUILD_DEEPSPEED_OPS], env=_env(), capture_output=True,
+                              text=True, timeout=900, cwd=ROOT)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        _deepspeed_ops.append(True)
 
 
 def _state(folder) -> dict:
