@@ -68,7 +68,8 @@ class Cell:
 
     @property
     def config(self) -> dict:
-        return {"preset": self.preset, "overrides": dict(self.overrides), "training": {**TRAINING, **dict(self.training)}}
+        return {"preset": self.preset, "overrides": dict(self.overrides),
+                "training": {**TRAINING, **dict(self.training)}}
 
     def flags(self, data: dict[str, str], output_dir: str) -> list[str]:
         """run_pretraining's arguments; `data` maps train_file/validation_file to a path (or a shell expression)."""
@@ -114,7 +115,8 @@ class RunnerArguments:
     only: list[str] = field(default_factory=list, metadata={
         "help": "Run only the cells whose id matches one of these globs (ids are claim/variant/size/seedN, e.g. "
                 "'talking_heads/*/h16-lr1e-3/seed0'). Default: every cell of the claim."})
-    list: bool = field(default=False, metadata={"help": "List the cells (done, or the command that runs them); run nothing."})
+    list: bool = field(default=False, metadata={
+        "help": "List the selected cells, each marked done or pending; run nothing."})
     results: str = field(default=str(RESULTS), metadata={"help": "The JSON-lines results file."})
     runs_dir: str = field(default=str(RUNS), metadata={
         "help": "Where each cell's output folder goes (runs_dir/<cell id>): logs and metrics; models are deleted "
@@ -285,7 +287,8 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
     relative = os.path.relpath(output_dir.resolve(), ROOT) if inside else str(output_dir)
     shutil.rmtree(output_dir, ignore_errors=True)  # what a killed earlier attempt left
     output_dir.mkdir(parents=True)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
     argv = [args.python, str(ROOT / SCRIPT), *cell.flags(actual, str(output_dir))]
     machine, commit = hardware(), git_commit()  # as the run starts: the code it runs

@@ -62,7 +62,8 @@ TABLES = [
           ROWS, tuple((f"h = {h[1:]} ({4 * heads(h)} layers), lr {lr}", f"search-{h}-lr{lr}") for h, lr in SEARCH),
           seeds=(0,), note="A screening with one seed: it picks the setting of the main table, it shows no effect."),
     Table("sh-main", f"Multi-head vs deep single-head at equal parameters, h = {MAIN[0][1:]}, lr {MAIN[1]} "
-          "(eval MLM loss)", CLAIM, ROWS, ((f"4 x {MAIN[0][1:]} vs {4 * heads(MAIN[0])} x 1", f"{MAIN[0]}-lr{MAIN[1]}"),),
+          "(eval MLM loss)", CLAIM, ROWS,
+          ((f"4 x {MAIN[0][1:]} vs {4 * heads(MAIN[0])} x 1", f"{MAIN[0]}-lr{MAIN[1]}"),),
           SEEDS),
 ]
 

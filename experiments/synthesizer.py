@@ -41,7 +41,8 @@ CELLS = cells()
 TABLES = [
     Table("synthesizer", "Synthesizer vs dot product, bert-mini (4 x 4 heads of 64), lr 1e-3 (eval MLM loss)", CLAIM,
           (("dot product (claim (a)'s h = 4 runs)", "dot-product"), ("Dense", "dense"), ("Random", "random"),
-           ("Factorized Random (rank 8)", "factorized-random"), ("Mixture: Random + dot product", "mixture-random-dot")),
+           ("Factorized Random (rank 8)", "factorized-random"),
+           ("Mixture: Random + dot product", "mixture-random-dot")),
           (("4 heads of 64", SIZE),), SEEDS),
 ]
 
