@@ -481,6 +481,29 @@ def load_tokenizer(model_args: ModelArguments, family: str, lines=None):
                              lines=lines() if callable(lines) else lines)
 
 
+# a carved validation split of a pretraining corpus takes blocks of consecutive rows: documents stay mostly whole
+PRETRAINING_VALIDATION_BLOCK_ROWS = 32
+
+
+def pretraining_corpus(model_args: ModelArguments, data_args: DataArguments, training_args, family: str):
+    """(raw splits, text column, tokenizer) of a pretraining run: the data the flags name (the embedded corpus by
+    default) with the splits its stages need, and the tokenizer (the project's is trained on the run's training text
+    when the user gave data)."""
+    raw = load_raw_datasets(data_args, default_files={"train": CORPUS}, seed=training_args.seed, select_samples=False,
+                            validation_block_rows=PRETRAINING_VALIDATION_BLOCK_ROWS)
+    for needed, split in ((training_args.do_train, "train"), (training_args.do_eval, "validation")):
+        if needed and split not in raw:
+            raise ValueError(f"The data has no {split} split (it has {sorted(raw)}): give --{split}_file, or "
+                             "--validation_split_percentage above 0.")
+    column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
+                         "--text_column_name", default="text")
+    user_data = bool(data_args.dataset_name or data_args.train_file)
+    with training_args.main_process_first(desc="the project tokenizer"):
+        tokenizer = load_tokenizer(model_args, family, lines=(lambda: training_lines(raw["train"], column))
+                                   if user_data and "train" in raw else None)
+    return raw, column, tokenizer
+
+
 def checkpoint_model_type(model_name_or_path: str) -> str:
     """The `model_type` of a checkpoint folder: one of transformers' BERT/ALBERT/T5 or ours."""
     config_file = Path(model_name_or_path) / "config.json"

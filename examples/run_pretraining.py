@@ -41,37 +41,33 @@ from hf_attn_variants.admin import AdminProfilingCallback, admin_closed_form
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
-    FAMILIES,
-    CORPUS,
-    CORPUS_INFO,
-    DataArguments,
-    EpochCallback,
-    MaskedLMCollator,
-    ModelArguments,
-    StepTimer,
     align_tokenizer,
     check_max_length,
     check_streaming,
     check_training_args,
     column_names,
+    CORPUS_INFO,
+    DataArguments,
     dataset_info,
     encode_texts,
+    EpochCallback,
+    FAMILIES,
     family_of,
     finish,
     first_rows,
     is_empty,
     load_or_build_model,
-    load_raw_datasets,
-    load_tokenizer,
     map_batched,
+    MaskedLMCollator,
+    ModelArguments,
     parse_config_overrides,
-    pick_column,
+    pretraining_corpus,
     resolve_do_flags,
     resume_checkpoint,
     rows_to_documents,
     split_sentences,
+    StepTimer,
     token_blocks,
-    training_lines,
 )
 
 logger = logging.getLogger(__name__)
@@ -83,7 +79,6 @@ DEFAULTS = dict(  # the main job; every one can be overridden on the command lin
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
     report_to="none", seed=42,
 )
-VALIDATION_BLOCK_ROWS = 32  # a carved validation split takes blocks of consecutive rows: documents stay mostly whole
 EVAL_MASK_SEED = 1234
 
 
@@ -244,18 +239,7 @@ def main(argv=None) -> dict:
     if objective != "none" and objective != FAMILIES[family].sentence_objective:
         raise ValueError(f"--sentence_objective {objective} is not {family}'s pretraining task: use "
                          f"{FAMILIES[family].sentence_objective} (or none).")
-    raw = load_raw_datasets(data_args, default_files={"train": CORPUS}, seed=training_args.seed, select_samples=False,
-                            validation_block_rows=VALIDATION_BLOCK_ROWS)
-    for needed, split in ((training_args.do_train, "train"), (training_args.do_eval, "validation")):
-        if needed and split not in raw:
-            raise ValueError(f"The data has no {split} split (it has {sorted(raw)}): give --{split}_file, or "
-                             "--validation_split_percentage above 0.")
-    column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
-                         "--text_column_name", default="text")
-    user_data = bool(data_args.dataset_name or data_args.train_file)
-    with training_args.main_process_first(desc="the project tokenizer"):
-        tokenizer = load_tokenizer(model_args, family, lines=(lambda: training_lines(raw["train"], column))
-                                   if user_data and "train" in raw else None)
+    raw, column, tokenizer = pretraining_corpus(model_args, data_args, training_args, family)
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise ValueError("The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
                          "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer).")

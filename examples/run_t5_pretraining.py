@@ -31,36 +31,32 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
-    FAMILIES,
-    CORPUS,
-    CORPUS_INFO,
-    DataArguments,
-    EpochCallback,
-    ModelArguments,
-    StepTimer,
     align_tokenizer,
     check_max_length,
     check_streaming,
     check_training_args,
     column_names,
+    CORPUS_INFO,
+    DataArguments,
     dataset_info,
+    EpochCallback,
     example_generator,
+    FAMILIES,
     family_of,
     finish,
     first_rows,
     is_empty,
     load_or_build_model,
-    load_raw_datasets,
-    load_tokenizer,
     map_batched,
+    ModelArguments,
     pad_batch,
     parse_config_overrides,
-    pick_column,
+    pretraining_corpus,
     resolve_do_flags,
     resume_checkpoint,
     sentinel_ids,
+    StepTimer,
     token_blocks,
-    training_lines,
 )
 
 logger = logging.getLogger(__name__)
@@ -74,7 +70,6 @@ DEFAULTS = dict(
 )
 
 
-VALIDATION_BLOCK_ROWS = 32  # a carved validation split takes blocks of consecutive rows (see run_pretraining.py)
 EVAL_NOISE_SEED = 1234
 
 
@@ -217,18 +212,7 @@ def main(argv=None) -> dict:
     check_training_args(training_args)
     if not FAMILIES[family_of(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
-    raw = load_raw_datasets(data_args, default_files={"train": CORPUS}, seed=training_args.seed, select_samples=False,
-                            validation_block_rows=VALIDATION_BLOCK_ROWS)
-    for needed, split in ((training_args.do_train, "train"), (training_args.do_eval, "validation")):
-        if needed and split not in raw:
-            raise ValueError(f"The data has no {split} split (it has {sorted(raw)}): give --{split}_file, or "
-                             "--validation_split_percentage above 0.")
-    column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
-                         "--text_column_name", default="text")
-    user_data = bool(data_args.dataset_name or data_args.train_file)
-    with training_args.main_process_first(desc="the project tokenizer"):
-        tokenizer = load_tokenizer(model_args, "t5", lines=(lambda: training_lines(raw["train"], column))
-                                   if user_data and "train" in raw else None)
+    raw, column, tokenizer = pretraining_corpus(model_args, data_args, training_args, "t5")
     collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
                                                training_args.seed)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
