@@ -322,7 +322,8 @@ def _resolve_synthesizer(config, common: dict) -> SynthesizerSpec:
 
 def _resolve_general_bilinear(config, common: dict) -> GeneralBilinearSpec:
     head_size = _field(config, "attention_head_size")
-    if head_size is not None and head_size != config.hidden_size and config.model_type != "variant_t5":
+    alias = "attention_head_size" in getattr(config, "attribute_map", {})  # T5: another name of d_kv, always set
+    if head_size is not None and head_size != config.hidden_size and not alias:
         raise ValueError(
             f"`attention_type`='general_bilinear' has heads of the full width ({config.hidden_size}): the memory "
             f"itself is the keys and values. Unset `attention_head_size` (got {head_size})."
