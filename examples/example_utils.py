@@ -736,6 +736,17 @@ def resolve_do_flags(argv: list[str] | None, training_args, default=("do_train",
                          "default).")
 
 
+def check_pretraining_args(argv, training_args, data_args) -> None:
+    """The checks both pretraining scripts make before anything runs: the stages (pretraining has no prediction),
+    streaming, and the training arguments (see `check_training_args`)."""
+    resolve_do_flags(argv, training_args)
+    if training_args.do_predict or data_args.test_file or data_args.max_predict_samples is not None:
+        raise ValueError("Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
+                         "use --do_train and/or --do_eval.")
+    check_streaming(training_args, data_args)
+    check_training_args(training_args)
+
+
 def check_training_args(training_args) -> None:
     """Settings that make a correct run look broken, or do less than asked: pinned memory without CUDA (a warning
     at every evaluation) is turned off; warm-up that lasts the whole run gets a warning."""

@@ -43,8 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
     align_tokenizer,
     check_max_length,
-    check_streaming,
-    check_training_args,
+    check_pretraining_args,
     column_names,
     CORPUS_INFO,
     DataArguments,
@@ -62,7 +61,6 @@ from example_utils import (  # noqa: E402
     ModelArguments,
     parse_config_overrides,
     pretraining_corpus,
-    resolve_do_flags,
     resume_checkpoint,
     rows_to_documents,
     split_sentences,
@@ -223,12 +221,7 @@ def main(argv=None) -> dict:
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
-    resolve_do_flags(argv, training_args)
-    if training_args.do_predict or data_args.test_file or data_args.max_predict_samples is not None:
-        raise ValueError("Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
-                         "use --do_train and/or --do_eval.")
-    check_streaming(training_args, data_args)
-    check_training_args(training_args)
+    check_pretraining_args(argv, training_args, data_args)
     family = family_of(model_args.model_name_or_path, model_args.preset)
     if FAMILIES[family].encoder_decoder:
         raise ValueError(f"{FAMILIES[family].display} pretrains with span corruption: use "

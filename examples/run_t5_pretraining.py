@@ -33,8 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
     align_tokenizer,
     check_max_length,
-    check_streaming,
-    check_training_args,
+    check_pretraining_args,
     column_names,
     CORPUS_INFO,
     DataArguments,
@@ -52,7 +51,6 @@ from example_utils import (  # noqa: E402
     pad_batch,
     parse_config_overrides,
     pretraining_corpus,
-    resolve_do_flags,
     resume_checkpoint,
     sentinel_ids,
     StepTimer,
@@ -204,12 +202,7 @@ def main(argv=None) -> dict:
     parser.set_defaults(**DEFAULTS)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
-    resolve_do_flags(argv, training_args)
-    if training_args.do_predict or data_args.test_file or data_args.max_predict_samples is not None:
-        raise ValueError("Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
-                         "use --do_train and/or --do_eval.")
-    check_streaming(training_args, data_args)
-    check_training_args(training_args)
+    check_pretraining_args(argv, training_args, data_args)
     if not FAMILIES[family_of(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
     raw, column, tokenizer = pretraining_corpus(model_args, data_args, training_args, "t5")
