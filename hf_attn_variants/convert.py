@@ -249,8 +249,8 @@ def convert(
     if model_type not in FAMILIES:
         hint = " (it is already a variant checkpoint)" if str(model_type).startswith("variant_") else ""
         raise ValueError(
-            f"{source} holds a {model_type!r} checkpoint{hint}; convert takes transformers {_either(FAMILIES, 'display')} "
-            f"checkpoints (model_type {', '.join(FAMILIES)})."
+            f"{source} holds a {model_type!r} checkpoint{hint}; convert takes transformers "
+            f"{_either(FAMILIES, 'display')} checkpoints (model_type {', '.join(FAMILIES)})."
         )
     shapes = checkpoint_shapes(source)
     prefix = FAMILIES[model_type].prefix
