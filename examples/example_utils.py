@@ -766,8 +766,8 @@ def finish(trainer, train_result, model_args: ModelArguments, script: str, task:
     the trainer state, `training_info.json` and the model card (README.md), and with --push_to_hub push the folder
     and then the same model card (in place of Trainer's default README). Returns the train and eval metrics.
     `train_result` None: no training (--do_eval alone), the evaluation of the model as it was loaded is written;
-    `do_eval` False: no evaluation. `eval_data` (name, source, split, hub_id, config: see `split_info`) says what the eval metrics were
-    measured on, for the card."""
+    `do_eval` False: no evaluation. `eval_data` (name, source, split, hub_id, config: see `split_info`) says what
+    the eval metrics were measured on, for the card."""
     args = trainer.args
     train_metrics, eval_metrics = {}, {}
     trainer.save_model()  # every run leaves a complete folder: the model it measured, its code, tokenizer and card
