@@ -405,7 +405,9 @@ class Table:
     note: str = ""
 
     def groups(self, variant: str, size: str, aliases: dict | None = None) -> list[tuple[str, str, str]]:
-        """The (claim, variant, size) groups whose rows fill an entry: its own, then the group that holds the runs
-        `dedupe` did not repeat (or that another claim ran), if any."""
-        key = (self.claim, variant, size)
-        return [key] + ([aliases[key]] if aliases and key in aliases else [])
+        """The (claim, variant, size) groups whose rows fill an entry: its own, then the groups that hold the runs
+        `dedupe` did not repeat (or that another claim ran), following aliases of aliases."""
+        groups = [(self.claim, variant, size)]
+        while aliases and groups[-1] in aliases and aliases[groups[-1]] not in groups:
+            groups.append(aliases[groups[-1]])
+        return groups

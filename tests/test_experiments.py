@@ -180,6 +180,30 @@ def test_every_defined_cell_has_a_valid_command():
     assert (twin.num_hidden_layers, twin.num_attention_heads, twin.admin) == (32, 1, False)
 
 
+def test_claims_share_identical_runs():
+    """A multi-head cell of claim (b) that claim (a) already runs is not defined twice: its table entry reads claim
+    (a)'s rows, following claim (a)'s own alias (its h = 16 sweep point is the lr/init study's run)."""
+    import single_head
+    import talking_heads
+
+    ids = {c.id for c in single_head.CELLS}
+    assert "single_head/multi-head/search-h16-lr1e-3/seed0" not in ids
+    assert "single_head/multi-head/search-h8-lr3e-3/seed0" in ids  # claim (a) has no run at lr 3e-3
+    main = next(t for t in single_head.TABLES if t.name == "sh-main")
+    groups = main.groups("multi-head", main.columns[0][1], single_head.ALIASES)
+    assert groups == [("single_head", "multi-head", "h16-lr1e-3"), ("talking_heads", "dot-product", "h16-lr1e-3"),
+                      ("talking_heads", "dot-product", "lr-init-h16-lr1e-3")]
+    shared = {c.seed: c for c in talking_heads.CELLS if (c.claim, c.variant, c.size) in groups}
+    assert sorted(shared) == [0, 1, 2]
+    preset, fields = single_head.VARIANTS["multi-head"]
+    own = runner.cell("single_head", "multi-head", "h16-lr1e-3", 1, preset, {"num_attention_heads": 16, **fields},
+                      learning_rate="1e-3")
+    assert (own.preset, own.overrides, own.training) == (shared[1].preset, shared[1].overrides, shared[1].training)
+    loop = runner.Table("t", "t", "x", (("A", "a"),), (("s", "s"),))
+    assert loop.groups("a", "s", {("x", "a", "s"): ("y", "b", "s"), ("y", "b", "s"): ("x", "a", "s")}) == \
+        [("x", "a", "s"), ("y", "b", "s")]
+
+
 # ------------------------------------------------------------------------------------------------------ report
 def fake_row(variant, size, seed, loss, diverged=False, claim="fake"):
     return {"id": f"{claim}/{variant}/{size}/seed{seed}", "claim": claim, "variant": variant, "size": size,
