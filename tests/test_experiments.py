@@ -6,6 +6,7 @@ synthetic."""
 
 import gzip
 import json
+import math
 import shlex
 import statistics
 import sys
@@ -202,6 +203,17 @@ def test_claims_share_identical_runs():
     loop = runner.Table("t", "t", "x", (("A", "a"),), (("s", "s"),))
     assert loop.groups("a", "s", {("x", "a", "s"): ("y", "b", "s"), ("y", "b", "s"): ("x", "a", "s")}) == \
         [("x", "a", "s"), ("y", "b", "s")]
+
+
+def test_unigram_reference_point():
+    """Add-one smoothed unigram cross-entropy, against a hand count: train tokens 0, 0, 1 over a vocabulary of 3
+    give p = 3/6, 2/6, 1/6."""
+    import unigram
+
+    loss = unigram.unigram_cross_entropy([[0, 0], [1]], [[0, 2]], vocab_size=3)
+    assert loss == pytest.approx(-(math.log(3 / 6) + math.log(1 / 6)) / 2, rel=1e-12)
+    with pytest.raises(ValueError, match="No evaluation tokens"):
+        unigram.unigram_cross_entropy([[0]], [[]], vocab_size=3)
 
 
 # ------------------------------------------------------------------------------------------------------ report

@@ -1,0 +1,57 @@
+"""The reference point of the research tables: the eval loss of a model that ignores the context and predicts every
+masked token from the training chapters' token frequencies (the unigram distribution, add-one smoothed).
+
+A cell whose loss sits at this value has learnt nothing beyond token frequencies (e.g. a run whose learning rate is
+too high stalls there). The tokenizer is the one every cell uses: `run_pretraining`'s own, built the same way from
+the same training file (it is cached, so this reads it rather than training it again).
+
+    python experiments/unigram.py        # prints the cross-entropy in nats per token (comparable to eval MLM loss)
+"""
+
+import collections
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "experiments"))
+
+
+def unigram_cross_entropy(train_ids: list[list[int]], eval_ids: list[list[int]], vocab_size: int) -> float:
+    """Mean negative log-probability of the eval tokens under the add-one smoothed unigram distribution of the
+    training tokens."""
+    counts = collections.Counter(token for ids in train_ids for token in ids)
+    total = sum(counts.values()) + vocab_size
+    tokens = [token for ids in eval_ids for token in ids]
+    if not tokens:
+        raise ValueError("No evaluation tokens.")
+    return -sum(math.log((counts[token] + 1) / total) for token in tokens) / len(tokens)
+
+
+def main() -> float:
+    from example_utils import pretraining_corpus
+    from kjv import kjv_files
+    from run_pretraining import DEFAULTS, ModelArguments, PretrainingDataArguments
+    from transformers import HfArgumentParser, TrainingArguments
+
+    parser = HfArgumentParser((ModelArguments, PretrainingDataArguments, TrainingArguments))
+    parser.set_defaults(**DEFAULTS)
+    paths = kjv_files()
+    args = parser.parse_args_into_dataclasses(["--preset", "bert-mini-dot-product", "--train_file", str(paths["train"]),
+                                               "--validation_file", str(paths["validation"]),
+                                               "--output_dir", "/tmp/unigram-unused", "--report_to", "none"])
+    raw, column, tokenizer = pretraining_corpus(*args, "bert")
+
+    def encode(split):
+        texts = [t for t in raw[split][column] if t and t.strip()]
+        return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+    loss = unigram_cross_entropy(encode("train"), encode("validation"), len(tokenizer))
+    print(f"unigram cross-entropy of the held-out chapters: {loss:.3f} nats per token "
+          f"(perplexity {math.exp(loss):.0f}; vocabulary {len(tokenizer)})")
+    return loss
+
+
+if __name__ == "__main__":
+    main()
