@@ -17,10 +17,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runner import RESULTS, ROOT, Table, load_results  # noqa: E402
+from unigram import UNIGRAM_LOSS  # noqa: E402
 
 CLAIMS = ("talking_heads", "single_head", "synthesizer")
 PAGE = ROOT / "docs" / "research.md"
 FIGURES = "research"  # docs/research/<table>.png, linked relative to the page
+
+
+# A finished run whose final eval loss is within STALL_MARGIN of the unigram reference point (experiments/unigram.py)
+# never got past token frequencies: every run passes through that plateau early (eval loss about 5.9 by step 100),
+# and a run that has not left it by step 400 is counted as stalled, so that a mean is never read without it.
+STALL_MARGIN = 0.05
 
 
 @dataclass
@@ -30,6 +37,11 @@ class Entry:
     losses: list[float]
     diverged: int
     expected: int
+    reference: float = UNIGRAM_LOSS
+
+    @property
+    def stalled(self) -> int:
+        return sum(loss >= self.reference - STALL_MARGIN for loss in self.losses)
 
     @property
     def n(self) -> int:
@@ -50,7 +62,9 @@ class Entry:
         if not self.losses:
             return f"diverged ({of})"
         value = f"{self.mean:.3f}" + (f" ± {self.std:.3f}" if self.std is not None else "")
-        return value + f" ({of}" + (f", {self.diverged} diverged" if self.diverged else "") + ")"
+        notes = [of] + [f"{count} {what}" for count, what in ((self.stalled, "stalled"), (self.diverged, "diverged"))
+                        if count]
+        return f"{value} ({', '.join(notes)})"
 
 
 def entry_rows(rows: list[dict], table: Table, variant: str, size: str, aliases: dict) -> list[dict]:

@@ -236,7 +236,7 @@ def fake_claim():
 def test_report_aggregates_seeds(fake_claim):
     rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "s", 1, 5.2), fake_row("a", "s", 2, 5.4),
             fake_row("a", "s", 3, 9.0),  # a seed the table does not ask for: not counted
-            fake_row("b", "s", 0, 6.0), fake_row("b", "l", 0, 6.5), fake_row("b", "l", 1, 0.0, diverged=True),
+            fake_row("b", "s", 0, 4.6), fake_row("b", "l", 0, 4.9), fake_row("b", "l", 1, 0.0, diverged=True),
             fake_row("c", "s", 0, 0.0, diverged=True),
             fake_row("base", "s", 0, 4.0, claim="other"), fake_row("base", "s", 1, 4.5, claim="other")]
     (table,) = fake_claim.TABLES
@@ -244,9 +244,11 @@ def test_report_aggregates_seeds(fake_claim):
     lines = text.splitlines()
     assert lines[0] == "| variant | small | large |"
     assert lines[2] == f"| A | 5.200 ± {statistics.stdev([5.0, 5.2, 5.4]):.3f} (n=3) | pending |"
-    assert lines[3] == "| B | 6.000 (n=1 of 3) | 6.500 (n=2 of 3, 1 diverged) |"
+    assert lines[3] == "| B | 4.600 (n=1 of 3) | 4.900 (n=2 of 3, 1 diverged) |"
     assert lines[4] == "| C | diverged (n=1 of 3) | pending |"
     assert lines[5] == f"| D | 4.250 ± {statistics.stdev([4.0, 4.5]):.3f} (n=2 of 3) | pending |"  # via the alias
+    stalled = report.Entry([5.5, report.UNIGRAM_LOSS - 0.01, report.UNIGRAM_LOSS + 0.2], 0, 3)
+    assert stalled.render().endswith("(n=3, 2 stalled)") and report.Entry([5.5], 1, 3).stalled == 0
 
 
 def test_report_renders_page_blocks_and_curves(tmp_path, fake_claim):
