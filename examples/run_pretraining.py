@@ -273,11 +273,13 @@ def main(argv=None) -> dict:
 
     timer = StepTimer()
     callbacks = [EpochCallback(collator), timer]
+    admin_omegas, profiler = None, None
     if getattr(model.config, "admin", False) and not model_args.model_name_or_path and training_args.do_train:
         if FAMILIES[family].shares_layers:  # shared layers run several times with one omega: the closed form
-            admin_closed_form(model)
+            admin_omegas = [admin_closed_form(model)]
         else:
-            callbacks.append(AdminProfilingCallback())
+            profiler = AdminProfilingCallback()
+            callbacks.append(profiler)
 
     training_args.remove_unused_columns = False  # the collator needs every field; the model takes them all
     trainer = Trainer(
@@ -288,8 +290,14 @@ def main(argv=None) -> dict:
     train_result = None
     if training_args.do_train:
         train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    extra_metrics = {"train_seconds_per_step": timer.seconds_per_step}
+    admin_omegas = profiler.omegas if profiler is not None else admin_omegas
+    if admin_omegas:  # what Admin set: omegas near 1 mean it changed little (small residual branches at init)
+        extra_metrics.update(admin_omega_min=min(admin_omegas), admin_omega_max=max(admin_omegas))
+        logger.info("Admin omegas: %d residuals, %.4f to %.4f", len(admin_omegas), min(admin_omegas),
+                    max(admin_omegas))
     return finish(trainer, train_result, model_args, __file__, "fill-mask", dataset_info(data_args, CORPUS_INFO),
-                  extra_metrics={"train_seconds_per_step": timer.seconds_per_step}, do_eval=training_args.do_eval,
+                  extra_metrics=extra_metrics, do_eval=training_args.do_eval,
                   max_seq_length=data_args.max_seq_length, mlm_probability=data_args.mlm_probability,
                   whole_word_masking=data_args.whole_word_masking, sentence_objective=objective)
 

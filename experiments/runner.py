@@ -261,6 +261,9 @@ def read_outcome(output_dir: Path) -> dict:
         "train_seconds_per_step": finite(results.get("train_seconds_per_step")),
         "train_runtime": finite(results.get("train_runtime")),
         "num_parameters": results.get("num_parameters"),
+        # Admin runs: the range of the omegas it set (near 1: Admin changed little)
+        **({"admin_omegas": [results["admin_omega_min"], results["admin_omega_max"]]}
+           if "admin_omega_min" in results else {}),
     }
 
 

@@ -284,6 +284,10 @@ def test_side_by_side_comparison(tmp_path):
     assert [step for step, _ in rows[0]["curve"]] == [step for step, _ in rows[1]["curve"]] == [2, 4]
     single = json.loads((tmp_path / "bert-tiny-single-head-admin" / "config.json").read_text())
     assert single["num_hidden_layers"] == 4 and single["num_attention_heads"] == 1 and single["admin"]
+    results = json.loads((tmp_path / "bert-tiny-single-head-admin" / "all_results.json").read_text())
+    # what Admin's profiling set is recorded: the first residual's omega is 1, the later ones grow
+    assert results["admin_omega_min"] == 1.0 < results["admin_omega_max"]
+    assert "admin_omega_min" not in json.loads((tmp_path / "bert-tiny-dot-product" / "all_results.json").read_text())
     table = (tmp_path / "results.md").read_text()
     assert "| single-head-admin | `bert-tiny-single-head-admin` |" in table
     assert (tmp_path / "eval_loss.png").stat().st_size > 1000
