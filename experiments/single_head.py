@@ -16,7 +16,11 @@ Cells (width 256, MLM on the KJV, 128 tokens, batch 16, 400 steps; see runner.TR
   twin           its deep single-head twin (4h x 1), Post-LN, default init  (preset bert-mini-single-head-admin,
                  admin off)
   twin-admin     the same twin with Admin residuals, omegas profiled on the first batch (run_pretraining does it)
-1. search (one seed, a screening): h = 8 (32-layer twin) at lr 1e-3 and 3e-3; h = 16 (64-layer twin) at lr 1e-3.
+1. search (one seed, a screening): h = 8 (32-layer twin) at lr 1e-3 and 3e-3; h = 16 (64-layer twin) at lr 1e-3;
+   and h = 8 at lr 1e-3 with init std 0.07 instead of BERT's 0.02. Why the last: Admin sets omega_i from the
+   variance of the residual branches at init, and at BERT's 0.02 those are so small that every omega stays within
+   1.032 of 1 (32 and 64 layers), so Admin cannot change training there; 0.07 is about the Xavier init of the
+   papers' fairseq models for these shapes (sqrt(2 / (fan_in + fan_out)): 0.06 to 0.08), where the omegas reach 4.
 2. main: the chosen (h, lr) with seeds 0, 1, 2 (the constant MAIN below; provisional until the search is read).
 
     nice -n 19 python experiments/single_head.py --only 'single_head/*/search-*'
@@ -31,7 +35,8 @@ from runner import Table, cell, dedupe, main  # noqa: E402
 
 CLAIM = "single_head"
 SEEDS = (0, 1, 2)
-SEARCH = (("h8", "1e-3"), ("h16", "1e-3"), ("h8", "3e-3"))
+# (heads, learning rate, init std or None for BERT's 0.02)
+SEARCH = (("h8", "1e-3", None), ("h16", "1e-3", None), ("h8", "3e-3", None), ("h8", "1e-3", 0.07))
 MAIN = ("h16", "1e-3")  # provisional: replace with the search's setting where the default-init twin fails
 VARIANTS = {
     "multi-head": ("bert-mini-dot-product", talking_heads.DOT),  # as claim (a)'s dot product, to share its runs
@@ -44,12 +49,20 @@ def heads(size: str) -> int:
     return int(size.removeprefix("h"))
 
 
+def init_fields(init: float | None) -> dict:
+    return {} if init is None else {"initializer_range": init}
+
+
+def search_size(h: str, lr: str, init: float | None) -> str:
+    return f"search-{h}-lr{lr}" + ("" if init is None else f"-init{init:g}")
+
+
 def cells() -> list:
     out = []
-    for h, lr in SEARCH:
+    for h, lr, init in SEARCH:
         for variant, (preset, fields) in VARIANTS.items():
-            out.append(cell(CLAIM, variant, f"search-{h}-lr{lr}", 0, preset,
-                            {"num_attention_heads": heads(h), **fields}, learning_rate=lr))
+            out.append(cell(CLAIM, variant, search_size(h, lr, init), 0, preset,
+                            {"num_attention_heads": heads(h), **fields, **init_fields(init)}, learning_rate=lr))
     for seed in SEEDS:
         h, lr = MAIN
         for variant, (preset, fields) in VARIANTS.items():
@@ -68,7 +81,8 @@ ROWS = (("multi-head 4 x h", "multi-head"), ("single-head twin 4h x 1, default i
 
 TABLES = [
     Table("sh-search", "Search: where does the default-init Post-LN twin fail? (one seed; eval MLM loss)", CLAIM,
-          ROWS, tuple((f"h = {h[1:]} ({4 * heads(h)} layers), lr {lr}", f"search-{h}-lr{lr}") for h, lr in SEARCH),
+          ROWS, tuple((f"h = {h[1:]} ({4 * heads(h)} layers), lr {lr}" + ("" if init is None else f", init {init:g}"),
+                       search_size(h, lr, init)) for h, lr, init in SEARCH),
           seeds=(0,), note="A screening with one seed: it picks the setting of the main table, it shows no effect."),
     Table("sh-main", f"Multi-head vs deep single-head at equal parameters, h = {MAIN[0][1:]}, lr {MAIN[1]} "
           "(eval MLM loss)", CLAIM, ROWS,
