@@ -116,6 +116,7 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
             if steps:
                 mean = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
                 ax.plot(steps, mean, color=colour, linewidth=2, label=f"{label} (n={len(curves)})")
+        ax.axhline(UNIGRAM_LOSS, color="grey", linestyle="--", linewidth=0.8, label=f"unigram {UNIGRAM_LOSS}")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
