@@ -3,9 +3,9 @@
 The paper: a shallow multi-head Post-LN Transformer (L layers of h heads) and its deep single-head twin (L*h layers
 of one head of the same size, FFN f/h: the same number of heads and about the same parameters) differ in training
 stability; with default initialisation the deep Post-LN twin diverges or lags, with Admin it trains, and then it
-beats the shallow model. At BERT's init (std 0.02) a 32-layer twin at lr 1e-3 trains as well as the shallow model
-(README, examples/single_head_admin.py), so we first search for a setting reachable on a CPU where the default-init
-twin fails: deeper (64 layers) and larger learning rates. Claim (a)'s study bounds the learning rate: at lr 2e-3 the
+beats the shallow model. In a 300-step run on a small book (docs/single-head-admin.md) a 32-layer twin at BERT's
+init (std 0.02) and lr 1e-3 trained as well as the shallow model, so we first search for a setting reachable on a
+CPU where the default-init twin fails: deeper (64 layers), larger learning rates, a larger init. Claim (a)'s study bounds the learning rate: at lr 2e-3 the
 4-layer model (h = 16) stalls near 5.85 within 400 steps, and at 3e-3 the search's own shallow h = 8 model stalls
 there too (5.861, the first search cell run), so lr 1e-2 is not tried and 3e-3 asks only whether Admin trains where
 the shallow model does not.
