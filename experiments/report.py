@@ -37,11 +37,10 @@ class Entry:
     losses: list[float]
     diverged: int
     expected: int
-    reference: float = UNIGRAM_LOSS
 
     @property
     def stalled(self) -> int:
-        return sum(loss >= self.reference - STALL_MARGIN for loss in self.losses)
+        return sum(loss >= UNIGRAM_LOSS - STALL_MARGIN for loss in self.losses)
 
     @property
     def n(self) -> int:
