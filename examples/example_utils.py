@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -111,10 +111,7 @@ def load_raw_datasets(args: DataArguments, *, default_files: dict[str, Path] | N
     index) falls under the percentage, so the same rows are held out on every pass and every process.
     `max_{train,eval,predict}_samples` keep the first N rows of train/validation/test (`select_samples=False`
     leaves that to the script, e.g. to count packed sequences instead)."""
-    from datasets import DatasetDict, IterableDatasetDict, load_dataset
-
-    if not 0 <= args.validation_split_percentage < 100:
-        raise ValueError(f"--validation_split_percentage must be in [0, 100), got {args.validation_split_percentage}.")
+    check_percentage(args.validation_split_percentage)
     kwargs = {"cache_dir": cache_dir, "streaming": args.streaming}
     if args.dataset_name:
         if args.train_file or args.validation_file or args.test_file:
@@ -131,11 +128,7 @@ def load_raw_datasets(args: DataArguments, *, default_files: dict[str, Path] | N
         if not files and not default_files:
             raise ValueError("No data: pass --dataset_name or --train_file.")
         raw = _load_files(files or {k: str(v) for k, v in default_files.items()}, kwargs, user=bool(files))
-    iterable = isinstance(raw, IterableDatasetDict)
-    if "validation" not in raw and "train" in raw and args.validation_split_percentage > 0:
-        train, validation = carve_validation(raw["train"], args.validation_split_percentage, seed,
-                                             validation_block_rows)
-        raw = (IterableDatasetDict if iterable else DatasetDict)({**raw, "train": train, "validation": validation})
+    raw, _ = carve_missing_validation(raw, args.validation_split_percentage, seed, validation_block_rows)
     if select_samples:
         for split, flag in SAMPLE_FLAGS.items():
             if split in raw and getattr(args, flag) is not None:
@@ -177,6 +170,21 @@ def _load_files(files: dict[str, str], kwargs: dict, user: bool):
                          "the same format.")
     (builder, options), = builders
     return load_dataset(builder, data_files=files, **dict(options), **kwargs)
+
+
+def check_percentage(percentage: float) -> None:
+    if not 0 <= percentage < 100:
+        raise ValueError(f"--validation_split_percentage must be in [0, 100), got {percentage}.")
+
+
+def carve_missing_validation(raw, percentage: float, seed: int, block_rows: int = 1):
+    """(raw, carved): `raw` with a validation split carved from train when it has none and `percentage` > 0
+    (`carve_validation`); `carved` says whether it was, for the record of what the eval metrics measured."""
+    check_percentage(percentage)
+    if "validation" in raw or "train" not in raw or percentage == 0:
+        return raw, False
+    train, validation = carve_validation(raw["train"], percentage, seed, block_rows)
+    return type(raw)({**raw, "train": train, "validation": validation}), True
 
 
 def carve_validation(train, percentage: float, seed: int, block_rows: int = 1):
@@ -486,11 +494,15 @@ PRETRAINING_VALIDATION_BLOCK_ROWS = 32
 
 
 def pretraining_corpus(model_args: ModelArguments, data_args: DataArguments, training_args, family: str):
-    """(raw splits, text column, tokenizer) of a pretraining run: the data the flags name (the embedded corpus by
-    default) with the splits its stages need, and the tokenizer (the project's is trained on the run's training text
-    when the user gave data)."""
-    raw = load_raw_datasets(data_args, default_files={"train": CORPUS}, seed=training_args.seed, select_samples=False,
-                            validation_block_rows=PRETRAINING_VALIDATION_BLOCK_ROWS)
+    """(raw splits, text column, tokenizer, eval data) of a pretraining run: the data the flags name (the embedded
+    corpus by default) with the splits its stages need, the tokenizer (the project's is trained on the run's training
+    text when the user gave data), and what the validation split is (`split_info`, for `finish`; None without one)."""
+    raw = load_raw_datasets(replace(data_args, validation_split_percentage=0), default_files={"train": CORPUS},
+                            seed=training_args.seed, select_samples=False)
+    raw, carved = carve_missing_validation(raw, data_args.validation_split_percentage, training_args.seed,
+                                           PRETRAINING_VALIDATION_BLOCK_ROWS)
+    eval_data = split_info(data_args, "validation", CORPUS_INFO, carved_from="train" if carved else None) \
+        if "validation" in raw else None
     for needed, split in ((training_args.do_train, "train"), (training_args.do_eval, "validation")):
         if needed and split not in raw:
             raise ValueError(f"The data has no {split} split (it has {sorted(raw)}): give --{split}_file, or "
@@ -501,7 +513,7 @@ def pretraining_corpus(model_args: ModelArguments, data_args: DataArguments, tra
     with training_args.main_process_first(desc="the project tokenizer"):
         tokenizer = load_tokenizer(model_args, family, lines=(lambda: training_lines(raw["train"], column))
                                    if user_data and "train" in raw else None)
-    return raw, column, tokenizer
+    return raw, column, tokenizer, eval_data
 
 
 def checkpoint_model_type(model_name_or_path: str) -> str:
@@ -914,8 +926,6 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
     `load_raw_datasets`); max_{train,eval,predict}_samples keep the first N rows of each split. `convert_file`
     (path -> path) turns a data file into one datasets reads (e.g. SQuAD's nested JSON into JSON lines); the card
     still names the file the user gave."""
-    from dataclasses import replace
-
     from datasets import DatasetDict
 
     if not 0 <= data_args.validation_split_percentage < 100:

@@ -232,7 +232,7 @@ def main(argv=None) -> dict:
     if objective != "none" and objective != FAMILIES[family].sentence_objective:
         raise ValueError(f"--sentence_objective {objective} is not {family}'s pretraining task: use "
                          f"{FAMILIES[family].sentence_objective} (or none).")
-    raw, column, tokenizer = pretraining_corpus(model_args, data_args, training_args, family)
+    raw, column, tokenizer, eval_data = pretraining_corpus(model_args, data_args, training_args, family)
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise ValueError("The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
                          "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer).")
@@ -297,7 +297,7 @@ def main(argv=None) -> dict:
         logger.info("Admin omegas: %d residuals, %.4f to %.4f", len(admin_omegas), min(admin_omegas),
                     max(admin_omegas))
     return finish(trainer, train_result, model_args, __file__, "fill-mask", dataset_info(data_args, CORPUS_INFO),
-                  extra_metrics=extra_metrics, do_eval=training_args.do_eval,
+                  extra_metrics=extra_metrics, do_eval=training_args.do_eval, eval_data=eval_data,
                   max_seq_length=data_args.max_seq_length, mlm_probability=data_args.mlm_probability,
                   whole_word_masking=data_args.whole_word_masking, sentence_objective=objective)
 

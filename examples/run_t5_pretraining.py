@@ -205,7 +205,7 @@ def main(argv=None) -> dict:
     check_pretraining_args(argv, training_args, data_args)
     if not FAMILIES[family_of(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
-    raw, column, tokenizer = pretraining_corpus(model_args, data_args, training_args, "t5")
+    raw, column, tokenizer, eval_data = pretraining_corpus(model_args, data_args, training_args, "t5")
     collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
                                                training_args.seed)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
@@ -253,6 +253,7 @@ def main(argv=None) -> dict:
     return finish(trainer, train_result, model_args, __file__, "text2text-generation",
                   dataset_info(data_args, CORPUS_INFO),
                   extra_metrics={"train_seconds_per_step": timer.seconds_per_step}, do_eval=training_args.do_eval,
+                  eval_data=eval_data,
                   max_seq_length=data_args.max_seq_length, objective="span corruption",
                   noise_density=data_args.noise_density, mean_noise_span_length=data_args.mean_noise_span_length)
 

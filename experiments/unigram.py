@@ -44,7 +44,7 @@ def main() -> float:
     args = parser.parse_args_into_dataclasses(["--preset", "bert-mini-dot-product", "--train_file", str(paths["train"]),
                                                "--validation_file", str(paths["validation"]),
                                                "--output_dir", "/tmp/unigram-unused", "--report_to", "none"])
-    raw, column, tokenizer = pretraining_corpus(*args, "bert")
+    raw, column, tokenizer, _ = pretraining_corpus(*args, "bert")
 
     def encode(split):
         texts = [t for t in raw[split][column] if t and t.strip()]

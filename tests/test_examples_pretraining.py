@@ -72,6 +72,12 @@ def test_masked_lm_pretraining_learns_and_reloads_as_remote_code(tmp_path):
     assert metrics["eval_perplexity"] == pytest.approx(math.exp(metrics["eval_mlm_loss"]), rel=1e-6)
     info = json.loads((out / "training_info.json").read_text())
     assert info["task"] == "fill-mask" and info["preset"] == "bert-tiny-talking-heads"
+    # the eval metrics name their data: the rows held out of the embedded book, not the book's training rows
+    [measured] = info["evaluation"]
+    assert measured["name"] == info["dataset"]["name"] and measured["metric_prefix"] == "eval_"
+    assert measured["split"].startswith("validation: 5% of the train rows held out")
+    card = (out / "README.md").read_text()
+    assert f"| {metrics['eval_perplexity']:.4g} | {measured['name']}, split validation: 5% of the train" in card
     assert json.loads((out / "all_results.json").read_text())["eval_perplexity"] == metrics["eval_perplexity"]
     stdout = run_isolated(
         "from transformers import AutoModelForMaskedLM, pipeline\n"
@@ -357,6 +363,8 @@ def test_pretraining_on_a_local_file(tmp_path, suffix):
     assert saved.model_max_length == 128 == json.loads((out / "config.json").read_text())["max_position_embeddings"]
     info = json.loads((out / "training_info.json").read_text())
     assert info["dataset"]["name"] == corpus.name
+    [measured] = info["evaluation"]
+    assert measured["name"] == corpus.name and measured["split"].startswith("validation: 5% of the train rows")
 
 
 @pytest.mark.parametrize("script,preset,extra", [
@@ -449,8 +457,11 @@ def test_pretraining_from_a_hub_dataset(hub, tmp_path):
     for run in ("mlm", "t5"):
         results = json.loads((tmp_path / run / "all_results.json").read_text())
         assert math.isfinite(results.get("eval_mlm_loss", results.get("eval_target_loss")))
-        info = json.loads((tmp_path / run / "training_info.json").read_text())["dataset"]
-        assert info["hub_id"] == "tester/devils-lines" and info["config"] == "lines"
+        info = json.loads((tmp_path / run / "training_info.json").read_text())
+        assert info["dataset"]["hub_id"] == "tester/devils-lines" and info["dataset"]["config"] == "lines"
+        [measured] = info["evaluation"]  # the dataset's own validation split: nothing carved out of train
+        assert (measured["hub_id"], measured["config"], measured["split"]) == ("tester/devils-lines", "lines",
+                                                                               "validation")
     assert ("GET", "/datasets/tester/devils-lines/resolve/main/README.md") in hub.state.requests
     assert ("ERROR The dataset tester/devils-lines has no configuration 'wiki': pass --dataset_config_name one of "
             "['lines'].") in proc.stdout
