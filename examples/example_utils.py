@@ -928,9 +928,7 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
     still names the file the user gave."""
     from datasets import DatasetDict
 
-    if not 0 <= data_args.validation_split_percentage < 100:
-        raise ValueError("--validation_split_percentage must be in [0, 100), got "
-                         f"{data_args.validation_split_percentage}.")
+    check_percentage(data_args.validation_split_percentage)
     if data_args.streaming:
         raise ValueError("The fine-tuning scripts read map-style datasets (they need the eval examples for "
                          "post-processing): leave out --streaming.")
@@ -945,10 +943,9 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
     info = {}
     if "train" in raw:
         info["train"] = split_info(data_args, "train", default_info)
-    if not any(split in raw for split in eval_splits) and "validation" not in raw:
-        if "train" in raw and data_args.validation_split_percentage > 0:
-            train, validation = carve_validation(raw["train"], data_args.validation_split_percentage, seed)
-            raw = DatasetDict({**raw, "train": train, "validation": validation})
+    if not any(split in raw for split in eval_splits):
+        raw, carved = carve_missing_validation(raw, data_args.validation_split_percentage, seed)
+        if carved:
             info["validation"] = split_info(data_args, "validation", default_info, carved_from="train")
     splits = DatasetDict()
     limits = {"train": data_args.max_train_samples, **{s: data_args.max_eval_samples for s in (*eval_splits,
