@@ -179,25 +179,32 @@ def test_every_defined_cell_has_a_valid_command():
     assert json.loads(model.config_overrides)["num_attention_heads"] == 16
     twin = configs[("bert-mini-single-head-admin", (("admin", False), ("num_attention_heads", 8)))]
     assert (twin.num_hidden_layers, twin.num_attention_heads, twin.admin) == (32, 1, False)
+    longer = next(c for claim in claims for c in claim.CELLS
+                  if c.id == "single_head/twin-admin/search-h8-lr1e-3-init0.07-1600steps/seed0")
+    model, _, training = parser.parse_args_into_dataclasses(longer.flags({}, "/tmp/out"))
+    assert (training.max_steps, training.eval_steps, training.learning_rate) == (1600, 100, 1e-3)
+    assert json.loads(model.config_overrides) == {"initializer_range": 0.07, "num_attention_heads": 8}
 
 
 def test_claims_share_identical_runs():
     """A multi-head cell of claim (b) that claim (a) already runs is not defined twice: its table entry reads claim
-    (a)'s rows, following claim (a)'s own alias (its h = 16 sweep point is the lr/init study's run)."""
+    (a)'s rows (at h = 16, seed 0: the lr/init study's run, which claim (a)'s sweep reads too); aliases of aliases
+    are followed."""
     import single_head
     import talking_heads
 
     ids = {c.id for c in single_head.CELLS}
     assert "single_head/multi-head/search-h16-lr1e-3/seed0" not in ids
     assert "single_head/multi-head/search-h8-lr3e-3/seed0" in ids  # claim (a) has no run at lr 3e-3
-    main = next(t for t in single_head.TABLES if t.name == "sh-main")
-    groups = main.groups("multi-head", main.columns[0][1], single_head.ALIASES)
-    assert groups == [("single_head", "multi-head", "h16-lr1e-3"), ("talking_heads", "dot-product", "h16-lr1e-3"),
-                      ("talking_heads", "dot-product", "lr-init-h16-lr1e-3")]
+    tables = {t.name: t for t in single_head.TABLES}
+    assert tables["sh-search"].groups("multi-head", "search-h16-lr1e-3", single_head.ALIASES) == \
+        [("single_head", "multi-head", "search-h16-lr1e-3"), ("talking_heads", "dot-product", "lr-init-h16-lr1e-3")]
+    groups = tables["sh-main"].groups("multi-head", "h8-lr1e-3", single_head.ALIASES)
+    assert groups == [("single_head", "multi-head", "h8-lr1e-3"), ("talking_heads", "dot-product", "h8-lr1e-3")]
     shared = {c.seed: c for c in talking_heads.CELLS if (c.claim, c.variant, c.size) in groups}
     assert sorted(shared) == [0, 1, 2]
     preset, fields = single_head.VARIANTS["multi-head"]
-    own = runner.cell("single_head", "multi-head", "h16-lr1e-3", 1, preset, {"num_attention_heads": 16, **fields},
+    own = runner.cell("single_head", "multi-head", "h8-lr1e-3", 1, preset, {"num_attention_heads": 8, **fields},
                       learning_rate="1e-3")
     assert (own.preset, own.overrides, own.training) == (shared[1].preset, shared[1].overrides, shared[1].training)
     loop = runner.Table("t", "t", "x", (("A", "a"),), (("s", "s"),))
