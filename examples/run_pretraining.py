@@ -93,6 +93,20 @@ class PretrainingDataArguments(DataArguments):
                 "prediction); nsp/sop train the ForPreTraining head."})
 
 
+ADMIN_INITS = ("profile", "closed_form")
+
+
+@dataclass
+class PretrainingModelArguments(ModelArguments):
+    admin_init: str | None = field(default=None, metadata={
+        "help": "How a new model built with admin=True (Post-LN BERT/ALBERT, e.g. the *-single-head-admin presets) "
+                "sets Admin's omegas before the first step: profile (the Admin paper's rule, from the residual "
+                "branches' output variance on the first batch; at BERT's init std 0.02 the omegas stay near 1) or "
+                "closed_form (admin-torch's omega = sqrt((N+1)/ln(N+1) - 1) for the N residuals, whatever the "
+                "init). Default: profile, and closed_form for ALBERT's shared layers (profiling has no single "
+                "omega for a layer that runs several times)."})
+
+
 def tokenize_sentences(documents, tokenizer):
     """Every document as a list of sentences, each a list of token ids (no special tokens); one batched call."""
     sentences = [[s for p in doc for s in split_sentences(p)] for doc in documents]
@@ -193,6 +207,32 @@ def reduce_logits(logits, labels):
     return tuple(outputs)
 
 
+def admin_init_for(model_args, training_args, config, family: str) -> str | None:
+    """How Admin's omegas are set before training (`--admin_init`, see PretrainingModelArguments); None: they are
+    not (no Admin residuals, the omegas come with the checkpoint, or no training). A choice that cannot apply is an
+    error, not ignored."""
+    choice = model_args.admin_init
+    if choice is not None and choice not in ADMIN_INITS:
+        raise ValueError(f"--admin_init must be one of {', '.join(ADMIN_INITS)}, got {choice!r}.")
+    shared = FAMILIES[family].shares_layers and config.num_hidden_groups < config.num_hidden_layers
+    applies = getattr(config, "admin", False) and not model_args.model_name_or_path and training_args.do_train
+    if choice is None:
+        return ("closed_form" if shared else "profile") if applies else None
+    if not getattr(config, "admin", False):
+        raise ValueError(f"--admin_init {choice}: the model has no Admin residuals. Use a *-single-head-admin preset "
+                         "or --config_overrides '{\"admin\": true}', or leave --admin_init out.")
+    if model_args.model_name_or_path:
+        raise ValueError(f"--admin_init {choice}: a model loaded with --model_name_or_path keeps the omegas saved "
+                         "in its checkpoint; leave --admin_init out (or build a new model with --preset).")
+    if not training_args.do_train:
+        raise ValueError(f"--admin_init {choice} sets the omegas before training, and this run does not train "
+                         "(--do_train); leave --admin_init out.")
+    if choice == "profile" and shared:
+        raise ValueError("--admin_init profile: ALBERT's shared layers run several times with one omega, for which "
+                         "variance profiling has no single value; use --admin_init closed_form.")
+    return choice
+
+
 def features_for(objective: str):
     from datasets import Features, Sequence, Value
 
@@ -216,7 +256,7 @@ def prepare(dataset, tokenizer, column, data_args, training_args, seed, split):
 
 
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, PretrainingDataArguments, TrainingArguments))
+    parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
@@ -241,6 +281,7 @@ def main(argv=None) -> dict:
     model = load_or_build_model(head, model_args.model_name_or_path, model_args.preset, tokenizer,
                                 model_args.attention_type, parse_config_overrides(model_args.config_overrides))
     check_max_length(model.config, data_args.max_seq_length)
+    admin_init = admin_init_for(model_args, training_args, model.config, family)
     align_tokenizer(tokenizer, model.config)
 
     collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
@@ -274,12 +315,11 @@ def main(argv=None) -> dict:
     timer = StepTimer()
     callbacks = [EpochCallback(collator), timer]
     admin_omegas, profiler = None, None
-    if getattr(model.config, "admin", False) and not model_args.model_name_or_path and training_args.do_train:
-        if FAMILIES[family].shares_layers:  # shared layers run several times with one omega: the closed form
-            admin_omegas = [admin_closed_form(model)]
-        else:
-            profiler = AdminProfilingCallback()
-            callbacks.append(profiler)
+    if admin_init == "closed_form":
+        admin_omegas = [admin_closed_form(model)]
+    elif admin_init == "profile":
+        profiler = AdminProfilingCallback()
+        callbacks.append(profiler)
 
     training_args.remove_unused_columns = False  # the collator needs every field; the model takes them all
     trainer = Trainer(

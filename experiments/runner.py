@@ -48,6 +48,9 @@ TRAINING = dict(
     disable_tqdm=True, dataloader_num_workers=0,
 )
 
+# run_pretraining flags a cell may add that TRAINING leaves at the script's default
+EXTRA_FLAGS = {"max_train_samples", "admin_init"}
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -86,10 +89,10 @@ class Cell:
 def cell(claim: str, variant: str, size: str, seed: int, preset: str, overrides: dict | None = None,
          **training) -> Cell:
     """A `Cell` from plain dicts (kept as sorted tuples, so cells are hashable and compare by value)."""
-    unknown = sorted(set(training) - set(TRAINING) - {"max_train_samples"})
+    unknown = sorted(set(training) - set(TRAINING) - EXTRA_FLAGS)
     if unknown:
         raise ValueError(f"{claim}/{variant}: unknown training flag(s) {', '.join(unknown)}; known: "
-                         f"{', '.join(sorted(TRAINING))}.")
+                         f"{', '.join(sorted(set(TRAINING) | EXTRA_FLAGS))}.")
     frozen = {k: tuple(v) if isinstance(v, list) else v for k, v in (overrides or {}).items()}
     return Cell(claim, variant, size, seed, preset, tuple(sorted(frozen.items())), tuple(sorted(training.items())))
 

@@ -263,12 +263,43 @@ def test_first_step_on_two_processes_equals_one_process(tmp_path):
     (["--preset", "t5-tiny-dot-product"], ValueError, "run_t5_pretraining"),
     (["--config_overrides", "num_hidden_layers=3"], ValueError, "JSON object"),
     (["--resume_from_checkpoint", "last"], ValueError, "holds no checkpoint"),
+    (["--admin_init", "closed_form"], ValueError, "the model has no Admin residuals"),
+    (["--preset", "bert-tiny-single-head-admin", "--admin_init", "xavier"], ValueError,
+     "--admin_init must be one of profile, closed_form"),
+    (["--preset", "bert-tiny-single-head-admin", "--admin_init", "profile", "--do_eval"], ValueError,
+     "this run does not train"),
+    (["--preset", "albert-tiny-single-head-admin", "--admin_init", "profile"], ValueError,
+     "use --admin_init closed_form"),
 ])
 def test_bad_input_fails_before_training(tmp_path, args, error, match):
     with pytest.raises(error, match=match):
         run_pretraining.main(["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path / "x"),
                               "--max_steps", "1", *args])
     assert not (tmp_path / "x" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("choice", ["closed_form", "profile"])
+def test_admin_init_sets_the_omegas_it_names(tmp_path, choice):
+    """--admin_init closed_form gives every residual admin-torch's omega for N = 2 residuals per layer; profile (the
+    default) gives the paper's growing omegas, the first at exactly 1. A learning rate of 0 keeps what was set, so
+    the saved checkpoint shows it too."""
+    out = tmp_path / choice
+    run_pretraining.main(["--preset", "bert-tiny-single-head-admin", "--output_dir", str(out), "--max_steps", "1",
+                          "--learning_rate", "0", "--admin_init", choice, *FAST])
+    config = json.loads((out / "config.json").read_text())
+    results = json.loads((out / "all_results.json").read_text())
+    from safetensors.torch import load_file
+
+    omegas = torch.cat([v for k, v in load_file(out / "model.safetensors").items() if k.endswith("admin_omega")])
+    assert omegas.numel() == 2 * config["num_hidden_layers"] * config["hidden_size"]
+    if choice == "closed_form":
+        n = 2 * config["num_hidden_layers"]
+        expected = math.sqrt((n + 1) / math.log(n + 1) - 1)
+        assert results["admin_omega_min"] == pytest.approx(expected) == results["admin_omega_max"]
+        torch.testing.assert_close(omegas, torch.full_like(omegas, expected))
+    else:
+        assert results["admin_omega_min"] == 1.0 < results["admin_omega_max"]
+        assert omegas.min().item() == 1.0 and omegas.max().item() == pytest.approx(results["admin_omega_max"])
 
 
 def test_t5_bad_input_fails_before_training(tmp_path):

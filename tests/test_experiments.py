@@ -150,12 +150,12 @@ def test_cells_are_checked():
 
 def test_every_defined_cell_has_a_valid_command():
     """Each claim's cells: unique ids, a config that builds, and flags that run_pretraining's parser accepts."""
-    from run_pretraining import DEFAULTS, ModelArguments, PretrainingDataArguments
+    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
     from transformers import HfArgumentParser, TrainingArguments
 
     from hf_attn_variants.presets import preset_config
 
-    parser = HfArgumentParser((ModelArguments, PretrainingDataArguments, TrainingArguments))
+    parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
     claims = report.load_claims()
     ids = [c.id for claim in claims for c in claim.CELLS]
@@ -166,6 +166,7 @@ def test_every_defined_cell_has_a_valid_command():
             key = (cell.preset, cell.overrides)
             if key not in configs:
                 configs[key] = preset_config(cell.preset, **dict(cell.overrides))
+            parser.parse_args_into_dataclasses(cell.flags({"train_file": "t.txt", "validation_file": "v.txt"}, "o"))
         for table in claim.TABLES:
             for _, variant in table.rows:
                 for _, size in table.columns:  # every entry is filled by some defined cell
@@ -184,6 +185,10 @@ def test_every_defined_cell_has_a_valid_command():
     model, _, training = parser.parse_args_into_dataclasses(longer.flags({}, "/tmp/out"))
     assert (training.max_steps, training.eval_steps, training.learning_rate) == (1600, 100, 1e-3)
     assert json.loads(model.config_overrides) == {"initializer_range": 0.07, "num_attention_heads": 8}
+    closed = next(c for claim in claims for c in claim.CELLS if c.id == "single_head/twin-admin-closed/h8-lr1e-3/seed1")
+    model, _, training = parser.parse_args_into_dataclasses(closed.flags({}, "/tmp/out"))
+    assert (model.preset, model.admin_init, training.learning_rate, training.seed) == \
+        ("bert-mini-single-head-admin", "closed_form", 1e-3, 1)
 
 
 def test_claims_share_identical_runs():
