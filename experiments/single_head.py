@@ -33,6 +33,10 @@ Cells (width 256, MLM on the KJV, 128 tokens, batch 16, 400 steps; see runner.TR
 2. main: h = 8 at lr 1e-3 (BERT's init), seeds 0, 1, 2: the cheapest setting where the default-init twin clearly
    lags (seed 0 stalled at 32 and at 64 layers alike, where the shallow model trains), so Admin is shown where the
    twin fails, as the issue asks (chosen after the search's first columns), with the closed-form row added.
+3. closed form across learning rates (one seed): the closed-form twin at lr 5e-4 and 3e-3 too (h = 8, BERT's
+   init), beside the search's runs there. Added after the closed-form twin trained at lr 1e-3 (seeds 0 and 1)
+   where the other twins stall: does it close the twin's lag at 5e-4, and does it train at 3e-3, where the shallow
+   model stalls?
 
     nice -n 19 python experiments/single_head.py --only 'single_head/*/search-*'
 """
@@ -57,6 +61,7 @@ VARIANTS = {
 }
 # variant -> (preset, config fields, run_pretraining flags): the main table's rows beyond the search's
 MAIN_ONLY = {"twin-admin-closed": ("bert-mini-single-head-admin", {}, {"admin_init": "closed_form"})}
+CLOSED_LRS = ("5e-4", "1e-3", "3e-3")  # the closed-form twin's learning rates (h = 8, BERT's init, 400 steps)
 
 
 def heads(size: str) -> int:
@@ -91,6 +96,10 @@ def cells() -> list:
         for variant, (preset, fields, flags) in main_variants.items():
             out.append(cell(CLAIM, variant, f"{h}-lr{lr}", seed, preset,
                             {"num_attention_heads": heads(h), **fields}, learning_rate=lr, **flags))
+    preset, fields, flags = MAIN_ONLY["twin-admin-closed"]
+    for lr in CLOSED_LRS:  # after the main cells: its lr 1e-3 seed 0 is the main table's (dedupe keeps that id)
+        out.append(cell(CLAIM, "twin-admin-closed", search_size("h8", lr, None, TRAINING["max_steps"]), 0, preset,
+                        {"num_attention_heads": 8, **fields}, learning_rate=lr, **flags))
     return out
 
 
@@ -111,6 +120,11 @@ TABLES = [
           "(eval MLM loss)", CLAIM, MAIN_ROWS,
           ((f"4 x {MAIN[0][1:]} vs {4 * heads(MAIN[0])} x 1", f"{MAIN[0]}-lr{MAIN[1]}"),),
           SEEDS),
+    Table("sh-closed", "Admin's closed form across learning rates, h = 8 (32 layers; one seed; eval MLM loss)",
+          CLAIM, MAIN_ROWS,
+          tuple((f"lr {lr}", search_size("h8", lr, None, TRAINING["max_steps"])) for lr in CLOSED_LRS), seeds=(0,),
+          note="A screening with one seed, added after the closed-form twin trained at lr 1e-3: it shows no effect "
+               "by itself."),
 ]
 
 if __name__ == "__main__":
