@@ -180,10 +180,10 @@ def test_every_defined_cell_has_a_valid_command():
     assert json.loads(model.config_overrides)["num_attention_heads"] == 16
     twin = configs[("bert-mini-single-head-admin", (("admin", False), ("num_attention_heads", 8)))]
     assert (twin.num_hidden_layers, twin.num_attention_heads, twin.admin) == (32, 1, False)
-    longer = next(c for claim in claims for c in claim.CELLS
-                  if c.id == "single_head/twin-admin/search-h8-lr1e-3-init0.07-1600steps/seed0")
-    model, _, training = parser.parse_args_into_dataclasses(longer.flags({}, "/tmp/out"))
-    assert (training.max_steps, training.eval_steps, training.learning_rate) == (1600, 100, 1e-3)
+    wider = next(c for claim in claims for c in claim.CELLS
+                 if c.id == "single_head/twin-admin/search-h8-lr1e-3-init0.07/seed0")
+    model, _, training = parser.parse_args_into_dataclasses(wider.flags({}, "/tmp/out"))
+    assert (training.max_steps, training.learning_rate, model.admin_init) == (400, 1e-3, None)
     assert json.loads(model.config_overrides) == {"initializer_range": 0.07, "num_attention_heads": 8}
     closed = next(c for claim in claims for c in claim.CELLS if c.id == "single_head/twin-admin-closed/h8-lr1e-3/seed1")
     model, _, training = parser.parse_args_into_dataclasses(closed.flags({}, "/tmp/out"))
