@@ -16,7 +16,7 @@ Cells (width 256, MLM on the KJV, 128 tokens, batch 16, 400 steps; see runner.TR
   twin           its deep single-head twin (4h x 1), Post-LN, default init  (preset bert-mini-single-head-admin,
                  admin off)
   twin-admin     the same twin with Admin residuals, omegas profiled on the first batch (run_pretraining does it)
-  twin-admin-closed  (main table only) the same twin with admin-torch's closed-form omega,
+  twin-admin-closed  (the main table and step 3) the same twin with admin-torch's closed-form omega,
                  sqrt((N+1)/ln(N+1) - 1) = 3.82 for its N = 64 residuals (--admin_init closed_form), whatever the
                  init. Added after the search: at BERT's init the profiled omegas stay within 1.032 of 1, so the
                  twin-admin row shows the paper's rule changing nothing; this row shows Admin's rescaling itself at
