@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from hf_attn_variants.admin import AdminProfilingCallback, admin_closed_form
+from hf_attn_variants.admin import AdminProfilingCallback
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from example_utils import (  # noqa: E402
@@ -104,7 +104,7 @@ class PretrainingModelArguments(ModelArguments):
                 "branches' output variance on the first batch; at BERT's init std 0.02 the omegas stay near 1) or "
                 "closed_form (admin-torch's omega = sqrt((N+1)/ln(N+1) - 1) for the N residuals, whatever the "
                 "init). Default: profile, and closed_form for ALBERT's shared layers (profiling has no single "
-                "omega for a layer that runs several times)."})
+                "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."})
 
 
 def tokenize_sentences(documents, tokenizer):
@@ -209,16 +209,18 @@ def reduce_logits(logits, labels):
 
 def admin_init_for(model_args, training_args, config, family: str) -> str | None:
     """How Admin's omegas are set before training (`--admin_init`, see PretrainingModelArguments); None: they are
-    not (no Admin residuals, the omegas come with the checkpoint, or no training). A choice that cannot apply is an
-    error, not ignored."""
+    not (no Admin residuals, no training, or the omegas come with a checkpoint: a loaded model's, or a resumed
+    run's, which Trainer loads before the callback would run). A choice that cannot apply is an error."""
     choice = model_args.admin_init
     if choice is not None and choice not in ADMIN_INITS:
         raise ValueError(f"--admin_init must be one of {', '.join(ADMIN_INITS)}, got {choice!r}.")
-    shared = FAMILIES[family].shares_layers and config.num_hidden_groups < config.num_hidden_layers
-    applies = getattr(config, "admin", False) and not model_args.model_name_or_path and training_args.do_train
+    shared = FAMILIES[family].shares_layers
+    admin = getattr(config, "admin", False)
     if choice is None:
-        return ("closed_form" if shared else "profile") if applies else None
-    if not getattr(config, "admin", False):
+        choice = "closed_form" if shared else "profile"
+        if not admin or model_args.model_name_or_path or not training_args.do_train:
+            return None
+    if not admin:
         raise ValueError(f"--admin_init {choice}: the model has no Admin residuals. Use a *-single-head-admin preset "
                          "or --config_overrides '{\"admin\": true}', or leave --admin_init out.")
     if model_args.model_name_or_path:
@@ -230,7 +232,7 @@ def admin_init_for(model_args, training_args, config, family: str) -> str | None
     if choice == "profile" and shared:
         raise ValueError("--admin_init profile: ALBERT's shared layers run several times with one omega, for which "
                          "variance profiling has no single value; use --admin_init closed_form.")
-    return choice
+    return None if training_args.resume_from_checkpoint else choice
 
 
 def features_for(objective: str):
@@ -314,11 +316,9 @@ def main(argv=None) -> dict:
 
     timer = StepTimer()
     callbacks = [EpochCallback(collator), timer]
-    admin_omegas, profiler = None, None
-    if admin_init == "closed_form":
-        admin_omegas = [admin_closed_form(model)]
-    elif admin_init == "profile":
-        profiler = AdminProfilingCallback()
+    profiler = None
+    if admin_init is not None:
+        profiler = AdminProfilingCallback(method=admin_init)
         callbacks.append(profiler)
 
     training_args.remove_unused_columns = False  # the collator needs every field; the model takes them all
@@ -331,7 +331,7 @@ def main(argv=None) -> dict:
     if training_args.do_train:
         train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
     extra_metrics = {"train_seconds_per_step": timer.seconds_per_step}
-    admin_omegas = profiler.omegas if profiler is not None else admin_omegas
+    admin_omegas = profiler.omegas if profiler is not None else None
     if admin_omegas:  # what Admin set: omegas near 1 mean it changed little (small residual branches at init)
         extra_metrics.update(admin_omega_min=min(admin_omegas), admin_omega_max=max(admin_omegas))
         logger.info("Admin omegas: %d residuals, %.4f to %.4f", len(admin_omegas), min(admin_omegas),

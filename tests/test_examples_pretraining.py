@@ -302,6 +302,26 @@ def test_admin_init_sets_the_omegas_it_names(tmp_path, choice):
         assert omegas.min().item() == 1.0 and omegas.max().item() == pytest.approx(results["admin_omega_max"])
 
 
+def test_a_resumed_admin_run_keeps_its_checkpoints_omegas(tmp_path):
+    """Resuming must not set the omegas again over the trained ones the checkpoint holds (Trainer loads the
+    checkpoint before on_train_begin): resumed at its last step, the run saves exactly the checkpoint's omegas."""
+    from safetensors.torch import load_file
+
+    args = ["--preset", "bert-tiny-single-head-admin", "--output_dir", str(tmp_path), "--max_steps", "2",
+            "--learning_rate", "1e-2", "--admin_init", "closed_form", *FAST, "--save_strategy", "steps",
+            "--save_steps", "2"]
+    run_pretraining.main(args)
+    saved = {k: v for k, v in load_file(tmp_path / "checkpoint-2" / "model.safetensors").items()
+             if k.endswith("admin_omega")}
+    n = 2 * json.loads((tmp_path / "config.json").read_text())["num_hidden_layers"]
+    formula = math.sqrt((n + 1) / math.log(n + 1) - 1)
+    assert any((v - formula).abs().max() > 1e-3 for v in saved.values())  # training moved them
+    run_pretraining.main([*args, "--resume_from_checkpoint", "last"])
+    final = load_file(tmp_path / "model.safetensors")
+    for key, value in saved.items():
+        torch.testing.assert_close(final[key], value, atol=0, rtol=0, msg=key)  # weights: bitwise
+
+
 def test_t5_bad_input_fails_before_training(tmp_path):
     with pytest.raises(ValueError, match="synthesizer_max_position=128"):
         run_t5_pretraining.main(["--preset", "t5-tiny-synthesizer-dense", "--output_dir", str(tmp_path),
