@@ -42,7 +42,8 @@ def child(mode: str, corpus: str, tokenizer_dir: str, num_proc: int, max_seq_len
     from transformers import AutoTokenizer, TrainingArguments
 
     import run_pretraining
-    from example_utils import MaskedLMCollator, load_raw_datasets
+    from data_loading import load_raw_datasets
+    from masking import MaskedLMCollator
 
     imported = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -137,7 +138,7 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(EXAMPLES))
-    from example_utils import project_tokenizer
+    from tokenization import project_tokenizer
 
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         tmp = Path(tmp)

@@ -9,7 +9,7 @@ with `Trainer`.
         --validation_file dev.csv --test_file test.csv --do_train --do_eval --do_predict \
         --text_column premise --text_pair_column hypothesis
 
-Data, as transformers' run_glue.py reads it (`example_utils.load_raw_datasets`):
+Data, as transformers' run_glue.py reads it (`data_loading.load_raw_datasets`):
 - `--task_name {cola,sst2,mrpc,qqp,stsb,mnli,qnli,rte,wnli}`: a GLUE task, from `--dataset_name` (default
   `nyu-mll/glue`, config = the task) or a GLUE-shaped local folder. The task sets the text columns, the label
   count (stsb is regression with one output) and GLUE's metric under GLUE's names: matthews_correlation (cola),
@@ -50,25 +50,17 @@ from transformers import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from example_utils import (  # noqa: E402
-    DATA,
-    DataArguments,
-    Evaluation,
+from data_loading import DATA, DataArguments, check_stage_data, finetuning_splits, map_batched  # noqa: E402
+from model_setup import (  # noqa: E402
     ModelArguments,
-    Prediction,
     align_tokenizer,
     check_max_length,
-    check_stage_data,
-    choose_stages,
-    family_of,
-    finetuning_splits,
-    load_metric,
     load_or_build_model,
-    project_or_checkpoint_tokenizer,
-    map_batched,
     parse_config_overrides,
-    run_finetuning,
+    run_family,
 )
+from run_record import Evaluation, Prediction, choose_stages, load_metric, run_stages  # noqa: E402
+from tokenization import load_tokenizer  # noqa: E402
 
 RT_POLARITY = {"train": DATA / "rt_polarity_train.csv", "validation": DATA / "rt_polarity_validation.csv"}
 RT_POLARITY_INFO = {
@@ -357,9 +349,9 @@ def main(argv=None) -> dict:
                         "pass --label_column")
     labels = find_labels(splits[reference], data_args, where)
 
-    family = family_of(model_args.model_name_or_path, model_args.preset)
-    tokenizer = project_or_checkpoint_tokenizer(model_args, family, data_args, training_args, splits,
-                                                [c for c in columns if c])
+    family = run_family(model_args.model_name_or_path, model_args.preset)
+    tokenizer = load_tokenizer(model_args, family, data_args, training_args, splits.get("train"),
+                               [c for c in columns if c])
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     label_fields = (dict(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, problem_type="regression")  # 1 output
                     if labels.names is None else
@@ -394,10 +386,10 @@ def main(argv=None) -> dict:
         data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer,
         compute_metrics=compute_metrics, preprocess_logits_for_metrics=predictions_of,
     )
-    return run_finetuning(trainer, model_args, __file__, "text-classification", train_info=info.get("train"),
-                          evaluations=evaluations, predictions=predictions, max_seq_length=data_args.max_seq_length,
-                          task_name=task, labels=labels.names or "regression",
-                          text_columns=[c for c in columns if c])
+    return run_stages(trainer, model_args, __file__, "text-classification", train_info=info.get("train"),
+                      evaluations=evaluations, predictions=predictions, max_seq_length=data_args.max_seq_length,
+                      task_name=task, labels=labels.names or "regression",
+                      text_columns=[c for c in columns if c])
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ datasets cache (a second identical run reads it back; `--overwrite_cache` redoes
 torchrun/accelerate; `--streaming` prepares as it reads. Masked LM packs the token stream into blocks of
 `--max_seq_length`; NSP/SOP cut segment pairs from the sentences of each document, where documents are separated by
 empty rows (a text file's blank lines) and a row of several lines is a document of its own (see
-`example_utils.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by the example's
+`rows_to_documents` below). Masks are drawn per example when a batch is made (seeded by the example's
 tokens, the seed and the epoch), so 1 and N processes mask alike; the evaluation set is masked once, with a fixed
 seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval` as in transformers' examples (neither: both).
 Every `TrainingArguments` option passes through (--bf16, --torch_compile, --gradient_checkpointing,
@@ -28,6 +28,7 @@ Every `TrainingArguments` option passes through (--bf16, --torch_compile, --grad
 import logging
 import math
 import random
+import re
 import sys
 import zlib
 from dataclasses import dataclass, field
@@ -38,35 +39,31 @@ import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.admin import AdminProfilingCallback
+from hf_attn_variants.families import FAMILIES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from example_utils import (  # noqa: E402
-    align_tokenizer,
-    check_max_length,
-    check_pretraining_args,
-    column_names,
+from data_loading import (  # noqa: E402
     CORPUS_INFO,
     DataArguments,
-    dataset_info,
-    encode_texts,
-    EpochCallback,
-    FAMILIES,
-    family_of,
-    finish,
+    column_names,
     first_rows,
     is_empty,
-    load_or_build_model,
     map_batched,
-    MaskedLMCollator,
-    ModelArguments,
-    parse_config_overrides,
-    pretraining_corpus,
-    resume_checkpoint,
-    rows_to_documents,
-    split_sentences,
-    StepTimer,
-    token_blocks,
+    pick_column,
+    pretraining_splits,
+    split_info,
 )
+from masking import EpochCallback, MaskedLMCollator  # noqa: E402
+from model_setup import (  # noqa: E402
+    ModelArguments,
+    align_tokenizer,
+    check_max_length,
+    load_or_build_model,
+    parse_config_overrides,
+    run_family,
+)
+from run_record import Evaluation, StepTimer, check_pretraining_args, run_stages  # noqa: E402
+from tokenization import encode_texts, load_tokenizer, token_blocks  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +102,47 @@ class PretrainingModelArguments(ModelArguments):
                 "closed_form (admin-torch's omega = sqrt((N+1)/ln(N+1) - 1) for the N residuals, whatever the "
                 "init). Default: profile, and closed_form for ALBERT's shared layers (profiling has no single "
                 "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."})
+
+
+_BLANK_LINE = re.compile(r"\n\s*\n")
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')_]*\s+(?=[\"'(_]*[A-Z0-9])")
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    return [s for s in _SENTENCE_END.split(paragraph) if s.strip()]
+
+
+def rows_to_documents(texts: list[str | None]) -> list[list[str]]:
+    """Rows of text (one batch) as documents, each a list of paragraphs (lines).
+
+    - Rows of one line are paragraphs of one document, which an empty row ends: a text file read line by line
+      (documents separated by blank lines, as the embedded corpus) or a dataset like wikitext.
+    - A row of several lines is a document by itself (one document per row, as Wikipedia or C4); blank lines
+      inside it separate documents too.
+
+    A document that runs across the end of a batch (1000 rows) is cut there."""
+    documents, current = [], []
+    for text in texts:
+        text = (text or "").strip()
+        if "\n" in text:
+            if current:
+                documents.append(current)
+                current = []
+            for block in _BLANK_LINE.split(text):
+                lines = [line.strip() for line in block.splitlines() if line.strip()]
+                if lines:
+                    documents.append(lines)
+        elif text:
+            current.append(text)
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    return documents
+
 
 
 def tokenize_sentences(documents, tokenizer):
@@ -257,37 +295,9 @@ def prepare(dataset, tokenizer, column, data_args, training_args, seed, split):
                                   "max_seq_length": data_args.max_seq_length, **kwargs})
 
 
-def main(argv=None) -> dict:
-    parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
-    parser.set_defaults(**DEFAULTS)
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
-
-    # Everything that can be wrong with the input is checked before any training starts.
-    check_pretraining_args(argv, training_args, data_args)
-    family = family_of(model_args.model_name_or_path, model_args.preset)
-    if FAMILIES[family].encoder_decoder:
-        raise ValueError(f"{FAMILIES[family].display} pretrains with span corruption: use "
-                         "examples/run_t5_pretraining.py.")
-    objective = data_args.sentence_objective
-    if objective not in ("none", "nsp", "sop"):
-        raise ValueError(f"--sentence_objective must be none, nsp or sop, got {objective!r}.")
-    if objective != "none" and objective != FAMILIES[family].sentence_objective:
-        raise ValueError(f"--sentence_objective {objective} is not {family}'s pretraining task: use "
-                         f"{FAMILIES[family].sentence_objective} (or none).")
-    raw, column, tokenizer, eval_data = pretraining_corpus(model_args, data_args, training_args, family)
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise ValueError("The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
-                         "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer).")
-    set_seed(training_args.seed)  # the same initial weights on every process and every run
-    head = "ForMaskedLM" if objective == "none" else "ForPreTraining"
-    model = load_or_build_model(head, model_args.model_name_or_path, model_args.preset, tokenizer,
-                                model_args.attention_type, parse_config_overrides(model_args.config_overrides))
-    check_max_length(model.config, data_args.max_seq_length)
-    admin_init = admin_init_for(model_args, training_args, model.config, family)
-    align_tokenizer(tokenizer, model.config)
-
-    collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
-                                training_args.seed)
+def training_sets(raw, tokenizer, column, data_args, training_args):
+    """(train set, eval set) of the chosen stages (None for a stage not chosen): packed blocks or segment pairs; the
+    eval set masked once (`mask_batch`), with its own seed; max_{train,eval}_samples count sequences."""
     train_set = eval_set = None
     if training_args.do_train:
         train_set = prepare(raw["train"], tokenizer, column, data_args, training_args, training_args.seed, "train")
@@ -311,7 +321,45 @@ def main(argv=None) -> dict:
                                          seed=EVAL_MASK_SEED)
         eval_set = map_batched(eval_set, mask_batch, training_args, data_args, desc="Masking the validation split",
                                fn_kwargs={"collator": eval_collator})
-    else:
+    return train_set, eval_set
+
+
+def main(argv=None) -> dict:
+    parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
+    parser.set_defaults(**DEFAULTS)
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+
+    # Everything that can be wrong with the input is checked before any training starts.
+    check_pretraining_args(argv, training_args, data_args)
+    family = run_family(model_args.model_name_or_path, model_args.preset)
+    if FAMILIES[family].encoder_decoder:
+        raise ValueError(f"{FAMILIES[family].display} pretrains with span corruption: use "
+                         "examples/run_t5_pretraining.py.")
+    objective = data_args.sentence_objective
+    if objective not in ("none", "nsp", "sop"):
+        raise ValueError(f"--sentence_objective must be none, nsp or sop, got {objective!r}.")
+    if objective != "none" and objective != FAMILIES[family].sentence_objective:
+        raise ValueError(f"--sentence_objective {objective} is not {family}'s pretraining task: use "
+                         f"{FAMILIES[family].sentence_objective} (or none).")
+    raw, eval_info = pretraining_splits(data_args, training_args)
+    column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
+                         "--text_column_name", default="text")
+    tokenizer = load_tokenizer(model_args, family, data_args, training_args, raw.get("train"), [column])
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise ValueError("The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
+                         "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer).")
+    set_seed(training_args.seed)  # the same initial weights on every process and every run
+    head = "ForMaskedLM" if objective == "none" else "ForPreTraining"
+    model = load_or_build_model(head, model_args.model_name_or_path, model_args.preset, tokenizer,
+                                model_args.attention_type, parse_config_overrides(model_args.config_overrides))
+    check_max_length(model.config, data_args.max_seq_length)
+    admin_init = admin_init_for(model_args, training_args, model.config, family)
+    align_tokenizer(tokenizer, model.config)
+
+    collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
+                                training_args.seed)
+    train_set, eval_set = training_sets(raw, tokenizer, column, data_args, training_args)
+    if eval_set is None:
         training_args.eval_strategy = "no"
 
     timer = StepTimer()
@@ -327,19 +375,20 @@ def main(argv=None) -> dict:
         processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
         callbacks=callbacks,
     )
-    train_result = None
-    if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    extra_metrics = {"train_seconds_per_step": timer.seconds_per_step}
-    admin_omegas = profiler.omegas if profiler is not None else None
-    if admin_omegas:  # what Admin set: omegas near 1 mean it changed little (small residual branches at init)
-        extra_metrics.update(admin_omega_min=min(admin_omegas), admin_omega_max=max(admin_omegas))
-        logger.info("Admin omegas: %d residuals, %.4f to %.4f", len(admin_omegas), min(admin_omegas),
-                    max(admin_omegas))
-    return finish(trainer, train_result, model_args, __file__, "fill-mask", dataset_info(data_args, CORPUS_INFO),
-                  extra_metrics=extra_metrics, do_eval=training_args.do_eval, eval_data=eval_data,
-                  max_seq_length=data_args.max_seq_length, mlm_probability=data_args.mlm_probability,
-                  whole_word_masking=data_args.whole_word_masking, sentence_objective=objective)
+
+    def train_metrics():
+        metrics = {"train_seconds_per_step": timer.seconds_per_step}
+        omegas = profiler.omegas if profiler is not None else None
+        if omegas:  # what Admin set: omegas near 1 mean it changed little (small residual branches at init)
+            metrics.update(admin_omega_min=min(omegas), admin_omega_max=max(omegas))
+            logger.info("Admin omegas: %d residuals, %.4f to %.4f", len(omegas), min(omegas), max(omegas))
+        return metrics
+
+    return run_stages(trainer, model_args, __file__, "fill-mask",
+                      train_info=split_info(data_args, "train", CORPUS_INFO),
+                      evaluations=[Evaluation(eval_set, eval_info, compute_metrics)], train_metrics=train_metrics,
+                      max_seq_length=data_args.max_seq_length, mlm_probability=data_args.mlm_probability,
+                      whole_word_masking=data_args.whole_word_masking, sentence_objective=objective)
 
 
 if __name__ == "__main__":

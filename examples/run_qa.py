@@ -6,7 +6,7 @@
     python examples/run_qa.py --dataset_name rajpurkar/squad_v2 --version_2_with_negative ...
     python examples/run_qa.py --train_file train-v1.1.json --validation_file dev-v1.1.json ...
 
-Data (`example_utils.load_raw_datasets`): `--dataset_name` (a Hub id such as rajpurkar/squad, or a local dataset
+Data (`data_loading.load_raw_datasets`): `--dataset_name` (a Hub id such as rajpurkar/squad, or a local dataset
 folder) with SQuAD's columns (id, title, context, question, answers {text, answer_start}), or `--train_file` /
 `--validation_file` / `--test_file`: SQuAD's own nested JSON ({"data": [{"title", "paragraphs": [{"context",
 "qas": [...]}]}]}, flattened once into the cache), or JSON lines / CSV / parquet of flat records. Other column
@@ -43,26 +43,17 @@ import numpy as np
 from transformers import DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from example_utils import (  # noqa: E402
-    DATA,
-    DataArguments,
-    Evaluation,
+from data_loading import DATA, DataArguments, check_stage_data, finetuning_splits, map_batched  # noqa: E402
+from model_setup import (  # noqa: E402
     ModelArguments,
-    Prediction,
     align_tokenizer,
-    cache_dir,
     check_max_length,
-    check_stage_data,
-    choose_stages,
-    family_of,
-    finetuning_splits,
-    load_metric,
     load_or_build_model,
-    project_or_checkpoint_tokenizer,
-    map_batched,
     parse_config_overrides,
-    run_finetuning,
+    run_family,
 )
+from run_record import Evaluation, Prediction, choose_stages, load_metric, run_stages  # noqa: E402
+from tokenization import cache_dir, load_tokenizer  # noqa: E402
 
 SQUAD = {"train": DATA / "squad_train.json", "validation": DATA / "squad_validation.json"}
 SQUAD_INFO = {
@@ -315,7 +306,7 @@ def qa_metrics_function(examples, features, data_args, metric):
         references = references_of(examples, data_args.answer_column)
         if metric is not None:
             formatted = [{"id": q, "prediction_text": a, **({"no_answer_probability": 0.0}
-                          if data_args.version_2_with_negative else {})} for q, a in answers.items()]
+                      if data_args.version_2_with_negative else {})} for q, a in answers.items()]
             return metric.compute(predictions=formatted, references=references)
         if data_args.version_2_with_negative:
             return squad_v2_metrics(answers, references)
@@ -370,9 +361,9 @@ def main(argv=None) -> dict:
             splits[split] = rows.map(lambda batch, indices: {"id": [str(i) for i in indices]}, batched=True,
                                      with_indices=True)
 
-    family = family_of(model_args.model_name_or_path, model_args.preset)
-    tokenizer = project_or_checkpoint_tokenizer(model_args, family, data_args, training_args, splits,
-                                                [data_args.question_column, data_args.context_column])
+    family = run_family(model_args.model_name_or_path, model_args.preset)
+    tokenizer = load_tokenizer(model_args, family, data_args, training_args, splits.get("train"),
+                               [data_args.question_column, data_args.context_column])
     if not tokenizer.is_fast:
         raise ValueError("Extractive QA maps tokens back to characters, which needs a fast tokenizer "
                          "(tokenizer.json): pass --tokenizer_name with one.")
@@ -401,9 +392,9 @@ def main(argv=None) -> dict:
         data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer,
         compute_metrics=evaluations[0].compute_metrics if evaluations else None,
     )
-    return run_finetuning(trainer, model_args, __file__, "question-answering", train_info=info.get("train"),
-                          evaluations=evaluations, predictions=predictions, max_seq_length=data_args.max_seq_length,
-                          doc_stride=data_args.doc_stride, version_2_with_negative=data_args.version_2_with_negative)
+    return run_stages(trainer, model_args, __file__, "question-answering", train_info=info.get("train"),
+                      evaluations=evaluations, predictions=predictions, max_seq_length=data_args.max_seq_length,
+                      doc_stride=data_args.doc_stride, version_2_with_negative=data_args.version_2_with_negative)
 
 
 if __name__ == "__main__":

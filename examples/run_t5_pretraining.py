@@ -29,33 +29,31 @@ from pathlib import Path
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
+from hf_attn_variants.families import FAMILIES
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from example_utils import (  # noqa: E402
-    align_tokenizer,
-    check_max_length,
-    check_pretraining_args,
-    column_names,
+from data_loading import (  # noqa: E402
     CORPUS_INFO,
     DataArguments,
-    dataset_info,
-    EpochCallback,
-    example_generator,
-    FAMILIES,
-    family_of,
-    finish,
+    column_names,
     first_rows,
     is_empty,
-    load_or_build_model,
     map_batched,
-    ModelArguments,
-    pad_batch,
-    parse_config_overrides,
-    pretraining_corpus,
-    resume_checkpoint,
-    sentinel_ids,
-    StepTimer,
-    token_blocks,
+    pick_column,
+    pretraining_splits,
+    split_info,
 )
+from masking import EpochCallback, example_generator, pad_batch  # noqa: E402
+from model_setup import (  # noqa: E402
+    ModelArguments,
+    align_tokenizer,
+    check_max_length,
+    load_or_build_model,
+    parse_config_overrides,
+    run_family,
+)
+from run_record import Evaluation, StepTimer, check_pretraining_args, run_stages  # noqa: E402
+from tokenization import load_tokenizer, token_blocks  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -134,11 +132,20 @@ def span_corrupt(tokens, mask: torch.Tensor, sentinels: list[int], eos: int) -> 
     return inputs + [eos], targets + [eos]
 
 
+def sentinel_ids(tokenizer) -> list[int]:
+    """The ids of <extra_id_0>, <extra_id_1>, ... (T5's span-corruption sentinels)."""
+    ids = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(100)])
+    if tokenizer.unk_token_id in ids:
+        raise ValueError("The tokenizer has no <extra_id_N> sentinel tokens, which span corruption needs.")
+    return ids
+
+
+
 class DataCollatorForT5SpanCorruption:
     """Span-corrupts raw token sequences (`{"input_ids": [...]}` without </s>) and pads the batch.
 
     Each example's noise comes from a generator seeded by its content, the seed and the epoch (see
-    `example_utils.example_generator`), so 1 and N processes corrupt alike. Examples that already carry `labels`
+    `masking.example_generator`), so 1 and N processes corrupt alike. Examples that already carry `labels`
     (a pre-corrupted eval set) are only padded.
     """
 
@@ -203,9 +210,12 @@ def main(argv=None) -> dict:
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     check_pretraining_args(argv, training_args, data_args)
-    if not FAMILIES[family_of(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
+    if not FAMILIES[run_family(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
-    raw, column, tokenizer, eval_data = pretraining_corpus(model_args, data_args, training_args, "t5")
+    raw, eval_info = pretraining_splits(data_args, training_args)
+    column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
+                         "--text_column_name", default="text")
+    tokenizer = load_tokenizer(model_args, "t5", data_args, training_args, raw.get("train"), [column])
     collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
                                                training_args.seed)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
@@ -247,15 +257,12 @@ def main(argv=None) -> dict:
         processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
         callbacks=[EpochCallback(collator), timer],
     )
-    train_result = None
-    if training_args.do_train:
-        train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    return finish(trainer, train_result, model_args, __file__, "text2text-generation",
-                  dataset_info(data_args, CORPUS_INFO),
-                  extra_metrics={"train_seconds_per_step": timer.seconds_per_step}, do_eval=training_args.do_eval,
-                  eval_data=eval_data,
-                  max_seq_length=data_args.max_seq_length, objective="span corruption",
-                  noise_density=data_args.noise_density, mean_noise_span_length=data_args.mean_noise_span_length)
+    return run_stages(trainer, model_args, __file__, "text2text-generation",
+                      train_info=split_info(data_args, "train", CORPUS_INFO),
+                      evaluations=[Evaluation(eval_set, eval_info, compute_metrics)],
+                      train_metrics=lambda: {"train_seconds_per_step": timer.seconds_per_step},
+                      max_seq_length=data_args.max_seq_length, objective="span corruption",
+                      noise_density=data_args.noise_density, mean_noise_span_length=data_args.mean_noise_span_length)
 
 
 if __name__ == "__main__":

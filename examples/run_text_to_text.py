@@ -6,7 +6,7 @@
     python examples/run_text_to_text.py --train_file train.csv --validation_file dev.csv --test_file test.csv \
         --source_column question --target_column answer --source_prefix "question: " --do_train --do_eval --do_predict
 
-Data (`example_utils.load_raw_datasets`): `--dataset_name` (a Hub id or a local dataset folder, with
+Data (`data_loading.load_raw_datasets`): `--dataset_name` (a Hub id or a local dataset folder, with
 `--dataset_config_name`) or `--train_file`/`--validation_file`/`--test_file` (CSV, TSV, JSON lines, parquet), with
 a source and a target column (`--source_column`, `--target_column`: text; a target that is a class label is
 written as its name); `--source_prefix` is put before every source. With no data flags it learns
@@ -39,26 +39,20 @@ from transformers import (
     set_seed,
 )
 
+from hf_attn_variants.families import FAMILIES
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from example_utils import (  # noqa: E402
-    FAMILIES,
-    DataArguments,
-    Evaluation,
+from data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched  # noqa: E402
+from model_setup import (  # noqa: E402
     ModelArguments,
-    Prediction,
     align_tokenizer,
     check_max_length,
-    check_stage_data,
-    choose_stages,
-    family_of,
-    finetuning_splits,
-    load_metric,
     load_or_build_model,
-    project_or_checkpoint_tokenizer,
-    map_batched,
     parse_config_overrides,
-    run_finetuning,
+    run_family,
 )
+from run_record import Evaluation, Prediction, choose_stages, load_metric, run_stages  # noqa: E402
+from tokenization import load_tokenizer  # noqa: E402
 from run_classification import RT_POLARITY, RT_POLARITY_INFO, require_columns  # noqa: E402
 
 SST2_PREFIX = "sst2 sentence: "  # the T5 paper's input format for SST-2
@@ -141,7 +135,7 @@ def main(argv=None) -> dict:
 
     # Everything that can be wrong with the input is checked before any training starts.
     choose_stages(training_args, argv, bool(data_args.test_file))
-    family = family_of(model_args.model_name_or_path, model_args.preset)
+    family = run_family(model_args.model_name_or_path, model_args.preset)
     if not FAMILIES[family].encoder_decoder:
         raise ValueError(f"run_text_to_text.py fine-tunes T5 variants, not {family}: pass a t5-* --preset or a T5 "
                          "checkpoint (for BERT/ALBERT classification use run_classification.py).")
@@ -159,8 +153,8 @@ def main(argv=None) -> dict:
     embedded = not (data_args.dataset_name or data_args.train_file or data_args.validation_file)
     prefix = data_args.source_prefix if data_args.source_prefix is not None else SST2_PREFIX if embedded else ""
 
-    tokenizer = project_or_checkpoint_tokenizer(model_args, family, data_args, training_args, splits,
-                                                [data_args.source_column, data_args.target_column])
+    tokenizer = load_tokenizer(model_args, family, data_args, training_args, splits.get("train"),
+                               [data_args.source_column, data_args.target_column])
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     model = load_or_build_model("ForConditionalGeneration", model_args.model_name_or_path, model_args.preset,
                                 tokenizer, model_args.attention_type,
@@ -198,11 +192,11 @@ def main(argv=None) -> dict:
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
         compute_metrics=compute_metrics, callbacks=[KeepGenerationConfig(model)],
     )
-    return run_finetuning(trainer, model_args, __file__, "text2text-generation", train_info=info.get("train"),
-                          evaluations=evaluations, predictions=predictions,
-                          max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
-                          source_prefix=prefix, source_column=data_args.source_column,
-                          target_column=data_args.target_column)
+    return run_stages(trainer, model_args, __file__, "text2text-generation", train_info=info.get("train"),
+                      evaluations=evaluations, predictions=predictions,
+                      max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
+                      source_prefix=prefix, source_column=data_args.source_column,
+                      target_column=data_args.target_column)
 
 
 if __name__ == "__main__":

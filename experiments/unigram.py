@@ -33,7 +33,8 @@ def unigram_cross_entropy(train_ids: list[list[int]], eval_ids: list[list[int]],
 
 
 def main() -> float:
-    from example_utils import pretraining_corpus
+    from data_loading import pretraining_splits
+    from tokenization import load_tokenizer
     from kjv import kjv_files
     from run_pretraining import DEFAULTS, ModelArguments, PretrainingDataArguments
     from transformers import HfArgumentParser, TrainingArguments
@@ -44,7 +45,10 @@ def main() -> float:
     args = parser.parse_args_into_dataclasses(["--preset", "bert-mini-dot-product", "--train_file", str(paths["train"]),
                                                "--validation_file", str(paths["validation"]),
                                                "--output_dir", "/tmp/unigram-unused", "--report_to", "none"])
-    raw, column, tokenizer, _ = pretraining_corpus(*args, "bert")
+    model_args, data_args, training_args = args
+    raw, _ = pretraining_splits(data_args, training_args)
+    column = "text"
+    tokenizer = load_tokenizer(model_args, "bert", data_args, training_args, raw["train"], [column])
 
     def encode(split):
         texts = [t for t in raw[split][column] if t and t.strip()]

@@ -165,14 +165,18 @@ def _data_text(record: dict | None) -> str:
 def _hub_datasets(info: dict) -> list[str]:
     """The Hub dataset ids the run trained and evaluated on (local files and the embedded data are not Hub ids)."""
     records = [info.get("dataset") or {}, *(info.get("evaluation") or [])]
-    return list(dict.fromkeys(r["hub_id"] for r in records if r.get("hub_id") and _is_repo_id(r["hub_id"])))
+    return list(dict.fromkeys(r["hub_id"] for r in records if r.get("hub_id") and is_hub_id(r["hub_id"])))
 
 
-def _is_repo_id(name: str) -> bool:
+def is_hub_id(name: str | None) -> bool:
+    """Whether `name` names a Hub repository: a valid repo id that is not a local file or folder (a dataset folder,
+    a checkpoint path). The one test of it that the scripts and the cards use."""
+    if not name or Path(name).exists():
+        return False
     try:
         validate_repo_id(name)
     except HFValidationError:
-        return False  # e.g. an absolute local path recorded as a dataset name
+        return False  # e.g. an absolute local path
     return True
 
 
@@ -277,7 +281,7 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
                                dataset_config=record.get("config"), dataset_split=record.get("split"),
                                metric_type=metric, metric_name=name, metric_value=value)
                     for name, metric, value, record in quality
-                    if record and record.get("hub_id") and _is_repo_id(record["hub_id"])] if task else None
+                    if record and record.get("hub_id") and is_hub_id(record["hub_id"])] if task else None
     card_data = ModelCardData(
         library_name="transformers",
         license=license,

@@ -1,4 +1,4 @@
-"""The example scripts' shared data loading (examples/example_utils.py: load_raw_datasets and its helpers), from local
+"""The example scripts' shared data loading (examples/data_loading.py: load_raw_datasets and its helpers), from local
 files of every format, the embedded default, and dataset repositories on the loopback Hub (tests/hub_server.py)."""
 
 import json
@@ -14,7 +14,7 @@ from transformers import TrainingArguments
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
-from example_utils import (  # noqa: E402
+from data_loading import (  # noqa: E402
     CORPUS,
     DataArguments,
     check_streaming,
@@ -142,7 +142,7 @@ def test_missing_column_names_the_flag(tmp_path):
 HUB_LOAD = """
 import json, sys
 sys.path.insert(0, {examples!r})
-from example_utils import DataArguments, load_raw_datasets
+from data_loading import DataArguments, load_raw_datasets
 for config, streaming in [("lines", False), ("lines", True), ("docs", False), ("nope", False)]:
     args = DataArguments(dataset_name="tester/corpus", dataset_config_name=config, streaming=streaming)
     try:

@@ -32,7 +32,7 @@ sys.path.insert(0, str(EXAMPLES))
 import run_classification  # noqa: E402
 import run_qa  # noqa: E402
 import run_text_to_text  # noqa: E402
-from example_utils import project_tokenizer  # noqa: E402
+from tokenization import project_tokenizer  # noqa: E402
 
 # A few steps, every step logged, nothing saved but the final model.
 FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",

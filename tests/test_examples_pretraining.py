@@ -18,13 +18,9 @@ sys.path.insert(0, str(EXAMPLES))
 import run_pretraining  # noqa: E402
 import run_t5_pretraining  # noqa: E402
 from conftest import BLOCK_PACKAGE  # noqa: E402
-from example_utils import (  # noqa: E402
-    MaskedLMCollator,
-    mask_example,
-    project_tokenizer,
-    read_documents,
-    word_continuation,
-)
+from data_loading import read_documents  # noqa: E402
+from masking import MaskedLMCollator, mask_example, word_continuation  # noqa: E402
+from tokenization import project_tokenizer  # noqa: E402
 from hub_server import card_metadata_errors  # noqa: E402
 from run_t5_pretraining import (  # noqa: E402
     DataCollatorForT5SpanCorruption,
@@ -472,12 +468,12 @@ def test_eval_only_and_checks_of_training_arguments(tmp_path):
     info = json.loads((tmp_path / "eval" / "training_info.json").read_text())  # a complete folder, card included
     assert info["stages"] == ["eval"] and (tmp_path / "eval" / "README.md").is_file()
     assert (tmp_path / "eval" / "model.safetensors").is_file()
-    from example_utils import check_training_args
+    from run_record import settle_training_args
     from transformers import TrainingArguments
 
     args = TrainingArguments(str(tmp_path), max_steps=20, warmup_steps=40)
     with pytest.warns(UserWarning, match="--warmup_steps 40 reaches --max_steps 20"):
-        check_training_args(args)
+        settle_training_args(args)
     assert args.dataloader_pin_memory is torch.cuda.is_available()
 
 

@@ -1,0 +1,130 @@
+"""The model of an example script: `ModelArguments` (a preset or a checkpoint, attention overrides), the family a
+run belongs to, building or loading the model for a task head (a vanilla transformers checkpoint warm-starts its
+variant function-preservingly), and the length checks that keep the tokenizer and the model agreeing.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hf_attn_variants as hav
+from hf_attn_variants.families import FAMILIES, family_of
+from hf_attn_variants.presets import PRESETS, preset_config
+
+
+@dataclass
+class ModelArguments:
+    """Where the model and tokenizer come from; each script sets its own default `--preset`."""
+
+    preset: str | None = field(default=None, metadata={
+        "help": "A preset from hf_attn_variants.presets, {bert,albert,t5}-{tiny,mini,small,base}-{dot-product, "
+                "talking-heads, synthesizer-dense, synthesizer-random, synthesizer-mixture, single-head-admin (T5: "
+                "single-head)}; the family picks the model class. Ignored with --model_name_or_path."})
+    model_name_or_path: str | None = field(default=None, metadata={
+        "help": "A checkpoint folder to start from: one of ours, or a transformers BERT/ALBERT/T5 one (with "
+                "--attention_type for a function-preserving warm start)."})
+    attention_type: str | None = field(default=None, metadata={
+        "help": "Override the attention: dot_product, talking_heads or synthesizer."})
+    config_overrides: str | None = field(default=None, metadata={
+        "help": "JSON object of config fields, e.g. '{\"synthesizer_components\": [\"dense\", \"random\"]}'."})
+    tokenizer_name: str | None = field(default=None, metadata={
+        "help": "A tokenizer folder or Hub id. Default: the checkpoint's own, or the project's tokenizer of the family "
+                "(WordPiece for BERT/ALBERT, Unigram with sentinels for T5) trained on the run's training text: "
+                "the embedded corpus, or the first 20M characters of the training split of --train_file/"
+                "--dataset_name (of the stream with --streaming); trained once per text (cached by its hash)."})
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary of the project's tokenizer."})
+
+
+def checkpoint_model_type(model_name_or_path: str) -> str:
+    """The `model_type` of a checkpoint folder: one of transformers' BERT/ALBERT/T5 or ours."""
+    config_file = Path(model_name_or_path) / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{model_name_or_path} has no config.json: pass a folder saved with "
+                                "`save_pretrained` (a transformers BERT/ALBERT/T5 or one of ours).")
+    model_type = json.loads(config_file.read_text()).get("model_type")
+    try:
+        family_of(model_type)  # transformers' model types and ours: a vanilla checkpoint warm-starts its variant
+    except ValueError as err:
+        raise ValueError(f"{model_name_or_path}: {err} These scripts take checkpoints of those families.") from None
+    return model_type
+
+
+def run_family(model_name_or_path: str | None, preset: str | None) -> str:
+    """The family name ('bert', 'albert', 't5': a key of `FAMILIES`), from a checkpoint's config.json or a preset."""
+    if model_name_or_path:
+        return family_of(checkpoint_model_type(model_name_or_path)).name
+    if preset not in PRESETS:
+        raise ValueError(f"Unknown preset {preset!r}. Choose one of: {', '.join(PRESETS)}.")
+    return PRESETS[preset].family
+
+
+def parse_config_overrides(text: str | None) -> dict:
+    if not text:
+        return {}
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"--config_overrides must be a JSON object, e.g. '{{\"num_hidden_layers\": 6}}': {err}"
+        ) from None
+    if not isinstance(overrides, dict):
+        raise ValueError("--config_overrides must be a JSON object, e.g. '{\"num_hidden_layers\": 6}'.")
+    return overrides
+
+
+def load_or_build_model(head: str, model_name_or_path: str | None, preset: str | None, tokenizer,
+                        attention_type: str | None = None, config_overrides: dict | None = None, **extra):
+    """The model for task `head` (e.g. "ForMaskedLM"): from a checkpoint (ours, or a transformers BERT/ALBERT/T5 one
+    warm-started as a variant: `attention_type` given, talking heads start as the identity and mixtures as the dot
+    product, so the model starts as the checkpoint), or built from `preset` with the tokenizer's vocabulary.
+    `extra` holds task fields (num_labels, id2label, ...)."""
+    family = run_family(model_name_or_path, preset)
+    model_class = getattr(hav, f"Variant{FAMILIES[family].prefix}{head}")
+    overrides = {**(config_overrides or {}), **extra}
+    if attention_type:
+        overrides["attention_type"] = attention_type
+    if model_name_or_path:
+        vanilla = not checkpoint_model_type(model_name_or_path).startswith("variant_")
+        if vanilla and attention_type:  # function-preserving warm start, unless the user chose otherwise
+            overrides.setdefault("talking_heads_init", "identity")
+            overrides.setdefault("synthesizer_mixture_init", "dot_product")
+        model = model_class.from_pretrained(model_name_or_path, **overrides)
+    else:
+        config = preset_config(preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **overrides)
+        if FAMILIES[family].encoder_decoder:
+            config.eos_token_id = tokenizer.eos_token_id
+            config.decoder_start_token_id = tokenizer.pad_token_id
+        model = model_class(config)
+    if model.config.vocab_size < len(tokenizer):
+        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}: "
+                         "use the checkpoint's own tokenizer (--tokenizer_name) or a smaller --vocab_size.")
+    return model
+
+
+def length_limit(config) -> tuple[int | None, str]:
+    """The longest input the model takes and the field that sets it (None: no limit, T5's relative positions)."""
+    if family_of(config).encoder_decoder:
+        types = {config.attention_type_of(place) for place in ("encoder", "decoder")}
+        if "synthesizer" in types:
+            return config.synthesizer_max_position, "synthesizer_max_position"
+        return None, ""
+    if config.attention_type == "synthesizer" and config.synthesizer_max_position is not None:
+        limit = min(config.synthesizer_max_position, config.max_position_embeddings)
+        field_name = "synthesizer_max_position" if limit < config.max_position_embeddings else "max_position_embeddings"
+        return limit, field_name
+    return config.max_position_embeddings, "max_position_embeddings"
+
+
+def align_tokenizer(tokenizer, config) -> None:
+    """The tokenizer's `model_max_length` set to the longest input the model takes, so that the saved pair agrees
+    (`pipeline(..., truncation=True)` truncates to what the model can read)."""
+    limit, _ = length_limit(config)
+    if limit is not None:
+        tokenizer.model_max_length = limit
+
+
+def check_max_length(config, max_seq_length: int, argument: str = "--max_seq_length") -> None:
+    limit, field = length_limit(config)
+    if limit is not None and max_seq_length > limit:
+        raise ValueError(f"{argument}={max_seq_length} is longer than this model takes ({field}={limit}): pass "
+                         f"{argument} {limit} or less, or build a model with a larger {field}.")

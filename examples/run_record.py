@@ -1,0 +1,248 @@
+"""What a run does and what it leaves behind, shared by every script: the stages (`--do_train`, `--do_eval`,
+`--do_predict` as in transformers' examples), the training arguments settled before anything runs, the stages run
+on a `Trainer` (`run_stages`: train, evaluate each evaluation set, predict each prediction set), and the run's
+record: metrics files, trainer state, `training_info.json`, the model card (README.md) and, with --push_to_hub, the
+push.
+"""
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+from transformers.hf_argparser import string_to_bool
+from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
+
+from data_loading import check_streaming
+from hf_attn_variants.publish import render_card, upload_card
+
+
+DO_FLAGS = ("--do_train", "--do_eval", "--do_predict")
+
+
+def choose_stages(training_args, argv, has_test_data: bool = False) -> None:
+    """--do_train / --do_eval / --do_predict as in transformers' examples, with one default: a command line that
+    names none of them trains and evaluates (and predicts when --test_file is given), so the bare script is the
+    offline quick start. A command line that names some runs exactly those; without --do_eval (and without an
+    explicit --eval_strategy) nothing is evaluated, also not during training. Then `settle_training_args`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    settle_training_args(training_args)
+    flags = argparse.ArgumentParser(add_help=False)
+    for flag in DO_FLAGS:
+        flags.add_argument(flag, type=string_to_bool, nargs="?", const=True, default=None)
+    given = vars(flags.parse_known_args(argv)[0])  # {"do_train": True/False/None, ...}
+    if all(value is None for value in given.values()):
+        training_args.do_train, training_args.do_eval, training_args.do_predict = True, True, has_test_data
+        return
+    training_args.do_train, training_args.do_eval, training_args.do_predict = (
+        bool(given[flag[2:]]) for flag in DO_FLAGS)
+    if not training_args.do_eval and not any(a.split("=")[0] == "--eval_strategy" for a in argv):
+        training_args.eval_strategy = IntervalStrategy.NO
+    if has_test_data and not training_args.do_predict:
+        raise ValueError("--test_file is given but --do_predict is not: add --do_predict, or leave out --test_file.")
+    if not any((training_args.do_train, training_args.do_eval, training_args.do_predict)):
+        raise ValueError("--do_train, --do_eval and --do_predict are all false: nothing to do.")
+
+
+
+def check_pretraining_args(argv, training_args, data_args) -> None:
+    """The stages of a pretraining script (`choose_stages`; pretraining has no prediction step) and its streaming
+    flags, checked before anything runs."""
+    choose_stages(training_args, argv)
+    if training_args.do_predict or data_args.test_file or data_args.max_predict_samples is not None:
+        raise ValueError("Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
+                         "use --do_train and/or --do_eval.")
+    check_streaming(training_args, data_args)
+
+
+def settle_training_args(training_args) -> None:
+    """Settings that make a correct run look broken, or do less than asked: pinned memory without CUDA (a warning
+    at every evaluation) is turned off (this changes `training_args`); warm-up that lasts the whole run gets a
+    warning."""
+    if not torch.cuda.is_available():
+        training_args.dataloader_pin_memory = False
+    warmup = training_args.warmup_steps
+    if training_args.max_steps > 0 and warmup >= 1 and warmup >= training_args.max_steps:
+        warnings.warn(f"--warmup_steps {int(warmup)} reaches --max_steps {training_args.max_steps}: the learning "
+                      "rate never leaves warm-up. Pass a ratio instead, e.g. --warmup_steps 0.1.", stacklevel=2)
+
+
+class StepTimer(TrainerCallback):
+    """Wall-clock seconds of the optimisation steps alone (evaluation and saving excluded)."""
+
+    def __init__(self):
+        self.seconds, self.steps, self._start = 0.0, 0, None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.seconds += time.perf_counter() - self._start
+        self.steps += 1
+
+    @property
+    def seconds_per_step(self) -> float:
+        return self.seconds / max(1, self.steps)
+
+
+def resume_checkpoint(training_args) -> str | None:
+    """`--resume_from_checkpoint PATH`, or `last` for the newest checkpoint in --output_dir; None starts afresh."""
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint == "last":
+        checkpoint = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
+        if checkpoint is None:
+            raise ValueError(f"--resume_from_checkpoint last: {training_args.output_dir} holds no checkpoint-N folder.")
+    elif checkpoint is not None and not Path(checkpoint).is_dir():
+        raise FileNotFoundError(f"--resume_from_checkpoint {checkpoint}: no such folder.")
+    return checkpoint
+
+
+def load_metric(metric_name: str, config_name: str | None = None):
+    """An evaluate module (Hub id or local path), loaded once before training so that a wrong name fails early."""
+    import evaluate
+
+    try:
+        return evaluate.load(metric_name, config_name) if config_name else evaluate.load(metric_name)
+    except Exception as error:  # evaluate raises FileNotFoundError, ConnectionError, ValueError, ...
+        raise ValueError(f"--metric_name {metric_name}: evaluate.load failed ({type(error).__name__}: {error}). "
+                         "Pass a local metric script path, or an evaluate module id reachable from here.") from error
+
+
+@dataclass
+class Evaluation:
+    """One evaluation set: its features, what they are (`split_info`), the metrics' function and the suffix its
+    metric names get (run_glue's "_mm" for mnli's mismatched validation; "" for the main one)."""
+
+    dataset: object
+    info: dict | None
+    compute_metrics: object
+    suffix: str = ""
+
+
+@dataclass
+class Prediction:
+    """One prediction set: its features, what they are, and `write(PredictionOutput, output_dir) -> metrics` that
+    writes the predictions file(s) and returns any metrics to record (e.g. when the test data has labels)."""
+
+    dataset: object
+    info: dict
+    write: object
+    compute_metrics: object = None
+    suffix: str = ""
+
+
+def _size(dataset) -> dict:
+    """{"samples": N} for a dataset with a length (a stream has none)."""
+    try:
+        return {"samples": len(dataset)}
+    except TypeError:
+        return {}
+
+
+def run_stages(trainer, model_args, script: str, task: str, *, train_info: dict | None, evaluations=(),
+               predictions=(), train_metrics=None, **training) -> dict:
+    """The stages of a script, as transformers' examples run them: --do_train (train, resuming with
+    --resume_from_checkpoint; train metrics with `train_metrics()`'s extra ones, e.g. seconds per step; trainer
+    state), --do_eval (each `Evaluation`, its metrics suffixed), --do_predict (each `Prediction`, its files written);
+    then `training_info.json` (`training` holds the task's hyperparameters), the model card (README.md) and with
+    --push_to_hub the push and the same card on the Hub. The model is saved in every run, so the output folder is
+    the checkpoint its card and metrics describe. Returns all metrics."""
+    args = trainer.args
+    results = {}
+    if args.do_train:
+        train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(args))
+        metrics = {**train_result.metrics, **(train_metrics() if train_metrics else {}),
+                   **{f"train_{k}": v for k, v in _size(trainer.train_dataset).items()},
+                   # ZeRO-3 leaves each process an empty placeholder per parameter; ds_numel is its real size
+                   "num_parameters": sum(getattr(p, "ds_numel", p.numel()) for p in trainer.model.parameters())}
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        trainer.save_state()
+        results.update(metrics)
+        training["steps"] = trainer.state.global_step
+    trainer.save_model()  # every run leaves a complete folder: the model it measured, its code, tokenizer and card
+    stages = [("eval", args.do_eval, evaluations), ("predict", args.do_predict, predictions)]
+    for stage, chosen, sets in stages:
+        if chosen:
+            results.update(_measure(trainer, stage, sets))
+    if trainer.is_world_process_zero():  # every run records itself and gets its card, an evaluation-only one too
+        measured = [{"metric_prefix": f"{stage}_", "metric_suffix": s.suffix, **(s.info or {})}
+                    for stage, chosen, sets in stages if chosen for s in sets]
+        done = [name for name, flag in (("train", args.do_train), ("eval", args.do_eval),
+                                        ("predict", args.do_predict)) if flag]
+        write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path,
+                            (train_info or {}) if args.do_train else {}, args, evaluation=measured, stages=done,
+                            **training)
+        write_model_card(args.output_dir, args.hub_model_id)
+    if args.push_to_hub:
+        push_with_card(trainer)
+    return results
+
+
+def _measure(trainer, stage: str, sets) -> dict:
+    """Evaluate (`stage` "eval") or predict ("predict") each set, its metrics suffixed, saved as {stage}_results."""
+    combined = {}
+    for data in sets:
+        trainer.compute_metrics = data.compute_metrics
+        if stage == "eval":
+            metrics = trainer.evaluate(eval_dataset=data.dataset)
+        else:
+            output = trainer.predict(data.dataset, metric_key_prefix="predict")
+            metrics = {**(output.metrics or {}), **(data.write(output, trainer.args.output_dir) or {})}
+        metrics.update({f"{stage}_{k}": v for k, v in _size(data.dataset).items()})
+        metrics = {f"{k}{data.suffix}": v for k, v in metrics.items()}
+        trainer.log_metrics(stage, metrics)
+        combined.update(metrics)
+    trainer.save_metrics(stage, combined)  # save_metrics also merges every stage into all_results.json
+    return combined
+
+
+def write_training_info(output_dir, script: str, task: str, preset: str | None, base_model: str | None,
+                        dataset: dict, training_args, evaluation: list[dict] | None = None,
+                        stages: list[str] | None = None, **training) -> None:
+    """`training_info.json`, read by `hf_attn_variants.publish` for the model card. `dataset` is the training data;
+    `evaluation` says which data each recorded metric comes from: one entry per data set, the metrics named
+    `metric_prefix` + name + `metric_suffix` (e.g. eval_accuracy_mm), with the data's name, source, split and, for
+    a Hub dataset, `hub_id` and config. `stages`: what the run did ("train", "eval", "predict"), when not all
+    of a training run."""
+    info = {
+        "script": f"examples/{Path(script).name}",
+        "task": task,
+        "preset": None if base_model else preset,
+        "base_model": base_model,
+        "dataset": dataset,
+        "training": {
+            "max_steps": training_args.max_steps,
+            "learning_rate": training_args.learning_rate,
+            "per_device_train_batch_size": training_args.per_device_train_batch_size,
+            "seed": training_args.seed,
+            **training,
+        },
+    }
+    if evaluation is not None:
+        info["evaluation"] = evaluation
+    if stages is not None:
+        info["stages"] = stages
+    Path(output_dir).mkdir(parents=True, exist_ok=True)
+    (Path(output_dir) / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def write_model_card(output_dir, repo_id: str | None = None, revision: str | None = None) -> Path:
+    """README.md in `output_dir`: the card `hf_attn_variants.publish.render_card` makes of the folder, addressed to
+    `repo_id` (default: the folder itself, which loads as it is) without a pinned revision until it is pushed."""
+    path = Path(output_dir) / "README.md"
+    render_card(output_dir, repo_id or str(output_dir), revision).save(path)
+    return path
+
+
+def push_with_card(trainer) -> None:
+    """Trainer's push, then our card in place of Trainer's default README, on the Hub and in the output folder."""
+    trainer.push_to_hub()
+    if trainer.is_world_process_zero():
+        published = upload_card(trainer.args.output_dir, trainer.hub_model_id, token=trainer.args.hub_token)
+        write_model_card(trainer.args.output_dir, trainer.hub_model_id, published.model_commit)
