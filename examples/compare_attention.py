@@ -6,7 +6,8 @@ product, talking heads, Synthesizer dense / random / mixture and the deep single
 
 Prints a table (final eval MLM loss, perplexity, parameters, seconds per training step) and writes `results.md`,
 `results.json` and `eval_loss.png` (eval curves) into --output_dir. Any other argument goes to
-examples/run_pretraining.py unchanged (e.g. --learning_rate 1e-3 --bf16).
+examples/run_pretraining.py unchanged (e.g. --learning_rate 1e-3 --bf16). `run_setup` and `write_results` are what
+examples/single_head_admin.py runs its comparison with.
 """
 
 import json
@@ -16,11 +17,13 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from hf_attn_variants.presets import PRESETS
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_pretraining  # noqa: E402
 
-ATTENTION = ["dot-product", "talking-heads", "synthesizer-dense", "synthesizer-random", "synthesizer-mixture",
-             "single-head-admin"]
+# the attention setups of the presets: what follows "{family}-{size}-" in a preset name (one table: presets.ATTENTION)
+ATTENTION = list(dict.fromkeys(p.attention for p in PRESETS.values() if p.family == "bert"))
 
 
 @dataclass
@@ -43,33 +46,30 @@ def curve(output_dir: Path) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
-def main(argv=None) -> list[dict]:
-    args, passthrough = HfArgumentParser(CompareArguments).parse_known_args(argv)
-    setups = [a for a in args.attention.split(",") if a]
-    unknown = sorted(set(setups) - set(ATTENTION))
-    if unknown:
-        raise ValueError(f"Unknown attention setup(s) {unknown}: choose from {', '.join(ATTENTION)}.")
-    out = Path(args.output_dir)
-    rows = []
-    for attention in setups:
-        preset = f"{args.family}-{args.size}-{attention}"
-        run_dir = out / preset
-        metrics = run_pretraining.main([
-            "--preset", preset, "--output_dir", str(run_dir), "--max_steps", str(args.max_steps),
-            "--eval_steps", str(args.eval_steps), "--max_seq_length", str(args.max_seq_length),
-            "--per_device_train_batch_size", str(args.per_device_train_batch_size),
-            "--learning_rate", str(args.learning_rate), "--seed", str(args.seed),
-            "--warmup_steps", str(max(1, args.max_steps // 10)), "--save_strategy", "no", *passthrough,
-        ])
-        rows.append({"attention": attention, "preset": preset, "eval_mlm_loss": metrics["eval_mlm_loss"],
-                     "perplexity": metrics["eval_perplexity"], "parameters": metrics["num_parameters"],
-                     "seconds_per_step": metrics["train_seconds_per_step"], "curve": curve(run_dir)})
-    lines = ["| attention | preset | eval MLM loss | perplexity | parameters | s/step |",
-             "|---|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['attention']} | `{r['preset']}` | {r['eval_mlm_loss']:.3f} | {r['perplexity']:.1f} | "
+def run_setup(name: str, preset: str, folder: str, args, flags: list[str]) -> dict:
+    """One run of examples/run_pretraining.py into `args.output_dir`/`folder`, with the settings every run of a
+    comparison shares (`args`: steps, evaluation, length, batch, learning rate, seed) and its own `flags`."""
+    run_dir = Path(args.output_dir) / folder
+    metrics = run_pretraining.main([
+        "--preset", preset, "--output_dir", str(run_dir), "--max_steps", str(args.max_steps),
+        "--eval_steps", str(args.eval_steps), "--max_seq_length", str(args.max_seq_length),
+        "--per_device_train_batch_size", str(args.per_device_train_batch_size),
+        "--learning_rate", str(args.learning_rate), "--seed", str(args.seed),
+        "--warmup_steps", str(max(1, args.max_steps // 10)), "--save_strategy", "no", *flags,
+    ])
+    return {"name": name, "preset": preset, "eval_mlm_loss": metrics["eval_mlm_loss"],
+            "perplexity": metrics["eval_perplexity"], "parameters": metrics["num_parameters"],
+            "seconds_per_step": metrics["train_seconds_per_step"], "curve": curve(run_dir)}
+
+
+def write_results(rows: list[dict], out: Path, title: str) -> None:
+    """`results.md` (printed too), `results.json` and `eval_loss.png` (the eval curves, with matplotlib)."""
+    lines = ["| run | preset | eval MLM loss | perplexity | parameters | s/step |", "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {r['name']} | `{r['preset']}` | {r['eval_mlm_loss']:.3f} | {r['perplexity']:.1f} | "
               f"{r['parameters'] / 1e6:.2f}M | {r['seconds_per_step']:.3f} |" for r in rows]
     table = "\n".join(lines)
     print(table)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text(table + "\n")
     (out / "results.json").write_text(json.dumps(rows, indent=2) + "\n")
     try:
@@ -79,18 +79,30 @@ def main(argv=None) -> list[dict]:
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed (pip install -e '.[examples]'): no eval_loss.png")
-        return rows
+        return
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for r in rows:
         steps, losses = zip(*r["curve"])
-        ax.plot(steps, losses, marker=".", label=r["attention"])
+        ax.plot(steps, losses, marker=".", label=r["name"])
     ax.set_xlabel("training step")
     ax.set_ylabel("eval masked-LM loss")
-    ax.set_title(f"{args.family}-{args.size}: same data, steps, schedule and seed")
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "eval_loss.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> list[dict]:
+    args, passthrough = HfArgumentParser(CompareArguments).parse_known_args(argv)
+    setups = [a for a in args.attention.split(",") if a]
+    unknown = sorted(set(setups) - set(ATTENTION))
+    if unknown:
+        raise ValueError(f"Unknown attention setup(s) {unknown}: choose from {', '.join(ATTENTION)}.")
+    presets = [f"{args.family}-{args.size}-{attention}" for attention in setups]
+    rows = [run_setup(attention, preset, preset, args, passthrough) for attention, preset in zip(setups, presets)]
+    write_results(rows, Path(args.output_dir), f"{args.family}-{args.size}: same data, steps, schedule and seed")
     return rows
 
 
