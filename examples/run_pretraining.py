@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from hf_attn_variants.admin import AdminProfilingCallback
+from hf_attn_variants.admin import ADMIN_INIT_METHODS, AdminInitCallback
 from hf_attn_variants.families import FAMILIES
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -88,9 +88,6 @@ class PretrainingDataArguments(DataArguments):
     sentence_objective: str = field(default="none", metadata={
         "help": "none (masked LM only), nsp (BERT's next-sentence prediction) or sop (ALBERT's sentence-order "
                 "prediction); nsp/sop train the ForPreTraining head."})
-
-
-ADMIN_INITS = ("profile", "closed_form")
 
 
 @dataclass
@@ -250,8 +247,8 @@ def admin_init_for(model_args, training_args, config, family: str) -> str | None
     not (no Admin residuals, no training, or the omegas come with a checkpoint: a loaded model's, or a resumed
     run's, which Trainer loads before the callback would run). A choice that cannot apply is an error."""
     choice = model_args.admin_init
-    if choice is not None and choice not in ADMIN_INITS:
-        raise ValueError(f"--admin_init must be one of {', '.join(ADMIN_INITS)}, got {choice!r}.")
+    if choice is not None and choice not in ADMIN_INIT_METHODS:
+        raise ValueError(f"--admin_init must be one of {', '.join(ADMIN_INIT_METHODS)}, got {choice!r}.")
     shared = FAMILIES[family].shares_layers
     admin = getattr(config, "admin", False)
     if choice is None:
@@ -366,7 +363,7 @@ def main(argv=None) -> dict:
     callbacks = [EpochCallback(collator), timer]
     profiler = None
     if admin_init is not None:
-        profiler = AdminProfilingCallback(method=admin_init)
+        profiler = AdminInitCallback(method=admin_init)
         callbacks.append(profiler)
 
     training_args.remove_unused_columns = False  # the collator needs every field; the model takes them all

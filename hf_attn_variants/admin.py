@@ -5,7 +5,7 @@
   under data parallelism the statistics are combined over the ranks, so every rank sets the same omegas.
 - `admin_closed_form(model)`: admin-torch's O(log N) alternative, omega = sqrt((N+1)/ln(N+1) - 1) for the N
   residuals that carry an omega.
-- `AdminProfilingCallback`: either one, from a `Trainer`, before the first step.
+- `AdminInitCallback`: either one, from a `Trainer`, before the first step.
 Both need a model built with `admin=True` (BERT and ALBERT: Post-LN). omega is a parameter, saved with the weights.
 Deep single-head twins live beside the presets (`hf_attn_variants.presets.single_head_twin`); the export of an Admin
 model to plain transformers is a conversion (`hf_attn_variants.convert.export_to_transformers`).
@@ -129,16 +129,19 @@ def admin_closed_form(model: VariantPreTrainedModel) -> float:
     return omega
 
 
-class AdminProfilingCallback(TrainerCallback):
+ADMIN_INIT_METHODS = ("profile", "closed_form")  # how `AdminInitCallback` sets the omegas
+
+
+class AdminInitCallback(TrainerCallback):
     """A `transformers.TrainerCallback` that sets Admin's omegas before the first step.
 
     `method="profile"` runs `admin_profile` on the first training batch (labels removed); `"closed_form"` uses
-    `admin_closed_form` (shared ALBERT layers need it). Pass it as `Trainer(..., callbacks=[AdminProfilingCallback()])`.
+    `admin_closed_form` (shared ALBERT layers need it). Pass it as `Trainer(..., callbacks=[AdminInitCallback()])`.
     """
 
     def __init__(self, method: str = "profile"):
-        if method not in ("profile", "closed_form"):
-            raise ValueError(f"`method`={method!r}; allowed: 'profile', 'closed_form'.")
+        if method not in ADMIN_INIT_METHODS:
+            raise ValueError(f"`method`={method!r}; allowed: {', '.join(map(repr, ADMIN_INIT_METHODS))}.")
         self.method = method
         self.omegas = None
 
@@ -151,3 +154,7 @@ class AdminProfilingCallback(TrainerCallback):
         batch = {k: v.to(device) for k, v in batch.items() if k not in ("labels", "next_sentence_label",
                                                                           "sentence_order_label")}
         self.omegas = admin_profile(model, batch)
+
+
+# The name this callback had when it only profiled; kept so that code written for it still runs.
+AdminProfilingCallback = AdminInitCallback

@@ -1,4 +1,4 @@
-"""Admin residuals and deep single-head twins (issue 8, first part): BERT and ALBERT are Post-LN, T5 refuses."""
+"""Admin residuals and deep single-head twins: BERT and ALBERT are Post-LN, T5 refuses."""
 
 import json
 import math
@@ -98,7 +98,7 @@ class Data(torch.utils.data.Dataset):
 
 torch.manual_seed(0)
 model = hav.VariantBertForMaskedLM(hav.VariantBertConfig(**json.loads(sys.argv[2])))
-callback = admin.AdminProfilingCallback()
+callback = admin.AdminInitCallback()
 args = TrainingArguments(output_dir=sys.argv[1], max_steps=1, per_device_train_batch_size=4, learning_rate=0.0,
                          report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True, ddp_backend="gloo")
 Trainer(model=model, args=args, train_dataset=Data(), callbacks=[callback]).train()
@@ -110,7 +110,7 @@ with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
 
 
 def test_profiling_under_data_parallelism_gives_every_rank_the_global_batch_omegas(tmp_path):
-    """torchrun, 2 CPU processes, Trainer + AdminProfilingCallback: each rank profiles its own first batch, and both
+    """torchrun, 2 CPU processes, Trainer + AdminInitCallback: each rank profiles its own first batch, and both
     end with the same omegas, equal to profiling the two batches together in one process."""
     torchrun = Path(sys.executable).parent / "torchrun"
     if not torchrun.exists():
@@ -297,11 +297,11 @@ def test_export_refuses_what_transformers_cannot_represent(tmp_path):
 def test_trainer_callback_profiles_before_the_first_step(tmp_path):
     from transformers import Trainer, TrainingArguments
 
-    from hf_attn_variants.admin import AdminProfilingCallback
+    from hf_attn_variants.admin import AdminInitCallback
     from test_trainer import _Batches
 
     model = build("VariantBertForMaskedLM", "talking_heads", admin=True)
-    callback = AdminProfilingCallback()
+    callback = AdminInitCallback()
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, report_to=[],
                              save_strategy="no", use_cpu=True, disable_tqdm=True, learning_rate=1e-3)
     Trainer(model=model, args=args, train_dataset=_Batches(), callbacks=[callback]).train()

@@ -1,7 +1,7 @@
 """Independent references: each paper's formulas transcribed directly, as float64 einsums over weights read from the
 model, against a BERT attention layer computed by the model (eager and SDPA implementations, padding and causal masks).
 
-The transcriptions follow the papers and DESIGN.md, not our code paths: talking heads materialise the full per-pair
+The transcriptions follow the papers, not our code paths: talking heads materialise the full per-pair
 maps `P_l + D_x(x_i) + D_m(m_j)` (our code never does), mask after the pre-softmax map; the factorized dense
 Synthesizer tiles with `repeat_interleave` / `repeat`; the mixture weights are `alpha = w + (1 - sum(w)) / C`;
 general bilinear attention contracts the full-width query heads with the memory itself.
@@ -50,7 +50,7 @@ def _dynamic(x, weight, rows, cols):
 
 
 def reference_talking_heads(layer, p, x, mask):
-    """Shazeer et al. (2020), eqs. of DESIGN 2: L = sum_k J (P_l + D_x + D_m); + mask; softmax; U = sum_h W (P_w + ...)."""
+    """Shazeer et al. (2020), talking heads with dynamic maps: L = sum_k J (P_l + D_x + D_m); + mask; softmax; U = sum_h W (P_w + ...)."""
     cfg = layer.core.spec
     h_k, h, h_v = cfg.num_key_heads, cfg.num_heads, cfg.num_value_heads
     b, n = x.shape[:2]
