@@ -21,9 +21,6 @@ read from the source tree in an editable install).
 import inspect
 import json
 import os
-import subprocess
-import sys
-import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +31,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from .convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
 from .families import FAMILIES, family_of
+from .isolation import run_isolated
 
 CARD_DIR = Path(__file__).parent / "model_cards"
 RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "training_info.json")
@@ -365,16 +363,6 @@ if bad:
 print(json.dumps({{"class": type(model).__name__, "auto_class": auto, "outputs": shapes}}))
 """
 
-_BLOCK_PACKAGE = """
-import sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] == 'hf_attn_variants':
-            raise ModuleNotFoundError(name)
-sys.meta_path.insert(0, Block())
-"""
-
-
 def check_loads(folder, timeout: float = 600) -> dict:
     """Load the checkpoint in `folder` the way a Hub user will: in a fresh interpreter where `hf_attn_variants`
     cannot be imported, through the Auto class its `auto_map` names, with `trust_remote_code=True`; every weight
@@ -384,12 +372,8 @@ def check_loads(folder, timeout: float = 600) -> dict:
     """
     helpers = "\n".join(textwrap.dedent(inspect.getsource(f)) for f in (checkpoint_shapes, weights_report,
                                                                          probe_inputs))
-    script = _BLOCK_PACKAGE + _CHECK_SCRIPT.format(helpers=helpers)
-    with tempfile.TemporaryDirectory() as modules:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=modules)
-        proc = subprocess.run([sys.executable, "-I", "-c", script, str(Path(folder).resolve())], env=env,
-                              cwd=modules, capture_output=True, text=True, timeout=timeout)
+    proc = run_isolated(_CHECK_SCRIPT.format(helpers=helpers), [Path(folder).resolve()],
+                        env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{folder} does not load with trust_remote_code=True where hf_attn_variants is not "
                            f"installed:\n{proc.stderr[-3000:]}")

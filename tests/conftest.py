@@ -71,17 +71,6 @@ def run_with_hub(hub, home, command: list[str], timeout: int = 600) -> subproces
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
 
-# Prologue of a script run in an interpreter that must not import this package (remote code only): a meta-path
-# finder refuses `hf_attn_variants` however it is installed.
-BLOCK_PACKAGE = (
-    "import sys\n"
-    "class Block:\n"
-    "    def find_spec(self, name, path=None, target=None):\n"
-    "        if name.split('.')[0] == 'hf_attn_variants':\n"
-    "            raise ModuleNotFoundError(name)\n"
-    "sys.meta_path.insert(0, Block())\n"
-)
-
 # Tolerance for outputs of two computations that share their weights (a model and its reloaded copy, two model
 # instances): which GEMM kernel a CPU runs can depend on memory alignment, so such outputs may differ in the last bits
 # (1.4e-9 seen on AMD EPYC). Weights themselves are compared bitwise. One wrong weight moves outputs far beyond this:

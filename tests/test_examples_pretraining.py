@@ -17,11 +17,12 @@ sys.path.insert(0, str(EXAMPLES))
 
 import run_pretraining  # noqa: E402
 import run_t5_pretraining  # noqa: E402
-from conftest import BLOCK_PACKAGE  # noqa: E402
 from data_loading import read_documents  # noqa: E402
 from masking import MaskedLMCollator, mask_example, word_continuation  # noqa: E402
 from tokenization import project_tokenizer  # noqa: E402
 from hub_server import card_metadata_errors  # noqa: E402
+
+from hf_attn_variants.isolation import run_isolated  # noqa: E402
 from run_t5_pretraining import (  # noqa: E402
     DataCollatorForT5SpanCorruption,
     corrupted_lengths,
@@ -46,12 +47,9 @@ def assert_learns(output_dir) -> None:
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.3, losses
 
 
-def run_isolated(script: str) -> str:
+def load_isolated(script: str) -> str:
     """Run `script` in an interpreter that cannot import hf_attn_variants (remote code only); return its stdout."""
-    code = BLOCK_PACKAGE + script
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
-    proc = subprocess.run([sys.executable, "-I", "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    proc = run_isolated(script)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
 
@@ -75,7 +73,7 @@ def test_masked_lm_pretraining_learns_and_reloads_as_remote_code(tmp_path):
     card = (out / "README.md").read_text()
     assert f"| {metrics['eval_perplexity']:.4g} | {measured['name']}, split validation: 5% of the train" in card
     assert json.loads((out / "all_results.json").read_text())["eval_perplexity"] == metrics["eval_perplexity"]
-    stdout = run_isolated(
+    stdout = load_isolated(
         "from transformers import AutoModelForMaskedLM, pipeline\n"
         f"model = AutoModelForMaskedLM.from_pretrained({str(out)!r}, trust_remote_code=True)\n"
         "assert type(model).__module__.startswith('transformers_modules'), type(model).__module__\n"
@@ -204,7 +202,7 @@ def test_t5_span_corruption_pretraining_learns_and_reloads(tmp_path):
     assert_learns(tmp_path)
     assert metrics["eval_perplexity"] == pytest.approx(math.exp(metrics["eval_target_loss"]), rel=1e-6)
     assert 0 <= metrics["eval_target_token_accuracy"] <= 1
-    stdout = run_isolated(
+    stdout = load_isolated(
         "import torch\n"
         "from transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n"
         f"model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path)!r}, trust_remote_code=True)\n"

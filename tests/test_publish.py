@@ -13,7 +13,9 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from conftest import BLOCK_PACKAGE, build
+from conftest import build
+
+from hf_attn_variants.isolation import run_isolated
 from hub_server import card_metadata_errors
 from hf_attn_variants.presets import PRESETS, preset_config
 from hf_attn_variants.publish import _load_yaml, attention_setups, is_published, publish, render_card
@@ -78,7 +80,7 @@ PUSH = textwrap.dedent(
 )
 
 # Runs with the package blocked: pulls each repository at its pinned revision and runs it.
-PULL = BLOCK_PACKAGE + textwrap.dedent(
+PULL = textwrap.dedent(
     """
     import json, torch, transformers
     expected = torch.load(sys.argv[1])
@@ -146,7 +148,9 @@ def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_
     # pull both at their pinned revisions where the package cannot be imported: identical outputs
     jobs = [["tester/trainer-path", trainer_commit, str(tmp_path / "a.pt")],
             ["tester/cli-path", cli_commit, str(tmp_path / "b.pt")]]
-    _run(hub, tmp_path, PULL, tmp_path / "expected.pt", json.dumps(jobs))
+    proc = run_isolated(PULL, [tmp_path / "expected.pt", json.dumps(jobs)], env=hub.env(tmp_path / "hf_home"),
+                        cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
     expected = torch.load(tmp_path / "expected.pt")["logits"]
     for _, _, path in jobs:
         torch.testing.assert_close(torch.load(path), expected, atol=1e-6, rtol=1e-6)

@@ -2,8 +2,6 @@
 
 import ast
 import json
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -12,7 +10,9 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import BLOCK_PACKAGE, HEADS, T5_HEADS, VARIANTS, build, family, head_inputs
+from conftest import HEADS, T5_HEADS, VARIANTS, build, family, head_inputs
+
+from hf_attn_variants.isolation import run_isolated
 
 PACKAGE = Path(hav.__file__).parent
 REMOTE_FILES = {  # what a saved checkpoint of each family carries
@@ -68,21 +68,10 @@ LOADER = textwrap.dedent(
 
 
 def _run_isolated(tmp_path, jobs, python=sys.executable, loader=LOADER):
-    """Run `loader` over `jobs` in a fresh `python` (another virtual environment's, for the compatibility check)."""
+    """Run `loader` over `jobs` where the package cannot be imported, in a fresh `python` (another virtual
+    environment's, for the compatibility check)."""
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    (tmp_path / "loader.py").write_text(loader)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_HUB_OFFLINE"] = "1"
-    env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
-    # -I: no cwd, PYTHONPATH or user site on sys.path; and a finder that refuses the package however it is installed
-    code = (
-        BLOCK_PACKAGE
-        + f"sys.argv = ['loader', {str(tmp_path / 'jobs.json')!r}]\n"
-        f"exec(open({str(tmp_path / 'loader.py')!r}).read())\n"
-    )
-    proc = subprocess.run(
-        [python, "-I", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
+    proc = run_isolated(loader, [tmp_path / "jobs.json"], python=python, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert f"loaded {len(jobs)}" in proc.stdout
 
@@ -165,3 +154,11 @@ def test_remote_files_import_only_stdlib_torch_transformers_and_siblings(name):
             else:  # only `from .sibling import X`: remote code copies single-dot sibling modules
                 assert node.level == 1 and node.module, f"{name}: relative import must be `from .sibling import`"
                 assert f"{node.module}.py" in SCANNED, f"{name}: imports {node.module}, which is not remote code"
+
+
+def test_the_isolated_harness_cannot_import_the_package():
+    """Non-vacuity of every isolated load: inside the harness the package is refused, though it is installed here;
+    torch and transformers import."""
+    proc = run_isolated("import torch, transformers\nprint('third-party ok')\nimport hf_attn_variants")
+    assert "third-party ok" in proc.stdout
+    assert proc.returncode != 0 and "ModuleNotFoundError: hf_attn_variants is blocked" in proc.stderr
