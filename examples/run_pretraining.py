@@ -62,7 +62,13 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
-from run_record import Evaluation, StepTimer, check_pretraining_args, run_stages  # noqa: E402
+from run_record import (  # noqa: E402
+    Evaluation,
+    StepTimer,
+    check_pretraining_args,
+    device_defaults,
+    run_stages,
+)
 from tokenization import encode_texts, load_tokenizer, token_blocks  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -323,7 +329,7 @@ def training_sets(raw, tokenizer, column, data_args, training_args):
 
 def main(argv=None) -> dict:
     parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
-    parser.set_defaults(**DEFAULTS)
+    parser.set_defaults(**DEFAULTS, **device_defaults())
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.

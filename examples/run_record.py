@@ -50,6 +50,16 @@ def choose_stages(training_args, argv, has_test_data: bool = False) -> None:
 
 
 
+def device_defaults() -> dict:
+    """`TrainingArguments` defaults for this machine, set before parsing (so the command line still wins): with no
+    accelerator (CUDA, MPS, XPU, ...), `use_cpu=True`. Without it transformers sees no device to train on: under
+    torchrun or accelerate launch each process trains alone into the same folder instead of data-parallel, and
+    --bf16 is refused; with it the processes train data-parallel over gloo and --bf16 runs on the CPU."""
+    accelerator = getattr(torch, "accelerator", None)
+    available = accelerator.is_available() if hasattr(accelerator, "is_available") else torch.cuda.is_available()
+    return {} if available else {"use_cpu": True}
+
+
 def check_pretraining_args(argv, training_args, data_args) -> None:
     """The stages of a pretraining script (`choose_stages`; pretraining has no prediction step) and its streaming
     flags, checked before anything runs."""

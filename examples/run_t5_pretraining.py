@@ -52,7 +52,13 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
-from run_record import Evaluation, StepTimer, check_pretraining_args, run_stages  # noqa: E402
+from run_record import (  # noqa: E402
+    Evaluation,
+    StepTimer,
+    check_pretraining_args,
+    device_defaults,
+    run_stages,
+)
 from tokenization import load_tokenizer, token_blocks  # noqa: E402
 
 logger = logging.getLogger(__name__)
@@ -206,7 +212,7 @@ def reduce_logits(logits, labels):
 
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments))
-    parser.set_defaults(**DEFAULTS)
+    parser.set_defaults(**DEFAULTS, **device_defaults())
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     check_pretraining_args(argv, training_args, data_args)

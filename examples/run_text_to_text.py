@@ -51,7 +51,14 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
-from run_record import Evaluation, Prediction, choose_stages, load_metric, run_stages  # noqa: E402
+from run_record import (  # noqa: E402
+    Evaluation,
+    Prediction,
+    choose_stages,
+    device_defaults,
+    load_metric,
+    run_stages,
+)
 from tokenization import load_tokenizer  # noqa: E402
 from run_classification import RT_POLARITY, RT_POLARITY_INFO, require_columns  # noqa: E402
 
@@ -130,7 +137,7 @@ class KeepGenerationConfig(TrainerCallback):
 
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, TextToTextDataArguments, Seq2SeqTrainingArguments))
-    parser.set_defaults(**DEFAULTS)
+    parser.set_defaults(**DEFAULTS, **device_defaults())
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
