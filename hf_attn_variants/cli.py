@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="; ".join(f"{name}: {ATTENTION_REGISTRY[name].warm_start_help}"
                                         for name in FUNCTION_PRESERVING)
                          + f" (default {defaults['attention_type'].default})")
-    convert.add_argument("--synthesizer-components", nargs="+", default=list(defaults["synthesizer_components"].default),
+    convert.add_argument("--synthesizer-components", nargs="+",
+                         default=list(defaults["synthesizer_components"].default),
                          help="mixture components of a synthesizer (must include dot_product)")
     convert.add_argument("--architecture", help="transformers class to convert, e.g. BertForMaskedLM "
                                                 "(default: config.json's architectures)")

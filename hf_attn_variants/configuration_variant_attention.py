@@ -293,8 +293,8 @@ def _resolve_synthesizer(config, common: dict) -> dict:
         raise ValueError(f"`synthesizer_components`={list(components)} names a component twice.")
     if components == ("dot_product",):
         raise ValueError(
-            "`synthesizer_components`=['dot_product'] is plain attention: use `attention_type`='dot_product', "
-            "or add a synthetic component to mix with it."
+            f"`synthesizer_components`=['dot_product'] is plain attention: use `attention_type`="
+            f"{BASELINE_ATTENTION!r}, or add a synthetic component to mix with it."
         )
     max_position = _field(config, "synthesizer_max_position") or config.max_position_embeddings
     mixture_init = _field(config, "synthesizer_mixture_init")
@@ -329,8 +329,8 @@ def _resolve_general_bilinear(config, common: dict) -> dict:
     alias = "attention_head_size" in getattr(config, "attribute_map", {})  # T5: another name of d_kv, always set
     if head_size is not None and head_size != config.hidden_size and not alias:
         raise ValueError(
-            f"`attention_type`={common['attention_type']!r} has heads of the full width ({config.hidden_size}): the memory "
-            f"itself is the keys and values. Unset `attention_head_size` (got {head_size})."
+            f"`attention_type`={common['attention_type']!r} has heads of the full width ({config.hidden_size}): the "
+            f"memory itself is the keys and values. Unset `attention_head_size` (got {head_size})."
         )
     d = config.hidden_size
     return dict(num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=d,
