@@ -18,7 +18,7 @@ minimum, the cost without interference, is far more repeatable). Measured per ro
   `last_hidden_state.float().pow(2).mean()`, gradients cleared between runs.
 - saved: bytes of the tensors autograd saves for backward in one train-mode forward, found with
   `torch.autograd.graph.saved_tensors_hooks`, each storage counted once, parameters and buffers left out. For
-  `talking_heads_recompute` this counts what `torch.utils.checkpoint` keeps (the inputs of the attention core)
+  `talking-heads-recompute` this counts what `torch.utils.checkpoint` keeps (the inputs of the attention core)
   and not the intermediates it recomputes in backward, which is the memory actually held.
 
 Ratios are against `eager` (transformers' BertModel or AlbertModel with eager attention: the 1.00 reference) and
@@ -51,28 +51,27 @@ import transformers
 from transformers import AlbertConfig, AlbertModel, BertConfig, BertModel
 from transformers.utils import is_flash_attn_2_available
 
-# name -> (whose model, config kwargs). "transformers" is BertModel/AlbertModel, "ours" the variant model.
+from hf_attn_variants.presets import ATTENTION
+
+# setup -> config kwargs: the presets' setup of every registered attention type (ATTENTION_REGISTRY), by preset
+# suffix; the single-head twins are bench_single_head.py's
+SETUPS = {name: fields for name, (fields, _) in ATTENTION.items() if "attention_type" in fields}
+# name -> (whose model, config kwargs). "transformers" is BertModel/AlbertModel (eager: the 1.00 reference), "ours"
+# the variant model (SDPA where it can use it, as by default): every setup, then variants of two of them.
 ROWS = {
     "eager": ("transformers", {"attn_implementation": "eager"}),
     "sdpa": ("transformers", {"attn_implementation": "sdpa"}),
-    "dot_product": ("ours", {"attention_type": "dot_product", "attn_implementation": "sdpa"}),
-    "talking_heads": ("ours", {"attention_type": "talking_heads", "talking_heads_init": "paper"}),
-    "talking_heads_recompute": ("ours", {"attention_type": "talking_heads", "attention_recompute": True}),
-    "talking_heads_dynamic": (
-        "ours", {"attention_type": "talking_heads", "talking_heads_dynamic": ["x2l", "m2l", "x2w", "m2w"]},
+    **{name: ("ours", fields) for name, fields in SETUPS.items()},
+    "talking-heads-recompute": ("ours", {**SETUPS["talking-heads"], "attention_recompute": True}),
+    "talking-heads-dynamic": (
+        "ours", {**SETUPS["talking-heads"], "talking_heads_dynamic": ["x2l", "m2l", "x2w", "m2w"]},
     ),
-    "synth_dense": ("ours", {"attention_type": "synthesizer", "synthesizer_components": ["dense"]}),
-    "synth_random": ("ours", {"attention_type": "synthesizer", "synthesizer_components": ["random"]}),
-    "synth_factorized_random": (
-        "ours", {"attention_type": "synthesizer", "synthesizer_components": ["factorized_random"]},
+    "synthesizer-factorized-random": (
+        "ours", {**SETUPS["synthesizer-random"], "synthesizer_components": ["factorized_random"]},
     ),
-    "synth_factorized_dense": (
-        "ours", {"attention_type": "synthesizer", "synthesizer_components": ["factorized_dense"]},
+    "synthesizer-factorized-dense": (
+        "ours", {**SETUPS["synthesizer-dense"], "synthesizer_components": ["factorized_dense"]},
     ),
-    "synth_mixture": (
-        "ours", {"attention_type": "synthesizer", "synthesizer_components": ["dot_product", "random"]},
-    ),
-    "general_bilinear": ("ours", {"attention_type": "general_bilinear"}),
 }
 REFERENCES = ("eager", "sdpa")
 FLASH = ("transformers", {"attn_implementation": "flash_attention_2"})  # joins on a GPU where flash-attn is installed

@@ -37,19 +37,13 @@ from transformers import T5Config, T5ForConditionalGeneration
 from transformers.utils import is_flash_attn_2_available
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import DTYPES, Clock  # noqa: E402
+from bench_attention import DTYPES, SETUPS, Clock  # noqa: E402
 
+# name -> (whose model, config kwargs): transformers' T5 (eager, sdpa), then every attention setup (bench_attention)
 ROWS = {
     "eager": ("transformers", {"attn_implementation": "eager"}),
     "sdpa": ("transformers", {"attn_implementation": "sdpa"}),
-    "dot_product": ("ours", {"attention_type": "dot_product"}),
-    "talking_heads": ("ours", {"attention_type": "talking_heads"}),
-    "synth_dense": ("ours", {"attention_type": "synthesizer", "synthesizer_components": ["dense"]}),
-    "synth_random": ("ours", {"attention_type": "synthesizer", "synthesizer_components": ["random"]}),
-    "synth_mixture": (
-        "ours", {"attention_type": "synthesizer", "synthesizer_components": ["dot_product", "random"]},
-    ),
-    "general_bilinear": ("ours", {"attention_type": "general_bilinear"}),
+    **{name: ("ours", fields) for name, fields in SETUPS.items()},
 }
 
 

@@ -8,10 +8,13 @@ works in-process without `trust_remote_code`; saved checkpoints carry their code
 import transformers
 
 from .configuration_variant_attention import (  # first: the transformers version check
+    ATTENTION_REGISTRY,
     ATTENTION_TYPES,
     SYNTHESIZER_COMPONENTS,
     AttentionSpec,
+    AttentionType,
     VariantAttentionFields,
+    describe_attention_types,
     resolve_attention,
 )
 from .attention_variants import (
@@ -77,7 +80,10 @@ _register(VariantT5Config, modeling_variant_t5)
 
 __all__ = [
     "ATTENTION_CLASSES",
+    "ATTENTION_REGISTRY",
     "ATTENTION_TYPES",
+    "AttentionType",
+    "describe_attention_types",
     "DotProductAttention",
     "GeneralBilinearAttention",
     "SynthesizerAttention",

@@ -33,7 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from .configuration_variant_attention import AttentionSpec
+from .configuration_variant_attention import ATTENTION_TYPES, AttentionSpec
 
 # synthesizer components that fold into one SDPA call (see synthesizer_sdpa)
 _SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
@@ -546,6 +546,9 @@ ATTENTION_CLASSES: dict[str, type[VariantAttentionCore]] = {
     "synthesizer": SynthesizerAttention,
     "general_bilinear": GeneralBilinearAttention,
 }
+if tuple(ATTENTION_CLASSES) != ATTENTION_TYPES:  # every registered attention type has its class, in the same order
+    raise ImportError(f"ATTENTION_CLASSES {tuple(ATTENTION_CLASSES)} do not match the attention types of "
+                      f"configuration_variant_attention.ATTENTION_REGISTRY {ATTENTION_TYPES}.")
 
 
 def attention_core(spec: AttentionSpec) -> VariantAttentionCore:

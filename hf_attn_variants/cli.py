@@ -1,14 +1,20 @@
 """The `hf-attn-variants` command: publish, convert and export checkpoints. Package-only.
 
     hf-attn-variants publish out/bert-mini-talking-heads me/bert-mini-talking-heads --private
-    hf-attn-variants convert path/to/bert-checkpoint bert-talking-heads --attention talking_heads
+    hf-attn-variants convert path/to/bert-checkpoint bert-talking-heads
     hf-attn-variants export my-admin-bert my-admin-bert-plain
 
-Each subcommand calls one function: `publish.publish`, `convert.convert`, `convert.export_admin`.
+Each subcommand calls one function: `publish.publish`, `convert.convert`, `convert.export_admin`; `convert`'s
+choices and defaults are the function's (its attention types with a warm start, from `ATTENTION_REGISTRY`).
 """
 
 import argparse
+import inspect
 import sys
+
+from .configuration_variant_attention import ATTENTION_REGISTRY
+from .convert import FUNCTION_PRESERVING, export_admin
+from .convert import convert as convert_checkpoint
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,11 +35,14 @@ def _parser() -> argparse.ArgumentParser:
                                                   "with the same outputs")
     convert.add_argument("source", help="folder written by transformers' save_pretrained")
     convert.add_argument("output", help="new (or empty) output folder")
-    convert.add_argument("--attention", default="talking_heads",
-                         choices=["talking_heads", "synthesizer", "dot_product"],
-                         help="talking_heads: identity head maps; synthesizer: zero-start mixture with dot product")
-    convert.add_argument("--synthesizer-components", nargs="+", default=["dot_product", "random"],
-                         help="mixture components for --attention synthesizer (must include dot_product)")
+    defaults = inspect.signature(convert_checkpoint).parameters  # convert's own defaults
+    convert.add_argument("--attention", default=defaults["attention_type"].default, choices=list(FUNCTION_PRESERVING),
+                         help="; ".join(f"{name}: {ATTENTION_REGISTRY[name].warm_start_help}"
+                                        for name in FUNCTION_PRESERVING)
+                         + f" (default {defaults['attention_type'].default})")
+    convert.add_argument("--synthesizer-components", nargs="+",
+                         default=list(defaults["synthesizer_components"].default),
+                         help="mixture components of a synthesizer (must include dot_product)")
     convert.add_argument("--architecture", help="transformers class to convert, e.g. BertForMaskedLM "
                                                 "(default: config.json's architectures)")
 
@@ -55,15 +64,11 @@ def main(argv=None) -> int:
                            base_model=args.base_model)
             print(f"Published {done.url} (model commit {done.model_commit}, card commit {done.card_commit})")
         elif args.command == "convert":
-            from .convert import convert
-
-            out = convert(args.source, args.output, args.attention,
+            out = convert_checkpoint(args.source, args.output, args.attention,
                           synthesizer_components=args.synthesizer_components, architecture=args.architecture)
             print(f"Wrote {out} (outputs verified equal to {args.source}; the variant's new parameters start at "
                   "values that preserve the function)")
         else:
-            from .convert import export_admin
-
             out = export_admin(args.source, args.output)
             print(f"Wrote {out} (outputs verified equal to {args.source})")
     except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as error:

@@ -8,8 +8,12 @@ transformers.
 
 A config always constructs, with any values. `resolve_attention(config, ...)` turns the fields into the
 `AttentionSpec` of one layer when the layer is built, and raises a `ValueError` naming the field and the allowed
-values there, as transformers' own BERT does for `hidden_size % num_attention_heads`. Each attention type has its
-own resolver (`RESOLVERS`, keyed by `attention_type`, as `attention_variants.ATTENTION_CLASSES` is).
+values there, as transformers' own BERT does for `hidden_size % num_attention_heads`.
+
+Each attention type is registered once, in `ATTENTION_REGISTRY`: its spec class and resolver, and what the package's
+tools need to know about it (preset setups, card section, function-preserving warm start, whether it serves as
+cross-attention, help text). `attention_variants.ATTENTION_CLASSES` holds its class and is checked against this table;
+presets, convert, the command line, publish, the example scripts and the benchmarks read the table.
 """
 
 import re
@@ -33,9 +37,10 @@ if _TRANSFORMERS_VERSION >= (6, 0):
     )
 
 import math  # noqa: E402
+import textwrap  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, fields  # noqa: E402
 
-ATTENTION_TYPES = ("dot_product", "talking_heads", "synthesizer", "general_bilinear")
 SYNTHESIZER_COMPONENTS = ("dot_product", "dense", "random", "factorized_dense", "factorized_random")
 DYNAMIC_PROJECTIONS = ("x2l", "m2l", "x2w", "m2w")
 TALKING_HEADS_INITS = ("identity", "paper")
@@ -47,8 +52,7 @@ PLACES = ("encoder", "decoder", "cross")  # where an encoder-decoder family may 
 class VariantAttentionFields:
     r"""
         attention_type (`str`, defaults to `"dot_product"`):
-            `"dot_product"`, `"talking_heads"`, `"synthesizer"` or `"general_bilinear"` (h heads, each a full d x d
-            bilinear form: no key or value projection, the memory itself is the keys and the values).
+            ATTENTION_TYPES_HELP
         attention_head_size (`int`, *optional*):
             Size of each query/key/value head. Defaults to `hidden_size // heads` (for talking heads, `hidden_size //
             h_k` for queries/keys and `hidden_size // h_v` for values), so the projections keep the upstream shapes.
@@ -132,7 +136,6 @@ class VariantAttentionFields:
             setattr(config, f.name, getattr(self, f.name))
 
 
-VARIANT_CONFIG_DOCSTRING = VariantAttentionFields.__doc__
 VARIANT_CONFIG_DEFAULTS = {f.name: f.default for f in fields(VariantAttentionFields)}
 VARIANT_CONFIG_DEFAULTS.update(talking_heads_dynamic=[], synthesizer_components=["dense"])
 
@@ -236,13 +239,14 @@ def _field(config, name):
     return getattr(config, name, VARIANT_CONFIG_DEFAULTS[name])
 
 
-def _resolve_dot_product(config, common: dict) -> AttentionSpec:
+# A resolver returns the fields of its type's spec beyond `common` (the fields every type shares).
+def _resolve_dot_product(config, common: dict) -> dict:
     size = _head_width(config, "num_attention_heads", common["num_heads"])
-    return AttentionSpec(num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=size,
-                         value_head_size=size, **common)
+    return dict(num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=size,
+                value_head_size=size)
 
 
-def _resolve_talking_heads(config, common: dict) -> TalkingHeadsSpec:
+def _resolve_talking_heads(config, common: dict) -> dict:
     heads = common["num_heads"]
     h_k = _field(config, "talking_heads_num_key_heads") or heads
     h_v = _field(config, "talking_heads_num_value_heads") or heads
@@ -271,15 +275,15 @@ def _resolve_talking_heads(config, common: dict) -> TalkingHeadsSpec:
         raise ValueError("Dynamic logits projections (x2l, m2l) need `talking_heads_pre_softmax`=True.")
     if any(d in dynamic for d in ("x2w", "m2w")) and not post:
         raise ValueError("Dynamic weights projections (x2w, m2w) need `talking_heads_post_softmax`=True.")
-    return TalkingHeadsSpec(
-        **common, num_key_heads=h_k, num_value_heads=h_v,
+    return dict(
+        num_key_heads=h_k, num_value_heads=h_v,
         key_head_size=_head_width(config, "talking_heads_num_key_heads", h_k),
         value_head_size=_head_width(config, "talking_heads_num_value_heads", h_v),
         pre_softmax=pre, post_softmax=post, talking_heads_init=th_init, dynamic=dynamic,
     )
 
 
-def _resolve_synthesizer(config, common: dict) -> SynthesizerSpec:
+def _resolve_synthesizer(config, common: dict) -> dict:
     components = tuple(_field(config, "synthesizer_components") or ())
     if not components:
         raise ValueError(f"`synthesizer_components` is empty; name at least one of {SYNTHESIZER_COMPONENTS}.")
@@ -289,8 +293,8 @@ def _resolve_synthesizer(config, common: dict) -> SynthesizerSpec:
         raise ValueError(f"`synthesizer_components`={list(components)} names a component twice.")
     if components == ("dot_product",):
         raise ValueError(
-            "`synthesizer_components`=['dot_product'] is plain attention: use `attention_type`='dot_product', "
-            "or add a synthetic component to mix with it."
+            f"`synthesizer_components`=['dot_product'] is plain attention: use `attention_type`="
+            f"{BASELINE_ATTENTION!r}, or add a synthetic component to mix with it."
         )
     max_position = _field(config, "synthesizer_max_position") or config.max_position_embeddings
     mixture_init = _field(config, "synthesizer_mixture_init")
@@ -311,8 +315,8 @@ def _resolve_synthesizer(config, common: dict) -> SynthesizerSpec:
     if "factorized_random" in components and (not isinstance(rank, int) or rank < 1):
         raise ValueError(f"`synthesizer_factorized_rank` must be a positive integer, got {rank!r}.")
     size = _head_width(config, "num_attention_heads", common["num_heads"])
-    return SynthesizerSpec(
-        **common, num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=size,
+    return dict(
+        num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=size,
         value_head_size=size, components=components, max_position=max_position,
         random_trainable=bool(_field(config, "synthesizer_random_trainable")), factorized_rank=rank,
         dense_factors=factors, mixture_normalize=bool(_field(config, "synthesizer_mixture_normalize")),
@@ -320,62 +324,182 @@ def _resolve_synthesizer(config, common: dict) -> SynthesizerSpec:
     )
 
 
-def _resolve_general_bilinear(config, common: dict) -> GeneralBilinearSpec:
+def _resolve_general_bilinear(config, common: dict) -> dict:
     head_size = _field(config, "attention_head_size")
     alias = "attention_head_size" in getattr(config, "attribute_map", {})  # T5: another name of d_kv, always set
     if head_size is not None and head_size != config.hidden_size and not alias:
         raise ValueError(
-            f"`attention_type`='general_bilinear' has heads of the full width ({config.hidden_size}): the memory "
-            f"itself is the keys and values. Unset `attention_head_size` (got {head_size})."
+            f"`attention_type`={common['attention_type']!r} has heads of the full width ({config.hidden_size}): the "
+            f"memory itself is the keys and values. Unset `attention_head_size` (got {head_size})."
         )
     d = config.hidden_size
-    return GeneralBilinearSpec(num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=d,
-                               value_head_size=d, **common)
+    return dict(num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=d,
+                value_head_size=d)
 
 
-RESOLVERS = {
-    "dot_product": _resolve_dot_product,
-    "talking_heads": _resolve_talking_heads,
-    "synthesizer": _resolve_synthesizer,
-    "general_bilinear": _resolve_general_bilinear,
+def _synthesizer_card_key(config: dict) -> str:
+    """A mixture with the dot product, a lone Dense or Random synthesizer, or any other synthesizer."""
+    components = tuple(config.get("synthesizer_components") or ())
+    if "dot_product" in components and len(components) > 1:
+        return "synthesizer-mixture"
+    return {("dense",): "synthesizer-dense", ("random",): "synthesizer-random"}.get(components, "synthesizer")
+
+
+# ------------------------------------------------------------------------------------------------ the attention types
+@dataclass(frozen=True)
+class AttentionType:
+    """One attention type, registered once: what its layers need (spec, resolver) and what the tools read.
+
+    name: the value of `attention_type`.
+    help: what it is, in a phrase (the config docstring, the command line's and the example scripts' help).
+    spec: the `AttentionSpec` class of its layers.
+    resolve: `resolve(config, common)` -> the fields of `spec` beyond `common` (those every type shares); raises a
+        `ValueError` naming the config field where the config cannot build the layer.
+    presets: its attention setups, preset suffix -> config fields beyond `attention_type` (`presets.PRESETS`:
+        "bert-mini-" + suffix); every suffix is also a section of the card text (`model_cards/attention.yaml`).
+    card_key: the card section of a checkpoint of this type, or a function choosing it from the config.json (dict).
+    paper: the paper it comes from (presets, cards); None for ordinary attention.
+    warm_start: the config fields with which a layer of this type starts as ordinary dot-product attention, so a
+        model converted from a vanilla checkpoint computes its function (`convert`); None where no such start exists.
+    warm_start_help: what that start gives (the command line's help).
+    self_attention_only: why it serves as self-attention only ("": it serves as cross-attention too). A model of
+        such a type attends across with the baseline, and asking for it there is refused with this reason.
+    field_prefix: the prefix of the config fields only this type reads (None: it has none).
+    exclusive_fields: fields whose non-empty value needs this type in some place of the model (refused otherwise).
+    length_field: the config field that bounds the sequence length it attends over (None: no bound of its own).
+    """
+
+    name: str
+    help: str
+    spec: type[AttentionSpec]
+    resolve: Callable[[object, dict], dict]
+    presets: dict[str, dict]
+    card_key: str | Callable[[dict], str]
+    paper: str | None = None
+    warm_start: dict | None = None
+    warm_start_help: str = ""
+    self_attention_only: str = ""
+    field_prefix: str | None = None
+    exclusive_fields: tuple[str, ...] = ()
+    length_field: str | None = None
+
+    @property
+    def config_fields(self) -> tuple[str, ...]:
+        """The config fields only this type reads."""
+        prefix = self.field_prefix
+        return tuple(f.name for f in fields(VariantAttentionFields) if prefix and f.name.startswith(prefix))
+
+    def card_section(self, config: dict) -> str:
+        """The section of `model_cards/attention.yaml` that describes a config.json (dict) of this type."""
+        return self.card_key(config) if callable(self.card_key) else self.card_key
+
+
+_TALKING_HEADS_PAPER = "Talking-Heads Attention (Shazeer et al., 2020)"
+_SYNTHESIZER_PAPER = "Synthesizer: Rethinking Self-Attention for Transformer Models (Tay et al., 2021)"
+
+ATTENTION_REGISTRY: dict[str, AttentionType] = {
+    entry.name: entry
+    for entry in (
+        AttentionType(
+            "dot_product", "ordinary scaled dot-product multi-head attention, as in the upstream model",
+            AttentionSpec, _resolve_dot_product, presets={"dot-product": {}}, card_key="dot-product",
+            warm_start={}, warm_start_help="a plain variant checkpoint (e.g. to train with admin=True)",
+        ),
+        AttentionType(
+            "talking_heads", "talking-heads attention, learned maps across the heads before and after the softmax",
+            TalkingHeadsSpec, _resolve_talking_heads, presets={"talking-heads": {"talking_heads_init": "paper"}},
+            card_key="talking-heads", paper=_TALKING_HEADS_PAPER,
+            warm_start={"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
+            warm_start_help="identity head maps", field_prefix="talking_heads_",
+            exclusive_fields=("talking_heads_dynamic",),
+        ),
+        AttentionType(
+            "synthesizer", "Synthesizer attention, weights synthesized without query-key dot products or mixed with "
+            "them (self-attention only)",
+            SynthesizerSpec, _resolve_synthesizer,
+            presets={"synthesizer-dense": {"synthesizer_components": ["dense"]},
+                     "synthesizer-random": {"synthesizer_components": ["random"]},
+                     "synthesizer-mixture": {"synthesizer_components": ["dot_product", "random"]}},
+            card_key=_synthesizer_card_key, paper=_SYNTHESIZER_PAPER,
+            warm_start={"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
+            warm_start_help="a mixture with the dot product that starts as the dot product",
+            self_attention_only="a synthetic alignment between the decoder and an encoder sequence of unrelated length "
+                                "has no meaning",
+            field_prefix="synthesizer_", length_field="synthesizer_max_position",
+        ),
+        AttentionType(
+            "general_bilinear", "general bilinear attention, h heads each a full d x d bilinear form (no key or value "
+            "projection, the memory itself is the keys and the values)",
+            GeneralBilinearSpec, _resolve_general_bilinear, presets={"general-bilinear": {}},
+            card_key="general-bilinear", paper=_TALKING_HEADS_PAPER,
+        ),
+    )
 }
+ATTENTION_TYPES = tuple(ATTENTION_REGISTRY)
+# ordinary attention, the default: what a self-attention-only type's model attends across with, what convert starts
+# from and what an Admin model exports to
+BASELINE_ATTENTION = VARIANT_CONFIG_DEFAULTS["attention_type"]
+
+
+def describe_attention_types(names=None) -> str:
+    """"name: help; ..." for the attention types `names` (default: all), for help texts."""
+    return "; ".join(f"{name}: {ATTENTION_REGISTRY[name].help}" for name in (names or ATTENTION_TYPES))
+
+
+VariantAttentionFields.__doc__ = VariantAttentionFields.__doc__.replace("ATTENTION_TYPES_HELP", "One of:" + "".join(
+    "\n" + textwrap.fill(f'`"{name}"`: {entry.help}.', width=120, initial_indent=" " * 12 + "- ",
+                          subsequent_indent=" " * 14)
+    for name, entry in ATTENTION_REGISTRY.items()))
+VARIANT_CONFIG_DOCSTRING = VariantAttentionFields.__doc__
+
+
+def cross_attention_type(attention_type: str, *, explicit: bool = False) -> str:
+    """The attention type of a cross-attention layer in a model of `attention_type`: the type itself, or the
+    baseline for a self-attention-only type (a synthesizer). `explicit` (the type was asked for by name, e.g. as
+    `cross_attention_type`): a self-attention-only type is refused instead."""
+    entry = ATTENTION_REGISTRY.get(attention_type)
+    if entry is None or not entry.self_attention_only:  # an unknown name is refused where the layer is resolved
+        return attention_type
+    if explicit:
+        allowed = [name for name, other in ATTENTION_REGISTRY.items() if not other.self_attention_only]
+        raise ValueError(
+            f"`cross_attention_type`={attention_type!r} is not supported: {entry.self_attention_only}; use "
+            f"{', '.join(map(repr, allowed))}."
+        )
+    return BASELINE_ATTENTION
 
 
 def place_attention_type(config, place: str) -> str:
     """The attention type of `place` ("encoder", "decoder" or "cross") in a family that chooses per place: its
-    `{place}_attention_type`, else `attention_type`, except that a synthesizer model's cross-attention is dot-product
-    (a synthetic alignment between two sequences of unrelated lengths has no meaning, so it is refused explicitly)."""
+    `{place}_attention_type`, else `attention_type`; across, as `cross_attention_type` rules."""
     _choice("place", place, PLACES)
     explicit = getattr(config, f"{place}_attention_type", None)
-    if explicit is not None:
-        if place == "cross" and explicit == "synthesizer":
-            raise ValueError(
-                "`cross_attention_type`='synthesizer' is not supported: a synthetic alignment between the decoder "
-                "and an encoder sequence of unrelated length has no meaning; use 'dot_product', 'talking_heads' or "
-                "'general_bilinear'."
-            )
-        return explicit
-    if place == "cross" and config.attention_type == "synthesizer":
-        return "dot_product"
-    return config.attention_type
+    attention_type = config.attention_type if explicit is None else explicit
+    if place == "cross":
+        return cross_attention_type(attention_type, explicit=explicit is not None)
+    return attention_type
 
 
 def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bool = False, attention_type=None,
                       scaling: float | None = None) -> AttentionSpec:
     """The `AttentionSpec` of one layer (`attention_type` overrides the config's, for a family that chooses per
-    place). Cross-attention has no synthetic form: a synthesizer model's cross-attention is dot-product attention
-    (talking heads and general bilinear stay what they are there). `scaling` replaces d_k^-0.5 (T5 uses 1.0)."""
+    place). A cross-attention layer's type is `cross_attention_type`'s (a synthesizer model attends across with dot
+    product). `scaling` replaces d_k^-0.5 (T5 uses 1.0)."""
     attention_type = attention_type or _field(config, "attention_type")
     _choice("attention_type", attention_type, ATTENTION_TYPES)
-    if is_cross_attention and attention_type == "synthesizer":
-        attention_type = "dot_product"
+    if is_cross_attention:
+        attention_type = cross_attention_type(attention_type)
+    used = {_field(config, "attention_type"), *(getattr(config, f"{p}_attention_type", None) for p in PLACES)}
+    for entry in ATTENTION_REGISTRY.values():
+        for name in entry.exclusive_fields:
+            value = _field(config, name)
+            if value and entry.name not in used:
+                raise ValueError(
+                    f"`{name}`={value!r} needs `attention_type`={entry.name!r} (got "
+                    f"{_field(config, 'attention_type')!r}); set `{name}`={VARIANT_CONFIG_DEFAULTS[name]!r} or switch "
+                    "the attention type."
+                )
     dynamic = tuple(_field(config, "talking_heads_dynamic") or ())
-    places = {_field(config, "attention_type"), *(getattr(config, f"{p}_attention_type", None) for p in PLACES)}
-    if dynamic and "talking_heads" not in places:
-        raise ValueError(
-            f"`talking_heads_dynamic`={list(dynamic)} needs `attention_type`='talking_heads' "
-            f"(got {_field(config, 'attention_type')!r}); set `talking_heads_dynamic`=[] or switch the attention type."
-        )
     for name in dynamic:
         _choice("talking_heads_dynamic", name, DYNAMIC_PROJECTIONS)
     if len(set(dynamic)) != len(dynamic):
@@ -389,8 +513,10 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
     common = dict(attention_type=attention_type, hidden_size=config.hidden_size, num_heads=heads,
                   dropout=config.attention_probs_dropout_prob, is_causal=is_causal, scaling=scaling,
                   recompute=bool(_field(config, "attention_recompute")))
-    return RESOLVERS[attention_type](config, common)
+    entry = ATTENTION_REGISTRY[attention_type]
+    return entry.spec(**common, **entry.resolve(config, common))
 
 
-__all__ = ["ATTENTION_TYPES", "AttentionSpec", "RESOLVERS", "SUPPORTED_TRANSFORMERS", "VariantAttentionFields",
+__all__ = ["ATTENTION_REGISTRY", "ATTENTION_TYPES", "AttentionSpec", "AttentionType", "BASELINE_ATTENTION",
+           "SUPPORTED_TRANSFORMERS", "VariantAttentionFields", "cross_attention_type", "describe_attention_types",
            "place_attention_type", "resolve_attention"]

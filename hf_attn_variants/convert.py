@@ -3,9 +3,9 @@ Package-only.
 
     from hf_attn_variants.convert import convert, export_admin
 
-    convert("bert-base-uncased-local", "bert-th", attention_type="talking_heads")   # identity head maps
-    convert("t5-small-local", "t5-mix", attention_type="synthesizer")              # zero-start mixture
-    export_admin("my-admin-bert", "my-admin-bert-plain")                            # omega folded into the weights
+    convert("bert-base-uncased-local", "bert-th")                      # talking heads, identity head maps
+    convert("t5-small-local", "t5-mix", attention_type="synthesizer")  # a mixture that starts as the dot product
+    export_admin("my-admin-bert", "my-admin-bert-plain")               # omega folded into the weights
 
 Both are function-preserving and prove it before writing: the new model and the original run on the same probe
 batch (`probe_inputs`) and every output tensor must agree, or nothing is written. The output is built in a temporary
@@ -29,6 +29,7 @@ import transformers
 import hf_attn_variants as hav
 
 from .admin import admin_residuals
+from .configuration_variant_attention import ATTENTION_REGISTRY, BASELINE_ATTENTION, resolve_attention
 from .families import FAMILIES, family_of
 
 TOKENIZER_FILES = (
@@ -42,12 +43,9 @@ TOKENIZER_FILES = (
     "spiece.model",
     "chat_template.jinja",
 )
-# attention_type -> the config fields that make the variant start as the original model
-FUNCTION_PRESERVING = {
-    "dot_product": {},
-    "talking_heads": {"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
-    "synthesizer": {"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
-}
+# attention_type -> the config fields that make the variant start as the original model (the types with a warm start)
+FUNCTION_PRESERVING = {name: entry.warm_start for name, entry in ATTENTION_REGISTRY.items()
+                       if entry.warm_start is not None}
 
 
 def _either(families: dict, attribute: str) -> str:
@@ -227,9 +225,10 @@ def convert(
         source: a folder written by transformers' `save_pretrained` (`config.json` with model_type "bert", "albert"
             or "t5", and weights).
         output: where the variant checkpoint goes; created only once the conversion has been verified.
-        attention_type: "talking_heads" (identity head maps), "synthesizer" (a mixture that starts as pure dot
-            product) or "dot_product" (a plain variant checkpoint, e.g. to train with `admin=True`).
-        synthesizer_components: the mixture's components for "synthesizer"; must include "dot_product".
+        attention_type: an attention type with a warm start (`FUNCTION_PRESERVING`, from `ATTENTION_REGISTRY`):
+            talking heads with identity head maps, a synthesizer mixture that starts as the dot product, or the dot
+            product itself (a plain variant checkpoint, e.g. to train with `admin=True`).
+        synthesizer_components: the mixture's components, for a type that reads them; must include the dot product.
         architecture: the transformers class to convert (e.g. "BertForMaskedLM"); defaults to
             `config.json`'s first `architectures` entry, else the family's base model.
         atol, rtol: how close every output of the probe batch must be.
@@ -263,18 +262,17 @@ def convert(
     if attention_type not in FUNCTION_PRESERVING:
         raise ValueError(f"attention_type={attention_type!r}; convert supports {', '.join(FUNCTION_PRESERVING)}.")
     fields = {"attention_type": attention_type, **FUNCTION_PRESERVING[attention_type]}
-    if attention_type == "synthesizer":
-        if "dot_product" not in synthesizer_components:
-            raise ValueError(
-                f"synthesizer_components={list(synthesizer_components)} lacks 'dot_product': only a mixture that "
-                "starts as the dot product preserves the original model's function."
-            )
+    if "synthesizer_components" in ATTENTION_REGISTRY[attention_type].config_fields:
         fields["synthesizer_components"] = list(synthesizer_components)
     fields.update(config_overrides)
+    variant_class = getattr(hav, f"Variant{architecture}")
+    with _quiet_loading():
+        variant_config = variant_class.config_class.from_pretrained(source, **fields)
+    resolve_attention(variant_config)  # settings the variant cannot be built with are refused before any weight loads
 
     reference = _load(getattr(transformers, architecture), source)
     _check_loaded(reference, source, shapes)
-    variant = _load(getattr(hav, f"Variant{architecture}"), source, **fields)
+    variant = _load(variant_class, source, config=variant_config)
     new_parameters = set(variant.state_dict()) - set(reference.state_dict())  # the variant's own, initialised
     _check_loaded(variant, source, shapes, allowed_missing=new_parameters)
     inputs = probe_inputs(reference.config, architecture)
@@ -311,7 +309,7 @@ def export_to_transformers(model, save_directory) -> None:
     dot-product with transformers' head size (hidden_size / num_attention_heads) and every omega is one scalar.
     """
     config = model.config
-    if config.attention_type != "dot_product":
+    if config.attention_type != BASELINE_ATTENTION:
         raise ValueError(f"Only dot-product models export to plain transformers, not {config.attention_type!r}.")
     head_size = getattr(config, "attention_head_size", None)
     if head_size is not None and head_size * config.num_attention_heads != config.hidden_size:

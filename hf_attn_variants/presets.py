@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .configuration_variant_attention import ATTENTION_REGISTRY
 from .families import FAMILIES, family_of
 
 
@@ -46,21 +47,14 @@ SIZES = {
     },
 }
 
-TALKING_HEADS = "Talking-Heads Attention (Shazeer et al., 2020)"
-SYNTHESIZER = "Synthesizer: Rethinking Self-Attention for Transformer Models (Tay et al., 2021)"
 SINGLE_HEAD = "Multi-head or Single-head? An Empirical Comparison for Transformer Training (Liu et al., 2021)"
 ADMIN = "Understanding the Difficulty of Training Transformers (Admin; Liu et al., 2020)"
 
-# name -> (config fields, papers). "single-head" is resolved per family below (deep twin; + Admin where Post-LN).
+# name -> (config fields, papers): each attention type's setups (its `ATTENTION_REGISTRY` entry), then the deep
+# single-head twins, resolved per family below (+ Admin where Post-LN).
 ATTENTION = {
-    "dot-product": (dict(attention_type="dot_product"), ()),
-    "talking-heads": (dict(attention_type="talking_heads", talking_heads_init="paper"), (TALKING_HEADS,)),
-    "synthesizer-dense": (dict(attention_type="synthesizer", synthesizer_components=["dense"]), (SYNTHESIZER,)),
-    "synthesizer-random": (dict(attention_type="synthesizer", synthesizer_components=["random"]), (SYNTHESIZER,)),
-    "synthesizer-mixture": (
-        dict(attention_type="synthesizer", synthesizer_components=["dot_product", "random"]), (SYNTHESIZER,)
-    ),
-    "general-bilinear": (dict(attention_type="general_bilinear"), (TALKING_HEADS,)),
+    **{setup: ({"attention_type": entry.name, **copy.deepcopy(fields)}, (entry.paper,) if entry.paper else ())
+       for entry in ATTENTION_REGISTRY.values() for setup, fields in entry.presets.items()},
     "single-head-admin": (dict(admin=True), (SINGLE_HEAD, ADMIN)),
     "single-head": (dict(), (SINGLE_HEAD,)),
 }
@@ -75,16 +69,20 @@ class Preset:
     papers: tuple[str, ...]
 
 
+def attention_setups_of(family: str) -> tuple[str, ...]:
+    """The attention setups (keys of `ATTENTION`) with a preset in `family`: all but one single-head twin, since
+    Admin is for Post-LN residuals and a Pre-LN family (T5) gets its plain deep single-head twin instead."""
+    skipped = "single-head" if FAMILIES[family].post_ln else "single-head-admin"
+    return tuple(setup for setup in ATTENTION if setup != skipped)
+
+
 def _presets() -> dict[str, Preset]:
     presets = {}
     for family, sizes in SIZES.items():
         for size in sizes:
-            for attention, (_, papers) in ATTENTION.items():
-                # Admin is for Post-LN residuals: a Pre-LN family (T5) gets its plain deep single-head twin instead.
-                if attention == ("single-head" if FAMILIES[family].post_ln else "single-head-admin"):
-                    continue
+            for attention in attention_setups_of(family):
                 name = f"{family}-{size}-{attention}"
-                presets[name] = Preset(name, family, size, attention, papers)
+                presets[name] = Preset(name, family, size, attention, ATTENTION[attention][1])
     return presets
 
 
@@ -148,4 +146,4 @@ def preset_config(name: str, **overrides):
     return config
 
 
-__all__ = ["ATTENTION", "PRESETS", "Preset", "SIZES", "preset_config", "single_head_twin"]
+__all__ = ["ATTENTION", "PRESETS", "Preset", "SIZES", "attention_setups_of", "preset_config", "single_head_twin"]

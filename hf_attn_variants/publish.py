@@ -29,6 +29,7 @@ import yaml
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from .configuration_variant_attention import ATTENTION_REGISTRY, BASELINE_ATTENTION, PLACES
 from .convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
 from .families import FAMILIES, family_of
 from .isolation import run_isolated
@@ -85,28 +86,22 @@ def _load_yaml(name: str) -> dict:
     return yaml.safe_load((CARD_DIR / name).read_text())
 
 
+def _attention_types(config: dict) -> list:
+    """The registered attention types a `config.json` (dict) uses, in any place, in `ATTENTION_REGISTRY` order."""
+    used = {config.get(key) for key in ("attention_type", *(f"{place}_attention_type" for place in PLACES))}
+    return [entry for name, entry in ATTENTION_REGISTRY.items() if name in used]
+
+
 def attention_setups(config: dict) -> list[str]:
     """The card sections (keys of `model_cards/attention.yaml`) that describe a checkpoint's `config.json`: its
-    attention variant(s), "single-head" for one head per layer, "admin" for Admin residuals; "dot-product" if none."""
-    types = {config.get(key) for key in ("attention_type", "encoder_attention_type", "decoder_attention_type",
-                                         "cross_attention_type")} - {None, "dot_product"}
-    setups = []
-    if "talking_heads" in types:
-        setups.append("talking-heads")
-    if "general_bilinear" in types:
-        setups.append("general-bilinear")
-    if "synthesizer" in types:
-        components = list(config.get("synthesizer_components") or [])
-        if "dot_product" in components and len(components) > 1:
-            setups.append("synthesizer-mixture")
-        else:
-            setups.append({("dense",): "synthesizer-dense", ("random",): "synthesizer-random"}.get(
-                tuple(components), "synthesizer"))
+    attention variant(s) (`AttentionType.card_section`), "single-head" for one head per layer, "admin" for Admin
+    residuals; the baseline's section if none."""
+    setups = [entry.card_section(config) for entry in _attention_types(config) if entry.name != BASELINE_ATTENTION]
     if config.get("num_attention_heads", config.get("num_heads")) == 1:
         setups.append("single-head")
     if config.get("admin"):
         setups.append("admin")
-    return setups or ["dot-product"]
+    return setups or [ATTENTION_REGISTRY[BASELINE_ATTENTION].card_section(config)]
 
 
 def _read_json(path: Path) -> dict:
@@ -328,10 +323,8 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
 
 def _variant_fields(config: dict) -> tuple[str, ...]:
     """The config fields of the attention variants the checkpoint uses."""
-    used = {config.get(k) for k in ("attention_type", "encoder_attention_type", "decoder_attention_type",
-                                    "cross_attention_type")}
-    prefixes = tuple(f"{kind}_" for kind in ("talking_heads", "synthesizer") if kind in used)
-    return tuple(k for k in config if k.endswith("attention_type") or k.startswith(prefixes))
+    own = {name for entry in _attention_types(config) for name in entry.config_fields}
+    return tuple(k for k in config if k.endswith("attention_type") or k in own)
 
 
 # -- checks and uploads -----------------------------------------------------------------------------------------------

@@ -129,7 +129,8 @@ def test_convert_refuses_corrupted_and_absent_files(tmp_path):
 def test_convert_refuses_settings_that_change_the_function(tmp_path):
     _, source = _reference(tmp_path)
     _fails(tmp_path, source, "not function-preserving", talking_heads_init="paper")
-    _fails(tmp_path, source, "lacks 'dot_product'", attention_type="synthesizer", synthesizer_components=["random"])
+    _fails(tmp_path, source, "needs 'dot_product' among `synthesizer_components`", attention_type="synthesizer",
+           synthesizer_components=["random"])
     _fails(tmp_path, source, "convert supports", attention_type="linear")
 
 

@@ -198,8 +198,8 @@ def test_general_bilinear_layout_and_size():
 
 
 def test_registry_matches_the_allowed_attention_types():
-    assert tuple(hav.ATTENTION_CLASSES) == hav.ATTENTION_TYPES
-    assert tuple(hav.configuration_variant_attention.RESOLVERS) == hav.ATTENTION_TYPES
+    assert tuple(hav.ATTENTION_CLASSES) == hav.ATTENTION_TYPES == tuple(hav.ATTENTION_REGISTRY)
     for name, cls in hav.ATTENTION_CLASSES.items():
         core = hav.VariantBertModel(hav.VariantBertConfig(**TINY, attention_type=name)).encoder.layer[0].attention
         assert type(core.self.core) is cls and issubclass(cls, hav.VariantAttentionCore)
+        assert type(core.self.spec) is hav.ATTENTION_REGISTRY[name].spec and core.self.spec.attention_type == name
