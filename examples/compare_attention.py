@@ -17,13 +17,13 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from hf_attn_variants.presets import PRESETS
+from hf_attn_variants.presets import attention_setups_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_pretraining  # noqa: E402
 
-# the attention setups of the presets: what follows "{family}-{size}-" in a preset name (one table: presets.ATTENTION)
-ATTENTION = list(dict.fromkeys(p.attention for p in PRESETS.values() if p.family == "bert"))
+# the attention setups of BERT/ALBERT presets: what follows "{family}-{size}-" in a preset name
+ATTENTION = list(attention_setups_of("bert"))
 
 
 @dataclass

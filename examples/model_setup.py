@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import hf_attn_variants as hav
+from hf_attn_variants import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
+from hf_attn_variants.convert import FUNCTION_PRESERVING
 from hf_attn_variants.families import FAMILIES, family_of
-from hf_attn_variants.presets import PRESETS, preset_config
+from hf_attn_variants.presets import ATTENTION, PRESETS, SIZES, preset_config
 
 
 @dataclass
@@ -17,14 +19,15 @@ class ModelArguments:
     """Where the model and tokenizer come from; each script sets its own default `--preset`."""
 
     preset: str | None = field(default=None, metadata={
-        "help": "A preset from hf_attn_variants.presets, {bert,albert,t5}-{tiny,mini,small,base}-{dot-product, "
-                "talking-heads, synthesizer-dense, synthesizer-random, synthesizer-mixture, single-head-admin (T5: "
-                "single-head)}; the family picks the model class. Ignored with --model_name_or_path."})
+        "help": "A preset from hf_attn_variants.presets: {family}-{size}-{setup}, family one of "
+                f"{', '.join(SIZES)}, size one of {', '.join(SIZES['bert'])}, setup one of {', '.join(ATTENTION)} "
+                "(Post-LN BERT/ALBERT have single-head-admin, Pre-LN T5 single-head); the family picks the model "
+                "class. Ignored with --model_name_or_path."})
     model_name_or_path: str | None = field(default=None, metadata={
         "help": "A checkpoint folder to start from: one of ours, or a transformers BERT/ALBERT/T5 one (with "
                 "--attention_type for a function-preserving warm start)."})
     attention_type: str | None = field(default=None, metadata={
-        "help": "Override the attention: dot_product, talking_heads or synthesizer."})
+        "help": f"Override the attention type. {describe_attention_types()}.", "choices": list(ATTENTION_TYPES)})
     config_overrides: str | None = field(default=None, metadata={
         "help": "JSON object of config fields, e.g. '{\"synthesizer_components\": [\"dense\", \"random\"]}'."})
     tokenizer_name: str | None = field(default=None, metadata={
@@ -86,8 +89,8 @@ def load_or_build_model(head: str, model_name_or_path: str | None, preset: str |
     if model_name_or_path:
         vanilla = not checkpoint_model_type(model_name_or_path).startswith("variant_")
         if vanilla and attention_type:  # function-preserving warm start, unless the user chose otherwise
-            overrides.setdefault("talking_heads_init", "identity")
-            overrides.setdefault("synthesizer_mixture_init", "dot_product")
+            for name, value in FUNCTION_PRESERVING.get(attention_type, {}).items():
+                overrides.setdefault(name, value)
         model = model_class.from_pretrained(model_name_or_path, **overrides)
     else:
         config = preset_config(preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **overrides)
@@ -102,17 +105,17 @@ def load_or_build_model(head: str, model_name_or_path: str | None, preset: str |
 
 
 def length_limit(config) -> tuple[int | None, str]:
-    """The longest input the model takes and the field that sets it (None: no limit, T5's relative positions)."""
-    if family_of(config).encoder_decoder:
-        types = {config.attention_type_of(place) for place in ("encoder", "decoder")}
-        if "synthesizer" in types:
-            return config.synthesizer_max_position, "synthesizer_max_position"
-        return None, ""
-    if config.attention_type == "synthesizer" and config.synthesizer_max_position is not None:
-        limit = min(config.synthesizer_max_position, config.max_position_embeddings)
-        field_name = "synthesizer_max_position" if limit < config.max_position_embeddings else "max_position_embeddings"
-        return limit, field_name
-    return config.max_position_embeddings, "max_position_embeddings"
+    """The longest input the model takes and the field that sets it (None: no limit, T5's relative positions): the
+    smallest of the position embeddings (BERT/ALBERT) and the bound of each attention type in use (its
+    `length_field`, e.g. a synthesizer's `synthesizer_max_position`)."""
+    encoder_decoder = family_of(config).encoder_decoder
+    types = {config.attention_type_of(place) for place in ("encoder", "decoder")} if encoder_decoder \
+        else {config.attention_type}
+    fields = {ATTENTION_REGISTRY[t].length_field for t in types} - {None}
+    limits = [(getattr(config, f), f) for f in sorted(fields) if getattr(config, f) is not None]
+    if not encoder_decoder:
+        limits.append((config.max_position_embeddings, "max_position_embeddings"))
+    return min(limits, default=(None, ""))
 
 
 def align_tokenizer(tokenizer, config) -> None:
