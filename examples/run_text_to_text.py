@@ -98,6 +98,20 @@ def target_texts(rows, column: str):
     return lambda values: [str(v) for v in values]
 
 
+def has_targets(rows, column: str) -> bool:
+    """Whether a split's target column holds targets to score: not when it is missing or has nulls, nor when a class
+    label or integer column marks rows unlabelled with -1, as GLUE's test splits do (those are predicted only)."""
+    import pyarrow
+    import pyarrow.compute
+
+    if column not in rows.column_names or len(rows) == 0:
+        return False
+    values = rows.data.column(column)
+    if values.null_count:
+        return False
+    return not pyarrow.types.is_integer(values.type) or pyarrow.compute.min(values).as_py() >= 0
+
+
 def tokenize_function(tokenizer, data_args, prefix: str, to_text):
     """A batched `Dataset.map` function: the prefixed source as input ids, the target (when present) as labels."""
     def tokenize(batch):
@@ -119,6 +133,17 @@ def text_accuracy(predicted: list[str], targets: list[str]) -> float:
 def decode(tokenizer, ids) -> list[str]:
     """Texts of generated ids or labels (padded with -100 across batches, labels wherever they are not predicted)."""
     return tokenizer.batch_decode(np.where(ids == -100, tokenizer.pad_token_id, ids), skip_special_tokens=True)
+
+
+class Seq2SeqCollator(DataCollatorForSeq2Seq):
+    """transformers' collator, less the `labels: None` it puts into a batch without targets (an unlabelled test
+    split), which would make Seq2SeqTrainer compute a loss with no decoder input."""
+
+    def __call__(self, features, return_tensors=None):
+        batch = super().__call__(features, return_tensors)
+        if batch.get("labels", 0) is None:
+            del batch["labels"]
+        return batch
 
 
 class KeepGenerationConfig(TrainerCallback):
@@ -174,6 +199,9 @@ def main(argv=None) -> dict:
     features = {}
     for split in (["train"] if training_args.do_train else []) + evaluated + tested:
         rows = splits[split]
+        if split in tested and data_args.target_column in rows.column_names and not has_targets(
+                rows, data_args.target_column):  # unlabelled test rows: generated, not scored
+            rows = rows.remove_columns(data_args.target_column)
         function = tokenize_function(tokenizer, data_args, prefix, target_texts(rows, data_args.target_column))
         features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,
                                       desc=f"Tokenizing {split}")
@@ -196,7 +224,7 @@ def main(argv=None) -> dict:
     trainer = Seq2SeqTrainer(
         model=model, args=training_args, train_dataset=features.get("train"),
         eval_dataset=evaluations[0].dataset if evaluations else None,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model), processing_class=tokenizer,
+        data_collator=Seq2SeqCollator(tokenizer, model=model), processing_class=tokenizer,
         compute_metrics=compute_metrics, callbacks=[KeepGenerationConfig(model)],
     )
     return run_stages(trainer, model_args, __file__, "text2text-generation", train_info=info.get("train"),

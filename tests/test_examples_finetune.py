@@ -427,6 +427,32 @@ def test_text_to_text_on_named_columns_with_a_prefix_predicts(tmp_path):
     assert "model.generate(" in text and "pipeline(" not in text  # v5 has no text2text-generation pipeline
 
 
+@pytest.mark.parametrize("labels", ["class_label", "integer"])
+def test_text_to_text_predicts_an_unlabelled_test_split_without_scoring_it(tmp_path, labels):
+    """GLUE's test splits mark every row unlabelled with -1 (a ClassLabel on the Hub, integers in a plain file): the
+    rows are generated and written, nothing is scored, and the card names no prediction metric."""
+    from datasets import ClassLabel, Dataset, Features, Value
+
+    rows = rt_rows("train")
+    names = ["negative", "positive"]
+    label = ClassLabel(names=names) if labels == "class_label" else Value("int64")
+    features = Features({"sentence": Value("string"), "label": label})
+    for split, part, labelled in (("train", rows[:24], True), ("dev", rows[24:32], True), ("test", rows[32:37], False)):
+        Dataset.from_dict({"sentence": [r["sentence"] for r in part],
+                           "label": [names.index(r["label"]) if labelled else -1 for r in part]},
+                          features=features).to_parquet(tmp_path / f"{split}.parquet")
+    out = tmp_path / "t2t"
+    metrics = run_text_to_text.main(
+        ["--output_dir", str(out), *FAST, "--max_steps", "2", "--max_source_length", "32",
+         "--train_file", str(tmp_path / "train.parquet"), "--validation_file", str(tmp_path / "dev.parquet"),
+         "--test_file", str(tmp_path / "test.parquet"), "--source_column", "sentence", "--target_column", "label"])
+    assert len((out / "generated_predictions.txt").read_text().splitlines()) == 5
+    assert "predict_accuracy" not in metrics and "predict_loss" not in metrics and "eval_accuracy" in metrics
+    text, data = card_of(out)
+    assert "predict_accuracy" not in text and "| accuracy |" in text
+    assert all(r.metric_name != "predict_accuracy" for r in data.eval_results or [])
+
+
 # ------------------------------------------------------------------------------------------ the loopback Hub
 HUB_RUNS = """
 import json, sys
