@@ -111,9 +111,6 @@ def load_raw_datasets(args: DataArguments, *, default_files: dict[str, Path] | N
             raise ValueError("--dataset_config_name needs --dataset_name.")
         given = {split: getattr(args, f"{split}_file") for split in SPLIT_FLAGS}
         files = {split: path for split, path in given.items() if path}
-        if files and "train" not in files and "validation" not in files:
-            raise ValueError("--test_file alone gives nothing to train or evaluate on: add --train_file or "
-                             "--validation_file.")
         if not files and not default_files:
             raise ValueError("No data: pass --dataset_name or --train_file.")
         raw = _load_files(files or {k: str(v) for k, v in default_files.items()}, kwargs, user=bool(files))

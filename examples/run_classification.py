@@ -282,7 +282,10 @@ def glue_metrics(task_name: str, predictions, labels) -> dict:
         "pearson": lambda: pearson(predictions, labels),
         "spearmanr": lambda: pearson(average_ranks(predictions), average_ranks(labels)),
     }
-    return {name: values[name]() for name in GLUE_TASKS[task_name].metrics}
+    result = {name: values[name]() for name in GLUE_TASKS[task_name].metrics}
+    if len(result) > 1:  # run_glue's combined_score: the mean of a task's metrics (mrpc, qqp, stsb)
+        result["combined_score"] = float(np.mean(list(result.values())))
+    return result
 
 
 def regression_metrics(predictions, labels) -> dict:

@@ -184,11 +184,13 @@ def features_function(tokenizer, data_args, where: str, *, positions: bool, wind
 # ------------------------------------------------------------------------------------------------- post-processing
 def postprocess_predictions(examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=30,
                             version_2_with_negative=False, null_score_diff_threshold=0.0, context_column="context"):
-    """({question id: answer text}, {question id: no-answer score - best span score}): the best valid span over all
-    windows of each question; with `version_2_with_negative`, "" when the no-answer score (the first token's start +
-    end logits, least over the windows) exceeds the best span's by more than `null_score_diff_threshold`.
-    `examples` and `features` are datasets (or lists of rows); features carry example_id and offset_mapping."""
-    best = {}  # question id -> (score, start char, end char)
+    """(answers, null odds, n-best) of each question, as transformers' run_qa post-processes: the `n_best_size`
+    best valid spans over all windows (`nbest[id]`: text, probability (softmax over them), start and end logit, best
+    first); the answer is the best one, or, with `version_2_with_negative`, "" when the no-answer score (the first
+    token's start + end logits, least over the windows) exceeds the best span's by more than
+    `null_score_diff_threshold` (`null_odds[id]`: that difference). `examples` and `features` are datasets (or lists
+    of rows); features carry example_id and offset_mapping."""
+    spans = {}  # question id -> [(score, start char, end char, start logit, end logit)], the best n kept
     null = {}  # question id -> least no-answer score over its windows
     index = 0
     for batch in _batches(features, ["example_id", "offset_mapping"]):
@@ -196,23 +198,30 @@ def postprocess_predictions(examples, features, start_logits, end_logits, n_best
             starts, ends = start_logits[index][: len(offsets)], end_logits[index][: len(offsets)]
             index += 1
             null[example_id] = min(null.get(example_id, np.inf), starts[0] + ends[0])
+            found = spans.setdefault(example_id, [])
             for s in np.argsort(starts)[::-1][:n_best_size]:
                 for e in np.argsort(ends)[::-1][:n_best_size]:
                     if offsets[s] is None or offsets[e] is None or e < s or e - s + 1 > max_answer_length:
                         continue
-                    score = starts[s] + ends[e]
-                    if score > best.get(example_id, (-np.inf,))[0]:
-                        best[example_id] = (score, offsets[s][0], offsets[e][1])
-    answers, null_odds = {}, {}
+                    found.append((float(starts[s] + ends[e]), offsets[s][0], offsets[e][1], float(starts[s]),
+                                  float(ends[e])))
+            found.sort(key=lambda span: -span[0])
+            del found[n_best_size:]
+    answers, null_odds, nbest = {}, {}, {}
     for batch in _batches(examples, ["id", context_column]):
         for example_id, context in zip(batch["id"], batch[context_column]):
-            score, start, end = best.get(example_id, (-np.inf, 0, 0))
-            answers[example_id] = context[start:end]
+            found = spans.get(example_id) or [(-np.inf, 0, 0, -np.inf, -np.inf)]
+            scores = np.array([span[0] for span in found])
+            weights = np.exp(scores - scores.max()) if np.isfinite(scores.max()) else np.ones_like(scores)
+            nbest[example_id] = [{"text": context[start:end], "probability": float(weight / weights.sum()),
+                                  "start_logit": start_logit, "end_logit": end_logit}
+                                 for (_, start, end, start_logit, end_logit), weight in zip(found, weights)]
+            answers[example_id] = nbest[example_id][0]["text"]
             if version_2_with_negative:
-                null_odds[example_id] = float(null.get(example_id, np.inf) - score)
+                null_odds[example_id] = float(null.get(example_id, np.inf) - found[0][0])
                 if null_odds[example_id] > null_score_diff_threshold:
                     answers[example_id] = ""
-    return answers, null_odds
+    return answers, null_odds, nbest
 
 
 def _batches(rows, columns, size=1000):
@@ -305,11 +314,22 @@ def references_of(examples, answer_column: str) -> list[dict]:
             for batch in _batches(examples, ["id", answer_column]) for i, a in zip(batch["id"], batch[answer_column])]
 
 
-def qa_metrics_function(examples, features, data_args, metric):
-    """`compute_metrics` for one set of questions: post-process the windows' logits into answers, then score them
+def write_predictions(output_dir, prefix: str, answers: dict, null_odds: dict, nbest: dict) -> None:
+    """transformers' run_qa files: {prefix}_predictions.json ({id: answer}), {prefix}_nbest_predictions.json and,
+    for SQuAD v2, {prefix}_null_odds.json."""
+    files = {"predictions": answers, "nbest_predictions": nbest, **({"null_odds": null_odds} if null_odds else {})}
+    for name, content in files.items():
+        (Path(output_dir) / f"{prefix}_{name}.json").write_text(json.dumps(content, indent=2) + "\n")
+
+
+def qa_metrics_function(examples, features, data_args, metric, write_to=None):
+    """`compute_metrics` for one set of questions: post-process the windows' logits into answers, write them as
+    eval_*.json into `write_to` (the main process's output folder; None: not written), then score them
     (`--metric_name`'s module, else SQuAD v1.1 or v2.0)."""
     def compute_metrics(prediction):
-        answers, _ = postprocess(prediction, examples, features, data_args)
+        answers, null_odds, nbest = postprocess(prediction, examples, features, data_args)
+        if write_to is not None:
+            write_predictions(write_to, "eval", answers, null_odds, nbest)
         references = references_of(examples, data_args.answer_column)
         if metric is not None:
             formatted = [{"id": q, "prediction_text": a, **({"no_answer_probability": 0.0}
@@ -329,13 +349,12 @@ def postprocess(prediction, examples, features, data_args):
                                    data_args.null_score_diff_threshold, data_args.context_column)
 
 
-def predictions_writer(examples, features, data_args):
-    """`Prediction.write`: predict_predictions.json ({id: answer}) and, for v2, predict_null_odds.json."""
+def predictions_writer(examples, features, data_args, main_process: bool):
+    """`Prediction.write`: predict_predictions.json, predict_nbest_predictions.json and, for v2,
+    predict_null_odds.json (`write_predictions`), by the main process."""
     def write(output, output_dir) -> dict:
-        answers, null_odds = postprocess(output, examples, features, data_args)
-        (Path(output_dir) / "predict_predictions.json").write_text(json.dumps(answers, indent=2) + "\n")
-        if data_args.version_2_with_negative:
-            (Path(output_dir) / "predict_null_odds.json").write_text(json.dumps(null_odds, indent=2) + "\n")
+        if main_process:
+            write_predictions(output_dir, "predict", *postprocess(output, examples, features, data_args))
         return {}
 
     return write
@@ -388,9 +407,11 @@ def main(argv=None) -> dict:
                                      positions=labelled, windows=split != "train")
         features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,
                                       desc=f"Windows of the {split} contexts")
-    evaluations = [Evaluation(features[s], info[s], qa_metrics_function(splits[s], features[s], data_args, metric))
-                   for s in evaluated]
-    predictions = [Prediction(features[s], info[s], predictions_writer(splits[s], features[s], data_args),
+    main_process = training_args.process_index == 0
+    evaluations = [Evaluation(features[s], info[s], qa_metrics_function(
+        splits[s], features[s], data_args, metric, write_to=training_args.output_dir if main_process else None))
+        for s in evaluated]
+    predictions = [Prediction(features[s], info[s], predictions_writer(splits[s], features[s], data_args, main_process),
                               qa_metrics_function(splits[s], features[s], data_args, metric)
                               if data_args.answer_column in splits[s].column_names else None) for s in tested]
     trainer = Trainer(

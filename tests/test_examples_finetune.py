@@ -163,9 +163,11 @@ def test_glue_metrics_equal_scikit_learn_and_scipy():
     glue = run_classification.glue_metrics
     assert glue("cola", predictions, labels) == {
         "matthews_correlation": pytest.approx(matthews_corrcoef(labels, predictions), abs=1e-12)}
-    assert glue("mrpc", predictions, labels) == {"accuracy": pytest.approx(np.mean(labels == predictions)),
-                                                 "f1": pytest.approx(f1_score(labels, predictions), abs=1e-12)}
-    assert glue("qqp", predictions, labels).keys() == {"accuracy", "f1"}
+    accuracy, f1 = np.mean(labels == predictions), f1_score(labels, predictions)
+    assert glue("mrpc", predictions, labels) == {"accuracy": pytest.approx(accuracy),
+                                                 "f1": pytest.approx(f1, abs=1e-12),  # run_glue's combined score:
+                                                 "combined_score": pytest.approx((accuracy + f1) / 2, abs=1e-12)}
+    assert glue("qqp", predictions, labels).keys() == {"accuracy", "f1", "combined_score"}
     assert glue("sst2", predictions, labels).keys() == {"accuracy"}
     three, guess = rng.integers(0, 3, 60), rng.integers(0, 3, 60)  # multi-class Matthews (R_K)
     assert run_classification.matthews_correlation(guess, three) == pytest.approx(matthews_corrcoef(three, guess),
@@ -173,8 +175,9 @@ def test_glue_metrics_equal_scikit_learn_and_scipy():
     assert run_classification.matthews_correlation([1, 1, 1], [0, 1, 0]) == 0.0  # undefined: 0, as scikit-learn
     scores, gold = rng.normal(size=40).round(1), rng.integers(0, 6, 40).astype(float)  # ties in both
     stsb = glue("stsb", scores, gold)
-    assert stsb == {"pearson": pytest.approx(pearsonr(scores, gold)[0], abs=1e-12),
-                    "spearmanr": pytest.approx(spearmanr(scores, gold)[0], abs=1e-12)}
+    pearson, spearman = pearsonr(scores, gold)[0], spearmanr(scores, gold)[0]
+    assert stsb == {"pearson": pytest.approx(pearson, abs=1e-12), "spearmanr": pytest.approx(spearman, abs=1e-12),
+                    "combined_score": pytest.approx((pearson + spearman) / 2, abs=1e-12)}
     # the default of non-GLUE data: accuracy and F1 of class 1 (two classes), macro F1 otherwise
     metrics = run_classification.classification_metrics
     assert metrics(predictions, labels, 2)["f1"] == pytest.approx(f1_score(labels, predictions))
@@ -270,10 +273,16 @@ def test_gold_logits_recover_the_gold_answers(max_seq_length, doc_stride):
     start_logits, end_logits = np.zeros((len(features), length)), np.zeros((len(features), length))
     for i, (start, end) in enumerate(zip(features["start_positions"], features["end_positions"])):
         start_logits[i, start] = end_logits[i, end] = 10.0  # the first token where the window lacks the answer
-    answers, null_odds = run_qa.postprocess_predictions(examples, features, start_logits, end_logits,
-                                                        version_2_with_negative=True)
+    answers, null_odds, nbest = run_qa.postprocess_predictions(examples, features, start_logits, end_logits,
+                                                               n_best_size=5, version_2_with_negative=True)
     assert answers == {e["id"]: (e["answers"]["text"] or [""])[0] for e in rows}
     assert null_odds[rows[0]["id"]] > 0 > null_odds[rows[1]["id"]]
+    for e in rows[1:]:  # the n-best of an answered question: the gold span first, scores falling, probabilities summing to 1
+        best = nbest[e["id"]]
+        assert best[0]["text"] == e["answers"]["text"][0] and best[0]["start_logit"] == best[0]["end_logit"] == 10.0
+        assert 1 <= len(best) <= 5 and sum(b["probability"] for b in best) == pytest.approx(1.0)
+        assert [b["start_logit"] + b["end_logit"] for b in best] == sorted(
+            (b["start_logit"] + b["end_logit"] for b in best), reverse=True)
     references = [{"id": e["id"], "answers": e["answers"]} for e in rows]
     assert run_qa.squad_v2_metrics(answers, references)["exact"] == 100.0
 
@@ -379,6 +388,18 @@ def test_qa_trains_saves_reloads_and_predicts(tmp_path):
     assert metrics["eval_exact_match"] <= metrics["eval_f1"] + 1e-9
     predictions = json.loads((out / "predict_predictions.json").read_text())
     assert list(predictions) == [e["id"] for e in squad_rows("validation")[:5]]
+    # transformers' run_qa files, for evaluation and prediction: answers and their n-best lists
+    nbest = json.loads((out / "predict_nbest_predictions.json").read_text())
+    assert {q: n[0]["text"] for q, n in nbest.items()} == predictions
+    evaluated = json.loads((out / "eval_predictions.json").read_text())
+    assert list(evaluated) == [e["id"] for e in squad_rows("validation")[:8]]
+    assert json.loads((out / "eval_nbest_predictions.json").read_text()).keys() == evaluated.keys()
+    # prediction alone from a test file (no training or evaluation data), as transformers' run_qa allows
+    alone = run_qa.main(["--output_dir", str(tmp_path / "alone"), "--model_name_or_path", str(out), "--do_predict",
+                         "--test_file", str(run_qa.SQUAD["validation"]), "--max_predict_samples", "3",
+                         "--max_seq_length", "96", "--doc_stride", "32", "--disable_tqdm", "true"])
+    assert 0 <= alone["predict_f1"] <= 100 and len(json.loads((tmp_path / "alone" / "predict_predictions.json")
+                                                              .read_text())) == 3
     model = AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)
     assert type(model).__name__ == "VariantBertForQuestionAnswering"
     text, _ = card_of(out)
