@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import transformers
 
 import hf_attn_variants as hav
 from conftest import HEADS, SAME_WEIGHTS, TINY, VARIANTS, build, family, head_inputs, make_config, on_device
@@ -236,6 +237,29 @@ def test_resize_token_embeddings_keeps_the_head_tied(head):
     assert model.get_input_embeddings().weight.shape[0] == 120
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     assert model(**head_inputs("VariantBertForMaskedLM")).logits.shape[-1] == 120
+
+
+@pytest.mark.parametrize("head", MASKED_LMS)
+@pytest.mark.parametrize("size, mean_resizing", [(80, True), (120, True), (120, False)])
+def test_resize_token_embeddings_resizes_the_output_bias_as_transformers(head, size, mean_resizing):
+    """Our heads hold the output bias alone (transformers' decoder bias is a second name of it): resizing keeps its
+    first entries and starts added tokens at 0, as transformers resizes its own tied heads (whatever mean_resizing)."""
+    model = build(head, "dot_product")
+    with torch.no_grad():
+        model.get_output_embeddings().weight.normal_()
+        bias = model.cls.predictions.bias if family(head) == "bert" else model.predictions.bias
+        bias.normal_()
+    ref_class = getattr(transformers, head.replace("Variant", "", 1))
+    config_class = getattr(transformers, type(model.config).__name__.replace("Variant", "", 1))
+    ref = ref_class(config_class(**{k: v for k, v in model.config.to_dict().items() if k != "model_type"}))
+    ref.load_state_dict(model.state_dict(), strict=False)
+    for m in (model, ref):
+        m.resize_token_embeddings(size, mean_resizing=mean_resizing)
+    got = model.cls.predictions.bias if family(head) == "bert" else model.predictions.bias
+    expected = ref.cls.predictions.bias if family(head) == "bert" else ref.predictions.bias
+    assert got.shape == (size,) and got.requires_grad
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    assert not torch.equal(got[:80], torch.zeros(80))  # the old entries were kept, not reset
 
 
 @pytest.mark.parametrize("head", MASKED_LMS)
