@@ -18,8 +18,8 @@ Stages:
   batch 8), n = 512 and 2048, fwd and fwd+bwd, every variant against transformers' SDPA (and flash-attn).
 - bf16: examples/run_pretraining.py --bf16, 40 steps of the main job's preset.
 - zero2: the same through torchrun and examples/deepspeed/zero2.json (one process per GPU, at most 2).
-- fsdp: accelerate launch --config_file examples/accelerate/fsdp.yaml (one process per GPU, at most 2). Known to
-  fail with accelerate 1.15 and torch 2.13 (accelerate shards the embeddings twice: see tests/fsdp_worker.py);
+- fsdp: accelerate launch --config_file examples/accelerate/fsdp.yaml (one process per GPU, at most 2): Trainer
+  with accelerate's own FSDP2 preparation, tested on CPU processes by tests/test_scaleout.py but not yet on a GPU;
   the stage records what this machine does.
 """
 

@@ -6,7 +6,9 @@ What differs from transformers' `modeling_albert.py`:
   sharing covers them and the parameter count does not grow with `num_hidden_layers`;
 - layers are `GradientCheckpointingLayer`s: activation checkpointing works (transformers' ALBERT has none);
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
-  `trust_remote_code=True` without this package installed.
+  `trust_remote_code=True` without this package installed;
+- the MLM head adds its output bias (`predictions.bias`) itself and its decoder has none, and `_no_split_modules`
+  names only the layer, as in VariantBERT, so that accelerate's FSDP2 preparation can shard the model.
 Everything ALBERT already has keeps transformers' parameter names, so a vanilla ALBERT checkpoint loads.
 """
 
@@ -205,7 +207,7 @@ class VariantAlbertForPreTrainingOutput(ModelOutput):
 class VariantAlbertModel(VariantAlbertPreTrainedModel):
     """The bare ALBERT encoder, with a tanh pooler on the first token."""
 
-    _no_split_modules = ["VariantAlbertEmbeddings", "VariantAlbertLayer"]
+    _no_split_modules = ["VariantAlbertLayer"]
 
     def __init__(self, config, add_pooling_layer=True):
         super().__init__(config)
@@ -247,13 +249,15 @@ class VariantAlbertMLMHead(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.LayerNorm = nn.LayerNorm(config.embedding_size, eps=config.layer_norm_eps)
+        # the head owns the output bias and adds it itself (see VariantBertLMPredictionHead): the decoder, tied to the
+        # word embeddings, has none
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.dense = nn.Linear(config.hidden_size, config.embedding_size)
-        self.decoder = nn.Linear(config.embedding_size, config.vocab_size)
+        self.decoder = nn.Linear(config.embedding_size, config.vocab_size, bias=False)
         self.activation = ACT2FN[config.hidden_act]
 
     def forward(self, hidden_states):
-        return self.decoder(self.LayerNorm(self.activation(self.dense(hidden_states))))
+        return self.decoder(self.LayerNorm(self.activation(self.dense(hidden_states)))) + self.bias  # [b, n, vocab]
 
 
 class VariantAlbertSOPHead(nn.Module):
@@ -269,17 +273,22 @@ class VariantAlbertSOPHead(nn.Module):
 class _VariantAlbertWithMLMHead(VariantAlbertPreTrainedModel):
     """Shared accessors of the heads whose decoder is tied to the word embeddings."""
 
-    _tied_weights_keys = {
-        "predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
-        "predictions.decoder.bias": "predictions.bias",
-    }
+    _tied_weights_keys = {"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight"}
+    _keys_to_ignore_on_load_unexpected = [r"predictions\.decoder\.bias"]  # transformers' second name of the bias
 
     def get_output_embeddings(self):
         return self.predictions.decoder
 
     def set_output_embeddings(self, new_embeddings):
         self.predictions.decoder = new_embeddings
-        self.predictions.bias = new_embeddings.bias
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """transformers' resize; the head's own output bias follows as transformers' `tie_weights` pads a tied
+        decoder's bias (the first entries kept, added tokens at 0)."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        bias = self.predictions.bias
+        bias.data = nn.functional.pad(bias.data, (0, embeddings.num_embeddings - bias.shape[0]))  # [vocab]
+        return embeddings
 
 
 class VariantAlbertForPreTraining(_VariantAlbertWithMLMHead):

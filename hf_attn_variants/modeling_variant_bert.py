@@ -5,7 +5,11 @@ What differs from transformers' `modeling_bert.py`:
   every parameter a variant adds (`...attention.self.core.*`); with talking heads the query/key projections have
   h_k heads and the value projection h_v heads, and a pure synthesizer has no query/key projections;
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
-  `trust_remote_code=True` without this package installed.
+  `trust_remote_code=True` without this package installed;
+- the LM head adds its output bias (`cls.predictions.bias`) itself and its decoder has none, where transformers'
+  `cls.predictions.decoder.bias` is a second name of that tensor (checkpoints hold the same keys); and
+  `_no_split_modules` names only the layer. Both let accelerate's FSDP2 preparation shard the model: it wraps each
+  `_no_split_modules` module, then the tied word embedding and decoder together (docs/scale-out.md).
 Everything BERT already has keeps transformers' parameter names, so a vanilla BERT checkpoint loads into a variant.
 """
 
@@ -298,12 +302,14 @@ class VariantBertLMPredictionHead(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.transform = VariantBertPredictionHeadTransform(config)
-        # The output weights are the input embeddings (tied), with an output-only bias per token.
-        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+        # The output weights are the input embeddings (tied), with an output-only bias per token that this head owns
+        # and adds itself (as the original BERT's `output_bias`): the decoder has none, so no parameter lives in two
+        # modules and FSDP can shard the tied pair as one unit (docs/scale-out.md).
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden_states):
-        return self.decoder(self.transform(hidden_states))
+        return self.decoder(self.transform(hidden_states)) + self.bias  # [b, n, vocab]
 
 
 class VariantBertOnlyMLMHead(nn.Module):
@@ -367,7 +373,7 @@ class VariantBertForPreTrainingOutput(ModelOutput):
 class VariantBertModel(VariantBertPreTrainedModel):
     """The bare encoder (or decoder, with `is_decoder=True`; cross-attention with `add_cross_attention=True`)."""
 
-    _no_split_modules = ["VariantBertEmbeddings", "VariantBertLayer"]
+    _no_split_modules = ["VariantBertLayer"]
 
     def __init__(self, config, add_pooling_layer=True):
         super().__init__(config)
@@ -446,23 +452,28 @@ class VariantBertModel(VariantBertPreTrainedModel):
         )
 
 
-_TIED_LM_HEAD = {
-    "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-    "cls.predictions.decoder.bias": "cls.predictions.bias",
-}
+_TIED_LM_HEAD = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight"}
 
 
 class _VariantBertWithLMHead(VariantBertPreTrainedModel):
     """Shared accessors of the heads whose decoder is tied to the word embeddings."""
 
     _tied_weights_keys = dict(_TIED_LM_HEAD)
+    _keys_to_ignore_on_load_unexpected = [r"cls\.predictions\.decoder\.bias"]  # transformers' second name of the bias
 
     def get_output_embeddings(self):
         return self.cls.predictions.decoder
 
     def set_output_embeddings(self, new_embeddings):
         self.cls.predictions.decoder = new_embeddings
-        self.cls.predictions.bias = new_embeddings.bias
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """transformers' resize; the head's own output bias follows as transformers' `tie_weights` pads a tied
+        decoder's bias (the first entries kept, added tokens at 0)."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        bias = self.cls.predictions.bias
+        bias.data = nn.functional.pad(bias.data, (0, embeddings.num_embeddings - bias.shape[0]))  # [vocab]
+        return embeddings
 
 
 class VariantBertForPreTraining(_VariantBertWithLMHead):

@@ -6,7 +6,8 @@ What differs from transformers' `modeling_t5.py`:
   chosen per place (`config.attention_type_of`); a synthesizer's cross-attention is dot-product;
 - the relative position bias has h heads (the softmax heads) and is added after the pre-softmax map;
 - the LM head is tied to the shared embedding or not (`tie_lm_head`, v1.1), independently of the encoder/decoder
-  embeddings, which are always the shared one;
+  embeddings, which are always the shared one: the stacks hold the `shared` module itself (transformers gives each
+  stack an embedding of its own, tied to it), so accelerate's FSDP2 preparation keeps that embedding in one unit;
 - `config.auto_map` names every head, so a checkpoint loads through `AutoModel*` with `trust_remote_code=True`.
 Everything T5 already has keeps transformers' parameter names, so a vanilla T5 checkpoint loads into a variant.
 """
@@ -349,16 +350,17 @@ class VariantT5PreTrainedModel(VariantPreTrainedModel):
 
 
 class VariantT5Stack(VariantT5PreTrainedModel):
-    """The encoder (or, with `config.is_decoder`, the decoder) stack; reads the shared embedding."""
+    """The encoder (or, with `config.is_decoder`, the decoder) stack; reads `embed_tokens`, the model's `shared`
+    embedding module itself (or, built alone, an embedding of its own)."""
 
-    def __init__(self, config):
+    def __init__(self, config, embed_tokens: nn.Embedding | None = None):
         super().__init__(config)
         if getattr(config, "admin", False):
             raise ValueError(
                 "`admin`=True is not supported for T5: Admin rescales the residual that a Post-LN layer normalises, "
                 "and T5 is Pre-LN (x + f(LN(x)), the residual stream is never normalised). Set `admin`=False."
             )
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model) if embed_tokens is None else embed_tokens
         self.is_decoder = config.is_decoder
         self.block = nn.ModuleList(
             [VariantT5Block(config, has_relative_attention_bias=i == 0, layer_idx=i) for i in range(config.num_layers)]
@@ -418,15 +420,15 @@ class VariantT5Stack(VariantT5PreTrainedModel):
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **cache_field(cache))
 
 
-def _stacks(config):
-    """The encoder and decoder configs of an encoder-decoder."""
+def _stacks(config, shared):
+    """The encoder and decoder of an encoder-decoder, both reading the `shared` embedding module."""
     encoder_config = copy.deepcopy(config)
     encoder_config.is_decoder = False
     encoder_config.use_cache = False
     decoder_config = copy.deepcopy(config)
     decoder_config.is_decoder = True
     decoder_config.num_layers = config.num_decoder_layers
-    return VariantT5Stack(encoder_config), VariantT5Stack(decoder_config)
+    return VariantT5Stack(encoder_config, shared), VariantT5Stack(decoder_config, shared)
 
 
 _TIED_EMBEDDINGS = {"encoder.embed_tokens.weight": "shared.weight", "decoder.embed_tokens.weight": "shared.weight"}
@@ -440,7 +442,7 @@ class _VariantT5EncoderDecoder(VariantT5PreTrainedModel):
     def __init__(self, config):
         super().__init__(config)
         self.shared = nn.Embedding(config.vocab_size, config.d_model)
-        self.encoder, self.decoder = _stacks(config)
+        self.encoder, self.decoder = _stacks(config, self.shared)
 
     def get_input_embeddings(self):
         return self.shared
@@ -564,7 +566,7 @@ class VariantT5EncoderModel(VariantT5PreTrainedModel):
         encoder_config.use_cache = False
         encoder_config.is_encoder_decoder = False
         encoder_config.is_decoder = False
-        self.encoder = VariantT5Stack(encoder_config)
+        self.encoder = VariantT5Stack(encoder_config, self.shared)
         self.post_init()
 
     def get_input_embeddings(self):

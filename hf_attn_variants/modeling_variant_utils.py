@@ -135,11 +135,17 @@ class VariantPreTrainedModel(PreTrainedModel):
         return result
 
     def save_pretrained(self, save_directory, *args, state_dict=None, **kwargs):
-        """transformers' `save_pretrained`; a given `state_dict` first loses the copies of tied weights.
+        """transformers' `save_pretrained`; a given `state_dict` first loses the copies of tied weights, and a model
+        sharded by FSDP2 saves the code of its own class.
 
         transformers recognises tied weights in a state dict by shared storage. Trainer under DeepSpeed ZeRO-1/2 hands
-        over cloned tensors (accelerate's `get_state_dict`), so the LM head's decoder weight and bias would be written
-        a second time: as large as the embedding matrix, and unused on loading (the weights are tied again).
+        over cloned tensors (accelerate's `get_state_dict`), so the LM head's decoder weight would be written a second
+        time: as large as the embedding matrix, and unused on loading (the weights are tied again).
+
+        FSDP2's `fully_shard` turns the model's class into a subclass made in torch (`FSDPVariantBertForMaskedLM`), and
+        Trainer saves that prepared model: transformers would copy torch's file as the model code and write
+        `_fsdp_init.FSDPVariantBertForMaskedLM` into `auto_map`, a folder that does not load as remote code. While
+        saving, that subclass carries the name and module of the class it wraps.
         """
         if state_dict is not None:
             declared = {f"{prefix}.{key}" if prefix else key for prefix, module in self.named_modules()
@@ -147,7 +153,15 @@ class VariantPreTrainedModel(PreTrainedModel):
             every_name = {name for name, _ in self.named_parameters(remove_duplicate=False)}
             aliases = every_name - dict(self.named_parameters()).keys()  # second names of one tensor
             kwargs["state_dict"] = {key: value for key, value in state_dict.items() if key not in declared & aliases}
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        made = type(self)
+        own = next(c for c in made.__mro__
+                   if issubclass(c, VariantPreTrainedModel) and not c.__module__.startswith("torch."))
+        names = made.__module__, made.__name__
+        made.__module__, made.__name__ = own.__module__, own.__name__  # a no-op unless torch made the class
+        try:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            made.__module__, made.__name__ = names
 
     def _variant_init_std(self) -> float:
         """The std of the variant's weight matrices (synthesizers): the family's usual weight init."""

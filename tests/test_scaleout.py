@@ -1,11 +1,12 @@
 """Scale-out on 2 CPU processes (gloo, OMP_NUM_THREADS=1 each): DeepSpeed ZeRO-2 and ZeRO-3 through
-`torchrun examples/run_pretraining.py --deepspeed examples/deepspeed/zero{2,3}.json`, and FSDP2 sharding as
-examples/accelerate/fsdp.yaml asks, under `accelerate launch --config_file examples/accelerate/fsdp.yaml`
-(tests/fsdp_worker.py says why not through Trainer, and records that accelerate's own FSDP2 preparation fails).
+`torchrun examples/run_pretraining.py --deepspeed examples/deepspeed/zero{2,3}.json`, and FSDP2 as accelerate's own
+`fsdp2_prepare_model` shards a BERT, an ALBERT and a T5 model with the settings of examples/accelerate/fsdp.yaml,
+under `accelerate launch --config_file examples/accelerate/fsdp.yaml` (tests/fsdp_worker.py says why not through
+Trainer).
 
 For each: the run really has 2 processes, the logged losses and the weights after 3 steps equal one process on the
-same global batch, and the saved folder loads through AutoModelForMaskedLM with trust_remote_code in an interpreter
-that cannot import the package, with the same logits. `--resume_from_checkpoint last` continues a ZeRO-3 run.
+same global batch, and the saved folder loads through its AutoModel class with trust_remote_code in an interpreter
+that cannot import the package, with the same outputs. `--resume_from_checkpoint last` continues a ZeRO-3 run.
 
 DeepSpeed builds its CPU communication op the first time it runs on a machine (about 2.5 minutes on 2 busy cores,
 kept in ~/.cache/torch_extensions); later runs load it.
@@ -25,7 +26,7 @@ from safetensors.torch import load_file
 
 import hf_attn_variants as hav
 from conftest import SAME_WEIGHTS, build, head_inputs
-from test_remote_code import _run_isolated
+from test_remote_code import CONFIG_CLASS, _auto_class, _run_isolated
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -45,8 +46,9 @@ TWO_PROCESSES = ["--per_device_train_batch_size", "4", "--ddp_backend", "gloo"]
 # Weights after 3 AdamW steps at lr 1e-2 on 2 processes against 1. Adam moves a weight by up to lr per step (exactly
 # lr * sign(g) at the first step), so one weight that missed an update or got another process's is off by 1e-3 to
 # 1e-2, 10 to 100 times this tolerance. What is left is the order of the gradient sums (one process sums over 8
-# sequences, two sum 4 + 4): measured max |difference| 2.1e-6 (ZeRO-2), 1.7e-5 (ZeRO-3), 5.1e-6 (FSDP). The key
-# biases carry most of it: softmax ignores them, their true gradient is 0 and Adam normalises the rounding noise.
+# sequences, two sum 4 + 4): measured max |difference| 2.1e-6 (ZeRO-2), 1.7e-5 (ZeRO-3), 1.4e-6 / 2.8e-6 / 4.2e-7
+# (FSDP2: BERT, ALBERT, T5). The key biases carry most of it: softmax ignores them, their true gradient is 0 and Adam
+# normalises the rounding noise.
 AFTER_STEPS = dict(atol=1e-4, rtol=1e-4)
 
 
@@ -148,7 +150,7 @@ def zero3(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fsdp(tmp_path_factory):
-    """(one process, two processes under FSDP2) folders of tests/fsdp_worker.py."""
+    """(one process, two processes under FSDP2) folders of tests/fsdp_worker.py, a sub-folder per model."""
     one, two = tmp_path_factory.mktemp("fsdp_one"), tmp_path_factory.mktemp("fsdp_two")
     fsdp_worker.main(str(one))
     accelerate = Path(sys.executable).parent / "accelerate"
@@ -186,28 +188,57 @@ def test_zero3_resumes_from_the_last_checkpoint(tmp_path, zero3):
     assert moved[len(moved) // 2] > 10 * AFTER_STEPS["atol"], moved
 
 
-def test_fsdp_equals_one_process(fsdp):
-    one, two = fsdp
+# what accelerate's fsdp2_prepare_model makes a shard unit of, per model: each layer (`_no_split_modules`), the tied
+# input embedding and LM head decoder together (FSDPEmbedding, FSDPLinear), and the root with the rest
+FSDP_UNITS = {name: sorted(["FSDPEmbedding", "FSDPLinear", f"FSDP{layer}", f"FSDP{fsdp_worker.MODELS[name][0]}"])
+              for name, layer in [("bert", "VariantBertLayer"), ("albert", "VariantAlbertLayer"),
+                                  ("t5", "VariantT5Block")]}
+
+
+@pytest.mark.parametrize("name", list(fsdp_worker.MODELS))
+def test_accelerate_fsdp2_equals_one_process(fsdp, name):
+    """accelerate's FSDP2 preparation with fsdp.yaml's settings: 2 ranks x 4 sequences train as 1 x 8, tied weights
+    and all (BERT and ALBERT: word embedding and decoder; T5: the shared embedding, both stacks' and the LM head)."""
+    one, two = (folder / name for folder in fsdp)
     info = json.loads((two / "run.json").read_text())
-    assert info["world_size"] == 2 and "FSDPVariantBertLayer" in info["sharded"], info
+    assert info["world_size"] == 2 and info["units"] == FSDP_UNITS[name], info
     assert info["losses"] == pytest.approx(json.loads((one / "run.json").read_text())["losses"], rel=1e-5)
     _assert_same_weights(one, two)
+    # non-vacuity: the 3 steps move the weights far beyond the tolerance (a rank that skipped an update would fail)
+    start, end = fsdp_worker.build(name).state_dict(), load_file(two / "model.safetensors")
+    moved = sorted((end[k] - start[k]).abs().max().item() for k in end)
+    assert moved[len(moved) // 2] > 10 * AFTER_STEPS["atol"], moved
 
 
-@pytest.mark.xfail(reason="accelerate 1.15 + torch 2.13: fsdp2_prepare_model shards the input embedding twice and "
-                          "splits tied weights across FSDP groups (transformers' own BERT/ALBERT/T5 fail alike)")
-def test_accelerate_prepares_the_model_for_fsdp2(fsdp):
-    """What Trainer does on a GPU with examples/accelerate/fsdp.yaml; an XPASS means a release fixed it."""
-    info = json.loads((fsdp[1] / "run.json").read_text())
-    assert info["accelerate_prepare"] == "ok", info["accelerate_prepare"]
+def test_accelerate_fsdp2_folders_load_as_remote_code(tmp_path, fsdp):
+    """What Trainer's save_model writes under FSDP2 (the gathered full state dict, saved by the prepared model) loads
+    through its AutoModel class with trust_remote_code=True, package blocked, with the same outputs and ties."""
+    jobs, expected = [], {}
+    for name, (head, family, _) in fsdp_worker.MODELS.items():
+        folder = fsdp[1] / name
+        inputs = head_inputs(head, seq=12)
+        torch.save(inputs, tmp_path / f"{name}-inputs.pt")
+        jobs.append(dict(path=str(folder), auto=_auto_class(head), cls=head, config=CONFIG_CLASS[family],
+                         inputs=str(tmp_path / f"{name}-inputs.pt"), out=str(tmp_path / f"{name}.pt")))
+        model = getattr(hav, head).from_pretrained(folder).eval()
+        assert model.get_output_embeddings().weight is model.get_input_embeddings().weight, name
+        if family == "t5":  # both stacks read the shared embedding module itself
+            assert model.encoder.embed_tokens is model.decoder.embed_tokens is model.shared
+        with torch.no_grad():
+            expected[name] = model(**inputs)
+    _run_isolated(tmp_path, jobs)
+    for job, (name, out) in zip(jobs, expected.items()):
+        got = torch.load(job["out"])
+        torch.testing.assert_close(got["logits"], out.logits, **SAME_WEIGHTS, msg=name)
+        torch.testing.assert_close(got["loss"], out.loss, **SAME_WEIGHTS, msg=name)
 
 
-def test_scaled_out_folders_load_as_remote_code(tmp_path, zero2, zero3, fsdp):
-    """ZeRO-2, ZeRO-3 and FSDP folders through AutoModelForMaskedLM(trust_remote_code=True), package blocked."""
+def test_zero_folders_load_as_remote_code(tmp_path, zero2, zero3):
+    """ZeRO-2 and ZeRO-3 folders through AutoModelForMaskedLM(trust_remote_code=True), package blocked."""
     inputs = head_inputs("VariantBertForMaskedLM", seq=12)
     inputs["input_ids"] = inputs["input_ids"] * 5 + 4  # spread over the tiny preset's vocabulary
     torch.save(inputs, tmp_path / "inputs.pt")
-    folders = {"zero2": zero2, "zero3": zero3, "fsdp": fsdp[1]}
+    folders = {"zero2": zero2, "zero3": zero3}
     jobs = [dict(path=str(folder), auto="AutoModelForMaskedLM", cls="VariantBertForMaskedLM",
                  config="VariantBertConfig", inputs=str(tmp_path / "inputs.pt"), out=str(tmp_path / f"{name}.pt"))
             for name, folder in folders.items()]

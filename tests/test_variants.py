@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+import transformers
+from safetensors.torch import load_file, save_file
 
 import hf_attn_variants as hav
 from conftest import HEADS, SAME_WEIGHTS, TINY, VARIANTS, build, family, head_inputs, make_config, on_device
@@ -236,6 +238,46 @@ def test_resize_token_embeddings_keeps_the_head_tied(head):
     assert model.get_input_embeddings().weight.shape[0] == 120
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     assert model(**head_inputs("VariantBertForMaskedLM")).logits.shape[-1] == 120
+
+
+@pytest.mark.parametrize("head", MASKED_LMS)
+@pytest.mark.parametrize("size, mean_resizing", [(80, True), (120, True), (120, False)])
+def test_resize_token_embeddings_resizes_the_output_bias_as_transformers(head, size, mean_resizing):
+    """Our heads hold the output bias alone (transformers' decoder bias is a second name of it): resizing keeps its
+    first entries and starts added tokens at 0, as transformers resizes its own tied heads (whatever mean_resizing)."""
+    model = build(head, "dot_product")
+    with torch.no_grad():
+        model.get_output_embeddings().weight.normal_()
+        bias = model.cls.predictions.bias if family(head) == "bert" else model.predictions.bias
+        bias.normal_()
+    ref_class = getattr(transformers, head.replace("Variant", "", 1))
+    config_class = getattr(transformers, type(model.config).__name__.replace("Variant", "", 1))
+    ref = on_device(ref_class(config_class(**{k: v for k, v in model.config.to_dict().items() if k != "model_type"})))
+    missing, unexpected = ref.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected and [k for k in missing if "decoder.bias" not in k] == [], (missing, unexpected)
+    for m in (model, ref):
+        m.resize_token_embeddings(size, mean_resizing=mean_resizing)
+    got = model.cls.predictions.bias if family(head) == "bert" else model.predictions.bias
+    expected = ref.cls.predictions.bias if family(head) == "bert" else ref.predictions.bias
+    assert got.shape == (size,) and got.requires_grad
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    assert got[:80].count_nonzero() == 80  # the old entries were kept, not reset
+
+
+@pytest.mark.parametrize("head", MASKED_LMS)
+def test_a_checkpoint_with_the_decoder_bias_alias_loads_quietly(tmp_path, head):
+    """A checkpoint that also stores transformers' second name of the output bias (`...predictions.decoder.bias`)
+    loads with nothing unexpected, and the head's own bias is the stored one."""
+    model = build(head, "talking_heads")
+    model.save_pretrained(tmp_path)
+    weights = load_file(tmp_path / "model.safetensors")
+    bias_key = next(k for k in weights if k.endswith("predictions.bias"))
+    weights[bias_key] = torch.randn(TINY["vocab_size"])
+    weights[bias_key.replace("predictions.bias", "predictions.decoder.bias")] = weights[bias_key].clone()
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    loaded, info = getattr(hav, head).from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["unexpected_keys"] and not info["missing_keys"], info
+    assert torch.equal(loaded.state_dict()[bias_key], weights[bias_key])
 
 
 @pytest.mark.parametrize("head", MASKED_LMS)
