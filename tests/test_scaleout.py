@@ -160,6 +160,17 @@ def fsdp(tmp_path_factory):
     return one, two
 
 
+def test_torchrun_on_cpu_trains_data_parallel_as_documented(one_process, tmp_path):
+    """`torchrun --nproc_per_node 2 examples/run_pretraining.py` on a machine without a GPU, with neither --use_cpu
+    nor --ddp_backend (the scripts choose the CPU and gloo themselves): DDP over 2 processes, equal to one process
+    on the same global batch (without the scripts' choice each rank would train alone: epoch 0.75, other weights)."""
+    torchrun = Path(sys.executable).parent / "torchrun"
+    _launch([str(torchrun), "--nproc_per_node", "2", "--master_port", _free_port(), str(EXAMPLES / "run_pretraining.py"),
+             *[arg for arg in COMMON if arg != "--use_cpu"], "--per_device_train_batch_size", "4",
+             "--save_strategy", "no", "--output_dir", str(tmp_path)])
+    _assert_same_run(one_process, tmp_path)
+
+
 def test_zero2_equals_one_process(one_process, zero2):
     _assert_same_run(one_process, zero2)
     # the tied LM head is saved once, as by one process (ZeRO-2 used to add cls.predictions.decoder.*)
