@@ -511,3 +511,15 @@ def test_pretraining_from_a_hub_dataset(hub, tmp_path):
     assert ("ERROR The dataset tester/devils-lines has no configuration 'wiki': pass --dataset_config_name one of "
             "['lines'].") in proc.stdout
     assert not (tmp_path / "bad").exists()
+
+
+def test_bf16_trains_on_the_cpu_without_a_flag(tmp_path):
+    """--bf16 on a machine without an accelerator runs with CPU autocast (the scripts default to --use_cpu there;
+    transformers alone refuses bf16 without a GPU): the run trains and the weights are saved in float32."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU machine: Trainer puts the run on the GPU")
+    metrics = run_pretraining.main(FAST + ["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path),
+                                           "--max_steps", "2", "--max_train_samples", "16", "--bf16"])
+    assert math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["eval_mlm_loss"])
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config.get("dtype", "float32") == "float32"
