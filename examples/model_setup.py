@@ -39,12 +39,18 @@ class ModelArguments:
 
 
 def checkpoint_model_type(model_name_or_path: str) -> str:
-    """The `model_type` of a checkpoint folder: one of transformers' BERT/ALBERT/T5 or ours."""
-    config_file = Path(model_name_or_path) / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"{model_name_or_path} has no config.json: pass a folder saved with "
-                                "`save_pretrained` (a transformers BERT/ALBERT/T5 or one of ours).")
-    model_type = json.loads(config_file.read_text()).get("model_type")
+    """The `model_type` of a checkpoint: a local folder saved with `save_pretrained` or a Hub model id (its
+    config.json is fetched, as `from_pretrained` would), one of transformers' BERT/ALBERT/T5 or ours."""
+    from transformers import PretrainedConfig
+
+    try:
+        config, _ = PretrainedConfig.get_config_dict(model_name_or_path)
+    except OSError as err:
+        where = "folder" if Path(model_name_or_path).exists() else "folder nor a Hub model that can be reached"
+        raise FileNotFoundError(f"--model_name_or_path {model_name_or_path}: no config.json there (not a checkpoint "
+                                f"{where}). Pass a folder saved with `save_pretrained` or a Hub model id of a "
+                                f"transformers BERT/ALBERT/T5 or one of ours. ({err})") from None
+    model_type = config.get("model_type")
     try:
         family_of(model_type)  # transformers' model types and ours: a vanilla checkpoint warm-starts its variant
     except ValueError as err:

@@ -19,7 +19,7 @@ from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
 
 from data_loading import check_streaming
-from hf_attn_variants.publish import render_card, upload_card
+from hf_attn_variants.publish import is_hub_id, render_card, upload_card
 
 
 DO_FLAGS = ("--do_train", "--do_eval", "--do_predict")
@@ -224,13 +224,15 @@ def write_training_info(output_dir, script: str, task: str, preset: str | None, 
         "script": f"examples/{Path(script).name}",
         "task": task,
         "preset": None if base_model else preset,
-        "base_model": base_model,
+        "base_model": base_model if is_hub_id(base_model) else None,  # the card's base_model: a Hub id or nothing
+        "started_from": base_model,
         "dataset": dataset,
         "training": {
             "max_steps": training_args.max_steps,
             "learning_rate": training_args.learning_rate,
             "per_device_train_batch_size": training_args.per_device_train_batch_size,
             "seed": training_args.seed,
+            "world_size": training_args.world_size,
             **training,
         },
     }

@@ -183,35 +183,67 @@ def _number(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+# What each metric a run records means, said once in the card below the table that shows it (keys without the
+# eval_/predict_/train_ prefix; a key ending in one of RUNTIME_UNITS gets its unit in the name).
+METRIC_TEXT = {
+    "loss": "the model's own loss on the data (for NSP/SOP pretraining: masked-LM loss plus the sentence task's)",
+    "mlm_loss": "masked-LM cross-entropy per predicted token (nats)",
+    "perplexity": "exp(mlm_loss) for masked LM, exp(target_loss) for span corruption",
+    "sentence_accuracy": "accuracy of the next-sentence (NSP) or sentence-order (SOP) prediction",
+    "target_loss": "cross-entropy per target token of T5's span corruption (nats)",
+    "target_token_accuracy": "share of target tokens predicted exactly (teacher-forced)",
+    "accuracy": "share of examples predicted exactly",
+    "combined_score": "the mean of the task's other metrics, as run_glue reports it",
+    "exact_match": "SQuAD exact match of the answer text (percent)",
+    "f1": "F1 (SQuAD: token overlap of the answer text, percent; classification: of class 1, or macro-averaged)",
+}
+RUNTIME_UNITS = {"_runtime": " (s)", "_samples_per_second": "", "_steps_per_second": ""}
+
+
+def _metric_name(key: str) -> str:
+    return key + next((unit for end, unit in RUNTIME_UNITS.items() if key.endswith(end)), "")
+
+
+def _trained(info: dict) -> bool:
+    return "train" in info.get("stages", ["train"])
+
+
 def _training_text(info: dict, metrics: dict, source: str | None) -> str:
-    parts = []
-    if info:
-        where = f"`{info['script']}`" if info.get("script") else "a training script"
-        trained = "train" in info.get("stages", ["train"])
-        parts.append(f"{'Trained' if trained else 'Not trained by this run; evaluated'} with {where} for "
-                     f"{info.get('task', 'an unrecorded task')}"
-                     + (f", preset `{info['preset']}`" if info.get("preset") else "")
-                     + (f", starting from `{info['base_model']}`" if info.get("base_model") else "") + ".")
-        dataset = info.get("dataset") or {}
-        if dataset:
-            parts.append("**Training data:** " + "; ".join(f"{k}: {v}" for k, v in dataset.items() if v) + ".")
-        if info.get("training"):
-            parts.append(_table(info["training"].items(), ("hyperparameter", "value")))
-    else:
-        parts.append("No training record (`training_info.json`) was published with this checkpoint, so its "
-                     "training data and procedure are not documented here.")
-    train = [(k, _number(v)) for k, v in metrics.items() if k.startswith("train_") or k == "epoch"]
+    if not info:
+        return ("No training record (`training_info.json`) was published with this checkpoint, so its training data "
+                "and procedure are not documented here.")
+    where = f"`{info['script']}`" if info.get("script") else "a training script"
+    stages = info.get("stages", ["train"])
+    start = info.get("started_from") or info.get("base_model")
+    origin = (f", preset `{info['preset']}`" if info.get("preset") else "") + (
+        f", starting from `{start}`" if start else "")
+    if not _trained(info):
+        done = " and ".join({"eval": "evaluated", "predict": "predicted"}[stage] for stage in stages)
+        return (f"Not trained by this run: {done} with {where} for {info.get('task', 'an unrecorded task')}{origin}. "
+                "Its training is not documented here.")
+    parts = [f"Trained with {where} for {info.get('task', 'an unrecorded task')}{origin}."]
+    dataset = info.get("dataset") or {}
+    if dataset:
+        parts.append("**Training data:** " + "; ".join(f"{k}: {v}" for k, v in dataset.items() if v) + ".")
+    if info.get("training"):
+        parts.append(_table(info["training"].items(), ("hyperparameter", "value")))
+    train = [(_metric_name(k), _number(v)) for k, v in metrics.items() if k.startswith("train_") or k == "epoch"]
     if train:
-        parts.append(f"Recorded by the run on its training data (`{source}`):\n\n" + _table(train, ("training metric", "value")))
+        parts.append(f"Recorded by the run on its training data (`{source}`):\n\n"
+                     + _table(train, ("training metric", "value")))
     return "\n\n".join(parts)
 
 
-def _evaluation_text(quality: list, source: str | None) -> str:
+def _evaluation_text(quality: list, source: str | None, info: dict) -> str:
     if not quality:
         return "No evaluation metrics were recorded for this checkpoint."
     rows = "\n".join(f"| {name} | {_number(value)} | {_data_text(record)} |" for name, _, value, record in quality)
-    return (f"Measured by the training run and copied from its `{source}`, each on the data named beside it:\n\n"
-            "| metric | value | measured on |\n|---|---|---|\n" + rows)
+    run = "training run" if _trained(info) else "run"
+    meanings = [f"`{metric}`: {METRIC_TEXT[metric]}" for metric in dict.fromkeys(m for _, m, _, _ in quality)
+                if metric in METRIC_TEXT]
+    return (f"Measured by the {run} and copied from its `{source}`, each on the data named beside it:\n\n"
+            "| metric | value | measured on |\n|---|---|---|\n" + rows
+            + ("\n\n" + "; ".join(meanings) + "." if meanings else ""))
 
 
 def _parameter_count(folder: Path) -> str:
@@ -258,7 +290,11 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
     task = info.get("task") or PIPELINE_TAGS[suffix]
     dataset = (info.get("dataset") or {}).get("name")
     hub_datasets = _hub_datasets(info)
-    base_model = base_model or info.get("base_model")
+    if base_model is not None and not is_hub_id(base_model):
+        raise ValueError(f"base_model {base_model!r} is not a Hub repository id (a local folder never is): pass the "
+                         "Hub id the model started from, or none.")
+    recorded = info.get("base_model")  # a record written before base_model held Hub ids only may hold a path
+    base_model = base_model or (recorded if is_hub_id(recorded) else None)
     model_name = repo_id.split("/")[-1]
 
     has_tokenizer = any((folder / name).is_file() for name in TOKENIZER_FILES)
@@ -314,7 +350,7 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
         pipeline_task=PIPELINE_TAGS[suffix],
         example_input=example_input,
         training=_training_text(info, metrics, source),
-        evaluation=_evaluation_text(quality, source),
+        evaluation=_evaluation_text(quality, source, info),
         limitations=limitations,
         own_papers=[papers[k] for k in dict.fromkeys(own)],
         other_papers=[p for k, p in papers.items() if k not in own],

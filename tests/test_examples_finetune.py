@@ -357,7 +357,8 @@ def test_glue_task_from_a_local_folder_predicts_reuses_the_cache_and_takes_an_ev
     assert not (tmp_path / "c" / "train_results.json").exists()
     assert not (tmp_path / "c" / "predict_results_rte.txt").exists()
     text, _ = card_of(tmp_path / "c")  # the card of an evaluation-only run does not claim training data
-    assert "Not trained by this run; evaluated with" in text and "**Training data:**" not in text
+    assert "Not trained by this run: evaluated with" in text and "**Training data:**" not in text
+    assert "| hyperparameter |" not in text and "Measured by the run and" in text
 
 
 EXACT_SHARE = '''
@@ -400,6 +401,10 @@ def test_qa_trains_saves_reloads_and_predicts(tmp_path):
                          "--max_seq_length", "96", "--doc_stride", "32", "--disable_tqdm", "true"])
     assert 0 <= alone["predict_f1"] <= 100 and len(json.loads((tmp_path / "alone" / "predict_predictions.json")
                                                               .read_text())) == 3
+    text, _ = card_of(tmp_path / "alone")  # a prediction-only card says what the run did, and nothing else
+    assert "Not trained by this run: predicted with `examples/run_qa.py`" in text
+    assert "| hyperparameter |" not in text and "training metric" not in text
+    assert "`exact_match`: SQuAD exact match" in text  # each metric explained once
     model = AutoModelForQuestionAnswering.from_pretrained(out, trust_remote_code=True)
     assert type(model).__name__ == "VariantBertForQuestionAnswering"
     text, _ = card_of(out)
@@ -620,3 +625,9 @@ def test_warm_start_from_a_vanilla_bert_and_resume(tmp_path):
     steps = [entry["step"] for entry in json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
              if "loss" in entry]
     assert steps == [1, 2, 3, 4]  # steps 1-2 restored from checkpoint-2's state, 3-4 trained after resuming
+    # a local folder is never the card's base_model (the Hub cannot resolve it); the text names where it started
+    info = json.loads((tmp_path / "out" / "training_info.json").read_text())
+    assert info["base_model"] is None and info["started_from"] == str(tmp_path / "bert")
+    text, data = card_of(tmp_path / "out")
+    assert data.base_model is None and f"starting from `{tmp_path / 'bert'}`" in text
+    assert "`train_runtime (s)`" not in text and "| train_runtime (s) |" in text and "| world_size | 1 |" in text

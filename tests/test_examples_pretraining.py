@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -523,3 +524,36 @@ def test_bf16_trains_on_the_cpu_without_a_flag(tmp_path):
     assert math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["eval_mlm_loss"])
     config = json.loads((tmp_path / "config.json").read_text())
     assert config.get("dtype", "float32") == "float32"
+
+
+HUB_MODEL = """
+import sys
+sys.path.insert(0, {examples!r})
+from huggingface_hub import HfApi
+HfApi().create_repo("tester/tiny-bert")
+HfApi().upload_folder(folder_path={folder!r}, repo_id="tester/tiny-bert")
+import run_pretraining
+run_pretraining.main({common!r} + ["--model_name_or_path", "tester/tiny-bert", "--attention_type", "talking_heads",
+                                   "--output_dir", {out!r}])
+"""
+
+
+def test_pretraining_from_a_hub_model_by_name(hub, tmp_path):
+    """--model_name_or_path a Hub model id (a transformers BertForMaskedLM on the loopback Hub), as transformers'
+    examples take it: warm-started as talking heads, and the card's base_model is that id."""
+    from conftest import run_with_hub
+    from transformers import BertConfig, BertForMaskedLM
+
+    tokenizer = project_tokenizer("wordpiece", 8000)
+    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                               intermediate_size=37, max_position_embeddings=64)).save_pretrained(tmp_path / "bert")
+    tokenizer.save_pretrained(tmp_path / "bert")
+    out = tmp_path / "out"
+    code = HUB_MODEL.format(examples=str(EXAMPLES), folder=str(tmp_path / "bert"), common=TINY_RUN, out=str(out))
+    run_with_hub(hub, tmp_path / "hf_home", [sys.executable, "-c", code])
+    config = json.loads((out / "config.json").read_text())
+    assert (config["attention_type"], config["talking_heads_init"]) == ("talking_heads", "identity")
+    info = json.loads((out / "training_info.json").read_text())
+    assert info["base_model"] == info["started_from"] == "tester/tiny-bert" and info["preset"] is None
+    assert card_metadata_errors((out / "README.md").read_text()) == []
+    assert ModelCard((out / "README.md").read_text()).data.base_model == "tester/tiny-bert"
