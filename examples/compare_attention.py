@@ -21,6 +21,7 @@ from hf_attn_variants.presets import attention_setups_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_pretraining  # noqa: E402
+from run_record import run_script  # noqa: E402
 
 # the attention setups of BERT/ALBERT presets: what follows "{family}-{size}-" in a preset name
 ATTENTION = list(attention_setups_of("bert"))
@@ -107,4 +108,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

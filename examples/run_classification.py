@@ -65,6 +65,7 @@ from run_record import (  # noqa: E402
     choose_stages,
     device_defaults,
     load_metric,
+    run_script,
     run_stages,
 )
 from tokenization import load_tokenizer  # noqa: E402
@@ -403,4 +404,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -67,6 +67,7 @@ from run_record import (  # noqa: E402
     StepTimer,
     check_pretraining_args,
     device_defaults,
+    run_script,
     run_stages,
 )
 from tokenization import encode_texts, load_tokenizer, token_blocks  # noqa: E402
@@ -395,4 +396,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -58,6 +58,7 @@ from run_record import (  # noqa: E402
     choose_stages,
     device_defaults,
     load_metric,
+    run_script,
     run_stages,
 )
 from tokenization import cache_dir, load_tokenizer  # noqa: E402
@@ -426,4 +427,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

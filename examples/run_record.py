@@ -7,7 +7,9 @@ push.
 
 import argparse
 import json
+import os
 import sys
+import traceback
 import time
 import warnings
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from transformers import TrainerCallback
 from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
 
+import hf_attn_variants
 from data_loading import check_streaming
 from hf_attn_variants.publish import is_hub_id, render_card, upload_card
 
@@ -57,7 +60,12 @@ def device_defaults() -> dict:
     --bf16 is refused; with it the processes train data-parallel over gloo and --bf16 runs on the CPU."""
     accelerator = getattr(torch, "accelerator", None)
     available = accelerator.is_available() if hasattr(accelerator, "is_available") else torch.cuda.is_available()
-    return {} if available else {"use_cpu": True}
+    if available:
+        return {}
+    # DeepSpeed, imported by transformers whenever it is installed, would warn on every run that it found no
+    # accelerator and chose the CPU; it is told so beforehand (a DS_ACCELERATOR of the user's still wins).
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    return {"use_cpu": True}
 
 
 def check_pretraining_args(argv, training_args, data_args) -> None:
@@ -258,3 +266,41 @@ def push_with_card(trainer) -> None:
     if trainer.is_world_process_zero():
         published = upload_card(trainer.args.output_dir, trainer.hub_model_id, token=trainer.args.hub_token)
         write_model_card(trainer.args.output_dir, trainer.hub_model_id, published.model_commit)
+
+
+# Where an error raised on purpose comes from: our scripts and package (a check that says what to change), and
+# transformers' argument parsing and validation (a bad flag).
+_OWN_CODE = (str(Path(__file__).resolve().parent), str(Path(hf_attn_variants.__file__).resolve().parent))
+_ARGUMENT_CODE = ("transformers/training_args.py", "transformers/hf_argparser.py")
+_HUB_UNREACHABLE = ("ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled")
+
+
+def user_error(error: BaseException) -> str | None:
+    """The one line to print for an expected user error, None for anything else (a bug, which keeps its traceback):
+    a ValueError/FileNotFoundError that our checks or transformers' argument validation raised, or a Hub that
+    cannot be reached (`--push_to_hub`, a Hub id offline)."""
+    chain, cause = [], error
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
+    if any(type(e).__name__ in _HUB_UNREACHABLE for e in chain):
+        return (f"the Hugging Face Hub cannot be reached ({type(chain[-1]).__name__}: {chain[-1]}). Check the network "
+                "(or HF_ENDPOINT), or work offline: HF_HUB_OFFLINE=1 with local paths and without --push_to_hub.")
+    if isinstance(error, (ValueError, FileNotFoundError)) and error.__traceback__ is not None:
+        raised_in = traceback.extract_tb(error.__traceback__)[-1].filename
+        if raised_in.startswith(_OWN_CODE) or raised_in.endswith(_ARGUMENT_CODE):
+            return str(error)
+    return None
+
+
+def run_script(main) -> None:
+    """`main()` as a command line runs it: an expected user error (`user_error`) ends the run with one line on
+    stderr and exit status 1, not a traceback; every other exception is raised as it is."""
+    try:
+        main()
+    except Exception as error:
+        message = user_error(error)
+        if message is None:
+            raise
+        print(f"{Path(sys.argv[0]).name}: error: {' '.join(message.split())}", file=sys.stderr)  # one line
+        raise SystemExit(1) from None

@@ -24,6 +24,7 @@ from transformers import HfArgumentParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_attention import run_setup, write_results  # noqa: E402
+from run_record import run_script  # noqa: E402
 
 
 @dataclass
@@ -64,4 +65,4 @@ def main(argv=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -557,3 +557,35 @@ def test_pretraining_from_a_hub_model_by_name(hub, tmp_path):
     assert info["base_model"] == info["started_from"] == "tester/tiny-bert" and info["preset"] is None
     assert card_metadata_errors((out / "README.md").read_text()) == []
     assert ModelCard((out / "README.md").read_text()).data.base_model == "tester/tiny-bert"
+
+
+def _closed_port() -> str:
+    import socket
+
+    with socket.socket() as s:  # bound then closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("case", ["bad flag", "hub unreachable (model)", "hub unreachable (push)"])
+def test_expected_user_errors_print_one_line(tmp_path, case):
+    """A bad flag, or a Hub that cannot be reached, ends the command line with one clear line and exit status 1,
+    not a traceback; and no run prints DeepSpeed's "no accelerator" warning (installed or not, no --deepspeed)."""
+    argv, expected = {
+        "bad flag": (["--preset", "bert-tiny-nope"], "error: Unknown preset 'bert-tiny-nope'. Choose one of:"),
+        "hub unreachable (model)": (["--model_name_or_path", "tester/absent", "--attention_type", "talking_heads"],
+                                    "error: --model_name_or_path tester/absent: no config.json there"),
+        "hub unreachable (push)": (["--preset", "bert-tiny-dot-product", "--push_to_hub", "--hub_model_id",
+                                    "tester/x"], "error: the Hugging Face Hub cannot be reached"),
+    }[case]
+    env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+           "HF_HOME": str(tmp_path / "hf_home"), "HF_TOKEN": "hf_dummy", "HF_HUB_ETAG_TIMEOUT": "2"}
+    env.pop("DS_ACCELERATOR", None)
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "run_pretraining.py"), *FAST, *argv, "--output_dir",
+                           str(tmp_path / "out"), "--max_steps", "1", "--max_train_samples", "8"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("run_pretraining.py: " + expected), last
+    assert "Setting accelerator to CPU" not in proc.stdout + proc.stderr
