@@ -42,7 +42,7 @@ class Decoder:
     new_tokens: int
     generate: dict = field(default_factory=dict)  # further `generate` arguments
     first_id: int = 1  # the smallest ordinary token id of the random decoder inputs
-    dtype: torch.dtype = torch.float32  # and tolerance of the step-by-step test
+    dtype: torch.dtype = torch.float32  # the step-by-step test's precision and tolerance
     atol: float = 1e-5
 
 
