@@ -1,6 +1,8 @@
-"""Shared tiny configurations: the table of attention variants every test is driven by."""
+"""Shared tiny configurations: the table of attention variants every test is driven by, and each family's tiny config
+and heads (read from `hf_attn_variants.families.FAMILIES` and each modeling file's AUTO_MAP)."""
 
 import atexit
+import importlib
 import os
 import shutil
 import subprocess
@@ -57,6 +59,7 @@ def on_device(value):
 
 
 import hf_attn_variants as hav  # noqa: E402
+from hf_attn_variants.families import FAMILIES  # noqa: E402
 from hub_server import hub  # noqa: E402, F401  (the loopback Hub fixture, for every test module)
 
 # Dataset repositories: `hub.create_dataset_repo("tester/name", {"cfg": {"train": table, "validation": table}})`
@@ -90,6 +93,22 @@ TINY = dict(
 )
 # ALBERT: factorized embeddings, 3 layers drawn from 2 groups of 2 shared layers
 TINY_ALBERT = dict(TINY, embedding_size=16, num_hidden_layers=3, num_hidden_groups=2, inner_group_num=2)
+TINY_T5 = dict(
+    vocab_size=99,
+    d_model=32,
+    d_kv=8,
+    d_ff=37,
+    num_layers=2,
+    num_heads=4,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=20,
+    dropout_rate=0.0,
+)
+# family name (`FAMILIES`) -> the tiny config `make_config` builds. TINY, TINY_ALBERT and TINY_T5 hold only fields of
+# transformers' own configs, so the parity and conversion tests give them to transformers' models too; T5 has no
+# length limit of its own (its synthesizer default is 512 positions), so its row adds the synthesizer's.
+TINY_CONFIGS = {"bert": TINY, "albert": TINY_ALBERT, "t5": dict(TINY_T5, synthesizer_max_position=64)}
+assert set(TINY_CONFIGS) == set(FAMILIES), "one tiny config per family"
 
 # name -> the variant fields. Every test that says "every variant" runs over this table.
 VARIANTS = {
@@ -119,63 +138,39 @@ VARIANTS = {
     "general_bilinear": dict(attention_type="general_bilinear"),
 }
 
-BERT_HEADS = [
-    "VariantBertModel",
-    "VariantBertForPreTraining",
-    "VariantBertForMaskedLM",
-    "VariantBertLMHeadModel",
-    "VariantBertForNextSentencePrediction",
-    "VariantBertForSequenceClassification",
-    "VariantBertForMultipleChoice",
-    "VariantBertForTokenClassification",
-    "VariantBertForQuestionAnswering",
-]
-ALBERT_HEADS = [
-    "VariantAlbertModel",
-    "VariantAlbertForPreTraining",
-    "VariantAlbertForMaskedLM",
-    "VariantAlbertForSequenceClassification",
-    "VariantAlbertForMultipleChoice",
-    "VariantAlbertForTokenClassification",
-    "VariantAlbertForQuestionAnswering",
-]
-HEADS = BERT_HEADS + ALBERT_HEADS  # the encoder families, which share one table of checks
 
-TINY_T5 = dict(
-    vocab_size=99,
-    d_model=32,
-    d_kv=8,
-    d_ff=37,
-    num_layers=2,
-    num_heads=4,
-    relative_attention_num_buckets=8,
-    relative_attention_max_distance=20,
-    dropout_rate=0.0,
-)
-T5_HEADS = [
-    "VariantT5Model",
-    "VariantT5ForConditionalGeneration",
-    "VariantT5EncoderModel",
-    "VariantT5ForSequenceClassification",
-    "VariantT5ForTokenClassification",
-    "VariantT5ForQuestionAnswering",
-]
+def _heads(fam) -> list[str]:
+    """Our head classes of a family, in the order its modeling file's AUTO_MAP lists them (the Auto classes they
+    register with)."""
+    modeling = importlib.import_module(f"hf_attn_variants.modeling_{fam.model_type}")
+    return [target.split(".")[-1] for auto, target in modeling.AUTO_MAP.items() if auto != "AutoConfig"]
+
+
+# family name -> its heads; ALL_HEADS: every head of every family
+FAMILY_HEADS = {name: _heads(fam) for name, fam in FAMILIES.items()}
+ALL_HEADS = [head for heads in FAMILY_HEADS.values() for head in heads]
+# the label argument of each sentence-pair objective (`Family.sentence_objective`), as transformers names it
+SENTENCE_LABELS = {"nsp": "next_sentence_label", "sop": "sentence_order_label"}
 
 
 def family(head: str) -> str:
-    if head.startswith("VariantAlbert"):
-        return "albert"
-    if head.startswith("VariantT5"):
-        return "t5"
-    return "bert"
+    """The family name of one of our class names, read from `FAMILIES`' prefixes ("VariantAlbertForMaskedLM" ->
+    "albert"; the longest prefix wins, should one family's prefix start another's)."""
+    names = [name for name, fam in FAMILIES.items() if head.startswith(f"Variant{fam.prefix}")]
+    if not names:
+        raise ValueError(f"{head!r} is not a class of a family in FAMILIES ({', '.join(FAMILIES)}).")
+    return max(names, key=lambda name: len(FAMILIES[name].prefix))
+
+
+def head_kind(head: str) -> str:
+    """What a head is, whatever its family ("VariantAlbertForMaskedLM" -> "ForMaskedLM", "VariantT5Model" ->
+    "Model")."""
+    return head.removeprefix(f"Variant{FAMILIES[family(head)].prefix}")
 
 
 def make_config(variant: str, family: str = "bert", **overrides):
-    if family == "t5":
-        return hav.VariantT5Config(**{**TINY_T5, "synthesizer_max_position": 64, **VARIANTS[variant], **overrides})
-    if family == "albert":
-        return hav.VariantAlbertConfig(**{**TINY_ALBERT, **VARIANTS[variant], **overrides})
-    return hav.VariantBertConfig(**{**TINY, **VARIANTS[variant], **overrides})
+    """The tiny config of `family` with the fields of `variant` (a VARIANTS name), then `overrides`."""
+    return FAMILIES[family].config_class(**{**TINY_CONFIGS[family], **VARIANTS[variant], **overrides})
 
 
 def encoder_inputs(batch=2, seq=7, seed=0):
@@ -189,32 +184,34 @@ def encoder_inputs(batch=2, seq=7, seed=0):
     return on_device(ids), on_device(mask)
 
 
-def _t5_head_inputs(head):
+def _encoder_decoder_head_inputs(kind):
     ids, mask = encoder_inputs()
     inputs = dict(input_ids=ids.cpu(), attention_mask=mask.cpu())
-    if head == "VariantT5Model":
+    if kind == "Model":
         inputs["decoder_input_ids"] = torch.randint(2, TINY_T5["vocab_size"], (2, 5))
-    elif head == "VariantT5ForConditionalGeneration":
+    elif kind == "ForConditionalGeneration":
         inputs["labels"] = torch.randint(2, TINY_T5["vocab_size"], (2, 5))
-    elif head == "VariantT5ForSequenceClassification":
+    elif kind == "ForSequenceClassification":
         inputs["labels"] = torch.tensor([0, 1])
-    elif head == "VariantT5ForTokenClassification":
+    elif kind == "ForTokenClassification":
         inputs["labels"] = torch.randint(0, 2, ids.shape)
-    elif head == "VariantT5ForQuestionAnswering":
+    elif kind == "ForQuestionAnswering":
         inputs["start_positions"], inputs["end_positions"] = torch.tensor([1, 2]), torch.tensor([3, 4])
     return on_device(inputs)
 
 
 def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
-    """Inputs with labels for `head`, the second row right-padded."""
-    if family(head) == "t5":
-        return _t5_head_inputs(head)
+    """Inputs with labels for `head`, the second row right-padded (an encoder-decoder's: `encoder_inputs`, 5 decoder
+    positions)."""
+    fam = FAMILIES[family(head)]
+    if fam.encoder_decoder:
+        return _encoder_decoder_head_inputs(head_kind(head))
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(1, TINY["vocab_size"], (batch, seq), generator=g)
     mask = torch.ones(batch, seq, dtype=torch.long)
     mask[1, seq - 2 :] = 0
     inputs = dict(input_ids=ids, attention_mask=mask)
-    kind = head.replace("VariantAlbert", "").replace("VariantBert", "")
+    kind = head_kind(head)
     if kind == "ForMultipleChoice":
         inputs = {k: v[:, None].expand(-1, 3, -1).contiguous() for k, v in inputs.items()}
         inputs["labels"] = torch.tensor([0, 2][:batch])
@@ -222,8 +219,7 @@ def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
         inputs["labels"] = ids.masked_fill(mask == 0, -100)
     elif kind == "ForPreTraining":
         inputs["labels"] = ids.masked_fill(mask == 0, -100)
-        sentence_label = "sentence_order_label" if family(head) == "albert" else "next_sentence_label"
-        inputs[sentence_label] = torch.tensor([0, 1][:batch])
+        inputs[SENTENCE_LABELS[fam.sentence_objective]] = torch.tensor([0, 1][:batch])
     elif kind in ("ForNextSentencePrediction", "ForSequenceClassification"):
         inputs["labels"] = torch.tensor([0, 1][:batch])
     elif kind == "ForTokenClassification":
@@ -236,10 +232,20 @@ def head_inputs(head: str, batch: int = 2, seq: int = 7, seed: int = 0) -> dict:
 
 def build(head: str, variant: str, seed: int = 0, **overrides):
     torch.manual_seed(seed)
-    if head == "VariantBertLMHeadModel":
+    if head_kind(head) == "LMHeadModel":  # a causal LM head on an encoder family decodes
         overrides.setdefault("is_decoder", True)
     config = make_config(variant, family(head), **overrides)
     return on_device(getattr(hav, head)(config).eval())
+
+
+def sharpen_t5(model):
+    """Move every weight of a T5 (ours or transformers') off its init and strengthen the residual branches, so that a
+    random model does not just repeat its start token and greedy/beam choices are not decided by rounding."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.add_(0.05 * torch.randn_like(p))
+            if name.endswith(("wo.weight", ".o.weight")):
+                p.mul_(3.0)
 
 
 @pytest.fixture(params=list(VARIANTS))

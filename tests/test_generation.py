@@ -1,16 +1,24 @@
-"""Causal decoding: `generate` with a cache equals `generate` without one, token for token, for every variant; the
-old cache argument name."""
+"""Decoding, for every family that generates (BERT's causal LM head, T5): `generate` with a cache equals `generate`
+without one, token for token, greedy and beam, for every variant; cached step-by-step logits equal one full pass; the
+decoder never looks ahead; the old cache argument name."""
 
 import warnings
+from dataclasses import dataclass, field
+from typing import Callable
 
 import pytest
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
-from conftest import TINY, build, on_device
+from conftest import FAMILIES, TINY, TINY_CONFIGS, build, encoder_inputs, on_device, sharpen_t5
 from hf_attn_variants.modeling_variant_utils import CACHE_FIELD
 
 pytestmark = pytest.mark.device
+
+
+def _sharpen_lm_head(model):
+    with torch.no_grad():  # sharpen the output distribution so greedy/beam choices are not decided by rounding
+        model.cls.predictions.decoder.weight.mul_(4.0)
 
 
 def _prompt():
@@ -18,43 +26,102 @@ def _prompt():
     return on_device(torch.randint(1, TINY["vocab_size"], (2, 5), generator=g))
 
 
-@pytest.mark.parametrize("num_beams", [1, 3])
-def test_generate_with_cache_equals_without(variant, num_beams):
-    model = build("VariantBertLMHeadModel", variant, seed=2)
-    with torch.no_grad():  # sharpen the distribution so greedy/beam choices are not decided by rounding
-        model.cls.predictions.decoder.weight.mul_(4.0)
+def _lm_prompt():
+    """A causal LM's prompt: 5 tokens per row, no padding."""
     prompt = _prompt()
-    kwargs = dict(max_new_tokens=10, do_sample=False, num_beams=num_beams, pad_token_id=0, eos_token_id=None)
+    return prompt, torch.ones_like(prompt)
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """How the tests drive one family's generating head."""
+
+    head: str
+    sharpen: Callable  # (model) -> None: so that greedy/beam choices are not decided by rounding
+    prompt: Callable  # () -> (input_ids, attention_mask): the causal LM's prompt, or the encoder-decoder's source
+    new_tokens: int
+    generate: dict = field(default_factory=dict)  # further `generate` arguments
+    first_id: int = 1  # the smallest ordinary token id of the random decoder inputs
+    dtype: torch.dtype = torch.float32  # the step-by-step test's precision and tolerance
+    atol: float = 1e-5
+
+
+DECODERS = {
+    "bert": Decoder("VariantBertLMHeadModel", _sharpen_lm_head, _lm_prompt, new_tokens=10,
+                    generate=dict(pad_token_id=0, eos_token_id=None)),
+    # a random T5 repeats one token (or <pad>/</s>) forever: suppress those and forbid repeats. In float64: T5's
+    # unscaled logits amplify float32 rounding of the two summation orders to ~1e-4, while a wrong row, mask or cached
+    # projection shows at any precision.
+    "t5": Decoder("VariantT5ForConditionalGeneration", sharpen_t5, encoder_inputs, new_tokens=8,
+                  generate=dict(suppress_tokens=[0, 1], no_repeat_ngram_size=1), first_id=2, dtype=torch.float64,
+                  atol=1e-10),
+}
+
+
+def _decoder_call(family, model):
+    """What every decoder call of `family`'s model takes besides its token ids: the encoded source for an
+    encoder-decoder (computed once), nothing for a causal LM; and the name of the token-id argument."""
+    if not FAMILIES[family].encoder_decoder:
+        return "input_ids", {}
+    ids, mask = encoder_inputs()
     with torch.no_grad():
-        cached = model.generate(prompt, attention_mask=torch.ones_like(prompt), use_cache=True, **kwargs)
-        uncached = model.generate(prompt, attention_mask=torch.ones_like(prompt), use_cache=False, **kwargs)
-    assert cached.shape == (2, 15)
+        encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    return "decoder_input_ids", dict(encoder_outputs=encoder_outputs, attention_mask=mask)
+
+
+def _decoder_ids(family, length, seed):
+    g = torch.Generator().manual_seed(seed)
+    return on_device(torch.randint(DECODERS[family].first_id, TINY_CONFIGS[family]["vocab_size"], (2, length),
+                                   generator=g))
+
+
+@pytest.mark.parametrize("family", list(DECODERS))
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_generate_with_cache_equals_without(variant, num_beams, family):
+    decoder = DECODERS[family]
+    model = build(decoder.head, variant, seed=2)
+    decoder.sharpen(model)
+    ids, mask = decoder.prompt()
+    kwargs = dict(max_new_tokens=decoder.new_tokens, do_sample=False, num_beams=num_beams, attention_mask=mask,
+                  **decoder.generate)
+    with torch.no_grad():
+        cached = model.generate(ids, use_cache=True, **kwargs)
+        uncached = model.generate(ids, use_cache=False, **kwargs)
+    # a causal LM returns the prompt and its continuation; an encoder-decoder the start token and the new tokens
+    prompt_length = 1 if FAMILIES[family].encoder_decoder else ids.shape[1]
+    assert cached.shape == (2, prompt_length + decoder.new_tokens)
     assert torch.equal(cached, uncached)
 
 
-def test_cached_logits_equal_full_forward(variant):
-    """Step-by-step decoding with a cache reproduces the logits of one causal forward over the whole sequence."""
-    model = build("VariantBertLMHeadModel", variant, seed=4)
-    ids = on_device(torch.randint(1, TINY["vocab_size"], (2, 9), generator=torch.Generator().manual_seed(8)))
+@pytest.mark.parametrize("family", list(DECODERS))
+def test_cached_logits_equal_full_forward(variant, family):
+    """Step-by-step decoding with a cache (an EncoderDecoderCache for T5) reproduces the logits of one causal
+    forward over the whole sequence, synthesizer rows included."""
+    decoder = DECODERS[family]
+    model = build(decoder.head, variant, seed=3).to(decoder.dtype)
+    ids = _decoder_ids(family, 9, seed=8)
+    name, context = _decoder_call(family, model)
     with torch.no_grad():
-        full = model(ids).logits
-        out = model(ids[:, :4], use_cache=True)
-        steps = [out.logits]
-        cache = out.cache
+        full = model(**{name: ids}, **context).logits
+        out = model(**{name: ids[:, :4]}, **context, use_cache=True)
+        steps, cache = [out.logits], out.cache
         for t in range(4, 9):
-            out = model(ids[:, t : t + 1], cache=cache, use_cache=True)
-            cache = out.cache
+            out = model(**{name: ids[:, t : t + 1]}, **context, cache=cache, use_cache=True)
             steps.append(out.logits)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+            cache = out.cache
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=decoder.atol, rtol=decoder.atol)
 
 
-def test_causal_decoder_does_not_look_ahead(variant):
-    model = build("VariantBertLMHeadModel", variant, seed=6)
-    ids = on_device(torch.randint(1, TINY["vocab_size"], (1, 8), generator=torch.Generator().manual_seed(9)))
+@pytest.mark.parametrize("family", list(DECODERS))
+def test_causal_decoder_does_not_look_ahead(variant, family):
+    model = build(DECODERS[family].head, variant, seed=6)
+    ids = _decoder_ids(family, 8, seed=9)
     changed = ids.clone()
-    changed[0, 5:] = (changed[0, 5:] + 1) % TINY["vocab_size"]
+    changed[:, 5:] = (changed[:, 5:] + 1) % TINY_CONFIGS[family]["vocab_size"]
+    name, context = _decoder_call(family, model)
     with torch.no_grad():
-        torch.testing.assert_close(model(ids).logits[:, :5], model(changed).logits[:, :5])
+        torch.testing.assert_close(model(**{name: ids}, **context).logits[:, :5],
+                                   model(**{name: changed}, **context).logits[:, :5])
 
 
 def test_cross_attention_decoder_with_cache():

@@ -1,10 +1,12 @@
-"""Function-preserving variants equal transformers' own BERT on the same weights (the strongest test we have).
+"""Function-preserving variants equal transformers' own models on the same weights (the strongest test we have).
 
-The reference is transformers' BertModel / BertForMaskedLM / BertLMHeadModel and AlbertModel / AlbertForPreTraining /
-AlbertForMaskedLM (3 layers from 2 groups of 2 shared layers), saved as an ordinary checkpoint and
-warm-started into a variant with `from_pretrained(..., attention_type=...)`: the checkpoint lacks the variant's
-parameters, so this also shows the function-preserving init survives `from_pretrained`. Each test has a perturbed
-twin that must fail, so a variant path that was silently skipped would be caught.
+The references are transformers' BertModel / BertForMaskedLM / BertLMHeadModel, AlbertModel / AlbertForPreTraining /
+AlbertForMaskedLM (3 layers from 2 groups of 2 shared layers), T5ForConditionalGeneration (original and v1.1) and
+T5EncoderModel, each saved as an ordinary checkpoint and warm-started into a variant with
+`from_pretrained(..., attention_type=...)`: the checkpoint lacks the variant's parameters, so this also shows the
+function-preserving init survives `from_pretrained`. Every output is compared (logits, pooled output, each hidden
+state and attention), T5's greedy and beam `generate` tokens too; each comparison has a perturbed twin that must fail,
+so a variant path that was silently skipped would be caught.
 """
 
 import pytest
@@ -12,7 +14,7 @@ import torch
 import transformers
 
 import hf_attn_variants as hav
-from conftest import TINY, TINY_ALBERT, on_device
+from conftest import FAMILIES, TINY, TINY_ALBERT, TINY_T5, encoder_inputs, family, on_device, sharpen_t5
 
 pytestmark = pytest.mark.device
 
@@ -37,18 +39,51 @@ WARM_STARTS = {
         synthesizer_mixture_normalize=False,
     ),
 }
+# an encoder-decoder's attention chosen per place: identity talking heads in the encoder and across, a zero-start
+# mixture in the decoder
+PER_PLACE = dict(
+    attention_type="talking_heads",
+    talking_heads_init="identity",
+    decoder_attention_type="synthesizer",
+    synthesizer_components=["random", "dot_product"],
+    synthesizer_mixture_init="dot_product",
+)
 
-PAIRS = [
-    ("BertModel", "VariantBertModel"),
-    ("BertForMaskedLM", "VariantBertForMaskedLM"),
-    ("BertLMHeadModel", "VariantBertLMHeadModel"),
-    ("AlbertModel", "VariantAlbertModel"),
-    ("AlbertForPreTraining", "VariantAlbertForPreTraining"),
-    ("AlbertForMaskedLM", "VariantAlbertForMaskedLM"),
+# transformers' class and its config's fields (one reference each); ours is "Variant" + the class name
+REFERENCES = [
+    pytest.param("BertModel", TINY, id="BertModel"),
+    pytest.param("BertForMaskedLM", TINY, id="BertForMaskedLM"),
+    pytest.param("BertLMHeadModel", dict(TINY, is_decoder=True), id="BertLMHeadModel"),
+    pytest.param("AlbertModel", TINY_ALBERT, id="AlbertModel"),
+    pytest.param("AlbertForPreTraining", TINY_ALBERT, id="AlbertForPreTraining"),
+    pytest.param("AlbertForMaskedLM", TINY_ALBERT, id="AlbertForMaskedLM"),
+    pytest.param("T5ForConditionalGeneration", dict(TINY_T5, feed_forward_proj="relu"),
+                 id="T5ForConditionalGeneration"),
+    pytest.param("T5ForConditionalGeneration", dict(TINY_T5, feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+                 id="T5v1_1ForConditionalGeneration"),
+    pytest.param("T5EncoderModel", dict(TINY_T5, feed_forward_proj="relu"), id="T5EncoderModel"),
+]
+WARM_START_CASES = [
+    pytest.param(ref.values[0], ref.values[1], fields, id=f"{ref.id}-{name}")
+    for ref in REFERENCES
+    for name, fields in [*WARM_STARTS.items(), *([("per_place", PER_PLACE)] if ref.id.startswith("T5") else [])]
 ]
 
 
-def _inputs():
+def _family(ref_name):
+    return FAMILIES[family(f"Variant{ref_name}")]
+
+
+def _inputs(ref_name):
+    """An encoder family's: 3 rows of 9 tokens (two padded) in two segments. An encoder-decoder's: `encoder_inputs`
+    and, where there is a decoder, 6 decoder tokens (transformers' T5Config has no start token to shift labels to)."""
+    if _family(ref_name).encoder_decoder:
+        ids, mask = encoder_inputs()
+        inputs = dict(input_ids=ids, attention_mask=mask)
+        if ref_name != "T5EncoderModel":
+            g = torch.Generator().manual_seed(4)
+            inputs["decoder_input_ids"] = on_device(torch.randint(2, TINY_T5["vocab_size"], (2, 6), generator=g))
+        return inputs
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(1, TINY["vocab_size"], (3, 9), generator=g)
     mask = torch.ones_like(ids)
@@ -58,90 +93,109 @@ def _inputs():
     return on_device(dict(input_ids=ids, attention_mask=mask, token_type_ids=token_type_ids))
 
 
-def _reference(tmp_path, ref_name, attn_implementation):
+def _reference(tmp_path, ref_name, fields, attn_implementation):
     torch.manual_seed(0)
-    if ref_name.startswith("Albert"):
-        config = transformers.AlbertConfig(**TINY_ALBERT)
+    fam = _family(ref_name)
+    ref = getattr(transformers, ref_name)(getattr(transformers, fam.upstream_config)(**fields))
+    # move every weight (biases and LayerNorms too) off its init, so a parameter loaded into the wrong place shows;
+    # a T5 is also sharpened, for the comparison of generated tokens
+    if fam.encoder_decoder:
+        sharpen_t5(ref)
     else:
-        config = transformers.BertConfig(**TINY, is_decoder=ref_name == "BertLMHeadModel")
-    ref = getattr(transformers, ref_name)(config)
-    # give every bias and LayerNorm a non-trivial value, so a parameter loaded into the wrong place shows
-    with torch.no_grad():
-        for p in ref.parameters():
-            p.add_(0.02 * torch.randn_like(p))
+        with torch.no_grad():
+            for p in ref.parameters():
+                p.add_(0.02 * torch.randn_like(p))
     ref.save_pretrained(tmp_path / "ref")
     ref = getattr(transformers, ref_name).from_pretrained(tmp_path / "ref", attn_implementation=attn_implementation)
     return on_device(ref.eval())
 
 
-def _compare(ref_out, out, check_attentions=True):
-    """Max |difference| of every output the reference gives (logits, pooled output, each hidden state, ...)."""
+def _max_diffs(ref_out, out, skip=()):
+    """Max |difference| of every tensor output the reference gives (logits, pooled output, each hidden state and
+    attention, ...), each of the reference's shape."""
     diffs = {}
     for key, ref_value in ref_out.items():
-        if key == "attentions" and not check_attentions:
+        if key in skip:
             continue
-        if isinstance(ref_value, torch.Tensor):
-            diffs[key] = (ref_value - out[key]).abs().max().item()
-        elif isinstance(ref_value, tuple):
-            for i, (a, b) in enumerate(zip(ref_value, out[key], strict=True)):
-                diffs[f"{key}[{i}]"] = (a - b).abs().max().item()
+        pairs = [(key, ref_value, out[key])] if isinstance(ref_value, torch.Tensor) else []
+        if isinstance(ref_value, tuple) and ref_value and isinstance(ref_value[0], torch.Tensor):
+            pairs = [(f"{key}[{i}]", a, b) for i, (a, b) in enumerate(zip(ref_value, out[key], strict=True))]
+        for name, a, b in pairs:
+            assert a.shape == b.shape, (name, a.shape, b.shape)
+            diffs[name] = (a - b).abs().max().item()
     return diffs
 
 
-@pytest.mark.parametrize("warm", list(WARM_STARTS))
-@pytest.mark.parametrize("ref_name,ours_name", PAIRS)
-def test_warm_start_equals_transformers_bert(tmp_path, warm, ref_name, ours_name):
-    ref = _reference(tmp_path, ref_name, "eager")
-    ours = getattr(hav, ours_name).from_pretrained(tmp_path / "ref", attn_implementation="eager", **WARM_STARTS[warm])
+def _stacks(output):
+    """The per-layer outputs given (name -> how many tensors); transformers gives the ones not asked for empty."""
+    return {key: len(value) for key, value in output.items() if key.endswith(("hidden_states", "attentions")) and value}
+
+
+@pytest.mark.parametrize("ref_name,fields,warm", WARM_START_CASES)
+def test_warm_start_equals_transformers(tmp_path, ref_name, fields, warm):
+    ref = _reference(tmp_path, ref_name, fields, "eager")
+    ours = getattr(hav, f"Variant{ref_name}").from_pretrained(tmp_path / "ref", attn_implementation="eager", **warm)
     ours = on_device(ours.eval())
-    assert ours.config.attention_type == WARM_STARTS[warm]["attention_type"]
-    inputs = _inputs()
+    assert ours.config.attention_type == warm["attention_type"]
+    inputs = _inputs(ref_name)
     with torch.no_grad():
         ref_out = ref(**inputs, output_hidden_states=True, output_attentions=True)
         out = ours(**inputs, output_hidden_states=True, output_attentions=True)
-    layers = ref.config.num_hidden_layers * getattr(ref.config, "inner_group_num", 1)
-    assert len(out.hidden_states) == len(ref_out.hidden_states) == layers + 1
-    assert len(out.attentions) == layers and out.attentions[0].shape == (3, TINY["num_attention_heads"], 9, 9)
-    diffs = _compare(ref_out, out)
+    # one hidden state per layer application and the embeddings', one attention per layer application, for each
+    # stack (an encoder-decoder's decoder also gives its cross-attentions); the same as the reference's
+    config = ref.config
+    layers = (getattr(config, "num_hidden_layers", None) or config.num_layers) * getattr(config, "inner_group_num", 1)
+    expected = {"hidden_states", "attentions"}
+    if "decoder_input_ids" in inputs:
+        expected = {f"{part}_{kind}" for part in ("encoder", "decoder") for kind in expected} | {"cross_attentions"}
+    assert _stacks(out) == _stacks(ref_out) == {key: layers + key.endswith("hidden_states") for key in expected}
+    diffs = _max_diffs(ref_out, out)
     assert max(diffs.values()) < 1e-5, diffs
+    if isinstance(ref, transformers.T5ForConditionalGeneration):
+        # a random model repeats one token (or pad/<eos>) forever: suppress those and forbid repeats, so that the
+        # comparison runs over a varied sequence
+        gen = dict(max_new_tokens=8, do_sample=False, decoder_start_token_id=0, suppress_tokens=[0, 1],
+                   no_repeat_ngram_size=1)
+        ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        for beams in (1, 3):
+            expected_ids = ref.generate(ids, attention_mask=mask, num_beams=beams, **gen)
+            assert len(set(expected_ids[0, 1:].tolist())) == 8
+            assert torch.equal(ours.generate(ids, attention_mask=mask, num_beams=beams, **gen), expected_ids)
 
     # non-vacuity: the same comparison with the variant's own parameters perturbed must fail
-    core = next(m for m in ours.modules() if isinstance(m, hav.VariantAttentionCore))
-    extra = list(core.parameters())
-    if warm == "dot_product":
+    cores = [m for m in ours.modules() if isinstance(m, hav.VariantAttentionCore)]
+    assert cores
+    extra = [p for core in cores for p in core.parameters()]
+    if warm["attention_type"] == "dot_product":
         assert extra == []
         return
     with torch.no_grad():
-        if hasattr(core, "mixture_weights"):
-            core.mixture_weights[1:] += 0.3
-            if "dense_weight" in dict(core.named_parameters()):
-                core.dense_weight.normal_(std=1.0)
-        else:
-            for p in extra:
-                p.add_(0.1 * torch.randn_like(p))
+        for p in extra:
+            p.add_(0.3 * torch.randn_like(p))
         out = ours(**inputs, output_hidden_states=True, output_attentions=True)
-    assert max(_compare(ref_out, out).values()) > 1e-3
+    assert max(_max_diffs(ref_out, out).values()) > 1e-3
 
 
-@pytest.mark.parametrize("ref_name,ours_name", PAIRS)
-def test_dot_product_sdpa_equals_transformers_sdpa(tmp_path, ref_name, ours_name):
-    """Our dot-product path through ALL_ATTENTION_FUNCTIONS (SDPA) equals transformers' BERT on SDPA."""
-    ref = _reference(tmp_path, ref_name, "sdpa")
-    ours = on_device(getattr(hav, ours_name).from_pretrained(tmp_path / "ref").eval())
+@pytest.mark.parametrize("ref_name,fields", REFERENCES)
+def test_dot_product_sdpa_equals_transformers_sdpa(tmp_path, ref_name, fields):
+    """Our dot-product path through ALL_ATTENTION_FUNCTIONS (SDPA) equals transformers' model on SDPA."""
+    ref = _reference(tmp_path, ref_name, fields, "sdpa")
+    ours = on_device(getattr(hav, f"Variant{ref_name}").from_pretrained(tmp_path / "ref").eval())
     assert ours.config._attn_implementation == "sdpa"
-    inputs = _inputs()
+    inputs = _inputs(ref_name)
     with torch.no_grad():
-        diffs = _compare(ref(**inputs, output_hidden_states=True), ours(**inputs, output_hidden_states=True), False)
+        diffs = _max_diffs(ref(**inputs, output_hidden_states=True), ours(**inputs, output_hidden_states=True),
+                           skip=("attentions",))
     assert max(diffs.values()) < 1e-5, diffs
 
 
 def test_identity_talking_heads_grad_equals_transformers(tmp_path):
     """Training step parity: the gradients of the shared parameters equal BERT's (the maps are in the graph)."""
-    ref = _reference(tmp_path, "BertForMaskedLM", "eager").train()
+    ref = _reference(tmp_path, "BertForMaskedLM", TINY, "eager").train()
     ours = on_device(hav.VariantBertForMaskedLM.from_pretrained(
         tmp_path / "ref", attention_type="talking_heads", talking_heads_init="identity", attn_implementation="eager"
     ).train())
-    inputs = _inputs()
+    inputs = _inputs("BertForMaskedLM")
     inputs["labels"] = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
     ref(**inputs).loss.backward()
     ours(**inputs).loss.backward()

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from conftest import HEADS, T5_HEADS, VARIANTS, build, family, head_inputs
+from conftest import ALL_HEADS, FAMILIES, FAMILY_HEADS, VARIANTS, build, family, head_inputs, head_kind
 
 from hf_attn_variants.isolation import run_isolated
 
@@ -18,7 +18,7 @@ PACKAGE = Path(hav.__file__).parent
 REMOTE_FILES = {  # what a saved checkpoint of each family carries
     fam: sorted(["attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
                  f"configuration_variant_{fam}.py", f"modeling_variant_{fam}.py"])
-    for fam in ("bert", "albert", "t5")
+    for fam in FAMILIES
 }
 SCANNED = sorted({name for files in REMOTE_FILES.values() for name in files})
 AUTO_CLASS = {
@@ -34,11 +34,10 @@ AUTO_CLASS = {
     "ForConditionalGeneration": "AutoModelForSeq2SeqLM",
     "EncoderModel": "AutoModelForTextEncoding",
 }
-CONFIG_CLASS = {"bert": "VariantBertConfig", "albert": "VariantAlbertConfig", "t5": "VariantT5Config"}
 
 
 def _auto_class(head: str) -> str:
-    return AUTO_CLASS[head.replace("VariantAlbert", "").replace("VariantBert", "").replace("VariantT5", "")]
+    return AUTO_CLASS[head_kind(head)]
 
 
 # Runs in a fresh interpreter whose sys.path cannot reach the package (the import is checked to fail first).
@@ -88,7 +87,7 @@ def _save(tmp_path, head, variant, model=None):
     torch.save(inputs, path / "inputs.pt")
     with torch.no_grad():
         expected = {k: v for k, v in model(**inputs).items() if isinstance(v, torch.Tensor)}
-    job = dict(path=str(path), auto=_auto_class(head), cls=head, config=CONFIG_CLASS[family(head)],
+    job = dict(path=str(path), auto=_auto_class(head), cls=head, config=FAMILIES[family(head)].config_class.__name__,
                inputs=str(path / "inputs.pt"),
                out=str(path / "out.pt"))
     return job, expected
@@ -96,7 +95,7 @@ def _save(tmp_path, head, variant, model=None):
 
 def test_every_head_and_every_variant_loads_without_the_package(tmp_path):
     """Every head of every family (talking heads) and every variant (masked LMs) in one isolated interpreter."""
-    cases = [(head, "talking_heads_dynamic") for head in HEADS + T5_HEADS]
+    cases = [(head, "talking_heads_dynamic") for head in ALL_HEADS]
     cases += [
         (head, v)
         for v in VARIANTS
@@ -125,7 +124,7 @@ def test_saved_folder_holds_the_code_and_a_full_auto_map(tmp_path, head):
     assert sorted(p.name for p in tmp_path.glob("*.py")) == REMOTE_FILES[fam]
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == f"variant_{fam}"
-    heads = [h for h in HEADS + T5_HEADS if family(h) == fam]
+    heads = FAMILY_HEADS[fam]
     assert set(config["auto_map"]) == {"AutoConfig", *(_auto_class(h) for h in heads)}
     for h in heads:
         assert config["auto_map"][_auto_class(h)] == f"modeling_variant_{fam}.{h}"

@@ -25,8 +25,9 @@ import torch
 from safetensors.torch import load_file
 
 import hf_attn_variants as hav
+from hf_attn_variants.families import FAMILIES
 from conftest import SAME_WEIGHTS, build, head_inputs
-from test_remote_code import CONFIG_CLASS, _auto_class, _run_isolated
+from test_remote_code import _auto_class, _run_isolated
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -229,7 +230,7 @@ def test_accelerate_fsdp2_folders_load_as_remote_code(tmp_path, fsdp):
         folder = fsdp[1] / name
         inputs = head_inputs(head, seq=12)
         torch.save(inputs, tmp_path / f"{name}-inputs.pt")
-        jobs.append(dict(path=str(folder), auto=_auto_class(head), cls=head, config=CONFIG_CLASS[family],
+        jobs.append(dict(path=str(folder), auto=_auto_class(head), cls=head, config=FAMILIES[family].config_class.__name__,
                          inputs=str(tmp_path / f"{name}-inputs.pt"), out=str(tmp_path / f"{name}.pt")))
         model = getattr(hav, head).from_pretrained(folder).eval()
         assert model.get_output_embeddings().weight is model.get_input_embeddings().weight, name

@@ -1,17 +1,31 @@
-"""Every attention variant x every head: shapes, loss, gradients, save/load, padding, init, tuple outputs."""
+"""Every attention variant x every head of every family: shapes, loss, gradients, save/load, padding, init, tuple
+outputs."""
 
 import pytest
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
+from transformers import PreTrainedModel
 
 import hf_attn_variants as hav
-from conftest import HEADS, SAME_WEIGHTS, TINY, VARIANTS, build, family, head_inputs, make_config, on_device
+from conftest import (
+    ALL_HEADS,
+    FAMILIES,
+    SAME_WEIGHTS,
+    TINY,
+    VARIANTS,
+    build,
+    family,
+    head_inputs,
+    head_kind,
+    make_config,
+    on_device,
+)
 
 pytestmark = pytest.mark.device
 
-# (output field, expected shape) per head for inputs of batch 2, seq 7 (multiple choice: 3 choices)
-# (output field, expected shape) per kind of head for inputs of batch 2, seq 7 (multiple choice: 3 choices)
+# (output field, expected shape) per kind of head for `head_inputs` (batch 2, seq 7; multiple choice: 3 choices;
+# an encoder-decoder: 5 decoder positions)
 SHAPES = {
     "Model": ("last_hidden_state", (2, 7, TINY["hidden_size"])),
     "ForPreTraining": ("prediction_logits", (2, 7, TINY["vocab_size"])),
@@ -22,13 +36,22 @@ SHAPES = {
     "ForMultipleChoice": ("logits", (2, 3)),
     "ForTokenClassification": ("logits", (2, 7, 2)),
     "ForQuestionAnswering": ("start_logits", (2, 7)),
+    "ForConditionalGeneration": ("logits", (2, 5, TINY["vocab_size"])),
+    "EncoderModel": ("last_hidden_state", (2, 7, TINY["hidden_size"])),
 }
-BASE_MODELS = ["VariantBertModel", "VariantAlbertModel"]
+# each family's model that encodes a sequence (an encoder-decoder's encoder alone), and its language-model head
+ENCODERS = [f"Variant{fam.prefix}EncoderModel" if fam.encoder_decoder else fam.base_model for fam in FAMILIES.values()]
 MASKED_LMS = ["VariantBertForMaskedLM", "VariantAlbertForMaskedLM"]
+LM_HEADS = MASKED_LMS + ["VariantT5ForConditionalGeneration"]
 
 
-def _kind(head):
-    return head.replace("VariantAlbert", "").replace("VariantBert", "")
+def _output(head):
+    """(output field, expected shape) of `head` on `head_inputs`: an encoder-decoder's base model gives the decoder's
+    states."""
+    field, shape = SHAPES[head_kind(head)]
+    if head_kind(head) == "Model" and FAMILIES[family(head)].encoder_decoder:
+        shape = SHAPES["ForConditionalGeneration"][1][:2] + shape[2:]
+    return field, shape
 
 
 # A bias added to every candidate of a softmax cross-entropy (every position for QA, every choice for multiple
@@ -37,21 +60,32 @@ SOFTMAX_INVARIANT = {"qa_outputs.bias", "classifier.bias"}
 
 
 def _should_get_gradient(head, name):
-    return not (_kind(head) in ("ForQuestionAnswering", "ForMultipleChoice") and name in SOFTMAX_INVARIANT)
+    return not (head_kind(head) in ("ForQuestionAnswering", "ForMultipleChoice") and name in SOFTMAX_INVARIANT)
 
 
-@pytest.mark.parametrize("head", HEADS)
+def test_every_public_head_is_in_its_families_auto_map():
+    """The heads the tests run over (read from each modeling file's AUTO_MAP) are every model class the package
+    exports, so no head escapes the tables below or the Auto classes."""
+    exported = {name for name in hav.__all__ if isinstance(getattr(hav, name), type)
+                and issubclass(getattr(hav, name), PreTrainedModel) and not name.endswith("PreTrainedModel")}
+    assert len(ALL_HEADS) == len(set(ALL_HEADS))
+    assert set(ALL_HEADS) == exported
+    assert {head_kind(head) for head in ALL_HEADS} == set(SHAPES)
+
+
+@pytest.mark.parametrize("head", ALL_HEADS)
 def test_shapes_loss_and_gradients(variant, head):
     model = build(head, variant).train()
     inputs = head_inputs(head)
     out = model(**inputs)
-    field, shape = SHAPES[_kind(head)]
+    field, shape = _output(head)
     assert getattr(out, field).shape == shape
-    if _kind(head) == "Model":
-        loss = out.last_hidden_state.pow(2).mean() + out.pooler_output.pow(2).mean()
+    if head_kind(head) in ("Model", "EncoderModel"):  # no labels: a loss on every output
+        loss = sum(out[key].pow(2).mean() for key in ("last_hidden_state", "pooler_output") if key in out)
     else:
-        assert out.loss is not None and torch.isfinite(out.loss)
+        assert out.loss is not None
         loss = out.loss
+    assert torch.isfinite(loss)
     loss.backward()
     frozen = VARIANTS[variant].get("synthesizer_random_trainable") is False
     for name, p in model.named_parameters():
@@ -65,7 +99,7 @@ def test_shapes_loss_and_gradients(variant, head):
         assert any(not p.requires_grad for p in model.parameters())
 
 
-@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("head", ALL_HEADS)
 def test_save_load_round_trip(tmp_path, variant, head):
     model = build(head, variant)
     with torch.no_grad():  # move every parameter off its init, so a re-initialised one would show
@@ -87,7 +121,7 @@ def test_save_load_round_trip(tmp_path, variant, head):
     with torch.no_grad():
         loaded.get_input_embeddings().weight[inputs["input_ids"].flatten()[0], 0] += 1e-3
         wrong = loaded(**inputs)
-    field = SHAPES[_kind(head)][0]
+    field = _output(head)[0]
     with pytest.raises(AssertionError):
         torch.testing.assert_close(a[field], wrong[field], **SAME_WEIGHTS)
     assert [p.requires_grad for p in model.parameters()] == [p.requires_grad for p in loaded.parameters()]
@@ -96,7 +130,7 @@ def test_save_load_round_trip(tmp_path, variant, head):
     assert [p.requires_grad for p in model.parameters()] == [p.requires_grad for p in again.parameters()]
 
 
-@pytest.mark.parametrize("head", BASE_MODELS)
+@pytest.mark.parametrize("head", ENCODERS)
 def test_padding_invariance(variant, head):
     """Masked padding never changes the outputs at the real positions, pure synthesizers included."""
     model = build(head, variant)
@@ -115,7 +149,7 @@ def test_padding_invariance(variant, head):
     torch.testing.assert_close(batched.last_hidden_state[:1, :6], long, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("head", MASKED_LMS)
+@pytest.mark.parametrize("head", LM_HEADS)
 def test_init_weights_alone_reproduces_construction(variant, head):
     """`_init_weights` has a branch for every parameter a variant adds: re-running it on the same seed gives the
     same model, and a checkpoint missing the variant parameters gets the configured init, never zeros."""
@@ -129,7 +163,7 @@ def test_init_weights_alone_reproduces_construction(variant, head):
             assert p.abs().sum() > 0, f"{name} is all zeros after init"
 
 
-@pytest.mark.parametrize("head", MASKED_LMS)
+@pytest.mark.parametrize("head", LM_HEADS)
 @pytest.mark.parametrize("init", ["identity", "paper"])
 def test_talking_heads_init_survives_from_pretrained(tmp_path, init, head):
     """A checkpoint that lacks the maps (a vanilla model) gets the configured init, not zeros or normal(0.02)."""
@@ -231,13 +265,13 @@ def test_output_attentions_are_the_weights_that_multiply_v():
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("head", MASKED_LMS)
+@pytest.mark.parametrize("head", LM_HEADS)
 def test_resize_token_embeddings_keeps_the_head_tied(head):
     model = build(head, "talking_heads")
     model.resize_token_embeddings(120)
     assert model.get_input_embeddings().weight.shape[0] == 120
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
-    assert model(**head_inputs("VariantBertForMaskedLM")).logits.shape[-1] == 120
+    assert model(**head_inputs(head)).logits.shape[-1] == 120
 
 
 @pytest.mark.parametrize("head", MASKED_LMS)
@@ -280,7 +314,7 @@ def test_a_checkpoint_with_the_decoder_bias_alias_loads_quietly(tmp_path, head):
     assert torch.equal(loaded.state_dict()[bias_key], weights[bias_key])
 
 
-@pytest.mark.parametrize("head", MASKED_LMS)
+@pytest.mark.parametrize("head", LM_HEADS)
 def test_activation_checkpointing_gives_the_same_gradients(head):
     """Checkpointed layers (ALBERT's shared ones too) give the gradients of the plain run."""
     model = build(head, "talking_heads_dynamic").train()
