@@ -9,7 +9,6 @@ from pathlib import Path
 
 import hf_attn_variants as hav
 from hf_attn_variants import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
-from hf_attn_variants.convert import FUNCTION_PRESERVING
 from hf_attn_variants.families import FAMILIES, family_of
 from hf_attn_variants.presets import ATTENTION, PRESETS, SIZES, preset_config
 
@@ -92,11 +91,7 @@ def load_or_build_model(head: str, model_name_or_path: str | None, preset: str |
     overrides = {**(config_overrides or {}), **extra}
     if attention_type:
         overrides["attention_type"] = attention_type
-    if model_name_or_path:
-        vanilla = not checkpoint_model_type(model_name_or_path).startswith("variant_")
-        if vanilla and attention_type:  # function-preserving warm start, unless the user chose otherwise
-            for name, value in FUNCTION_PRESERVING.get(attention_type, {}).items():
-                overrides.setdefault(name, value)
+    if model_name_or_path:  # a vanilla checkpoint with an attention type starts as it (`from_pretrained` does it)
         model = model_class.from_pretrained(model_name_or_path, **overrides)
     else:
         config = preset_config(preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **overrides)

@@ -362,6 +362,8 @@ class AttentionType:
     warm_start: the config fields with which a layer of this type starts as ordinary dot-product attention, so a
         model converted from a vanilla checkpoint computes its function (`convert`); None where no such start exists.
     warm_start_help: what that start gives (the command line's help).
+    warm_start_needs: {list field: value} the warm start needs among a list field's values (a mixture starts as the
+        dot product only when the dot product is one of its components).
     self_attention_only: why it serves as self-attention only ("": it serves as cross-attention too). A model of
         such a type attends across with the baseline, and asking for it there is refused with this reason.
     field_prefix: the prefix of the config fields only this type reads (None: it has none).
@@ -378,6 +380,7 @@ class AttentionType:
     paper: str | None = None
     warm_start: dict | None = None
     warm_start_help: str = ""
+    warm_start_needs: dict[str, str] | None = None
     self_attention_only: str = ""
     field_prefix: str | None = None
     exclusive_fields: tuple[str, ...] = ()
@@ -423,6 +426,7 @@ ATTENTION_REGISTRY: dict[str, AttentionType] = {
             card_key=_synthesizer_card_key, paper=_SYNTHESIZER_PAPER,
             warm_start={"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
             warm_start_help="a mixture with the dot product that starts as the dot product",
+            warm_start_needs={"synthesizer_components": "dot_product"},
             self_attention_only="a synthetic alignment between the decoder and an encoder sequence of unrelated length "
                                 "has no meaning",
             field_prefix="synthesizer_", length_field="synthesizer_max_position",

@@ -9,11 +9,20 @@ import warnings
 import torch
 from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
-from transformers import PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.utils import logging
 
 from .attention_variants import VariantAttentionCore
+from .configuration_variant_attention import ATTENTION_REGISTRY, VARIANT_CONFIG_DEFAULTS
+
+logger = logging.get_logger(__name__)
+
+# from_pretrained's arguments that say where a checkpoint's config.json is (passed on to read it)
+_HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
+# the fields that choose an attention type (T5 chooses it per place)
+_TYPE_FIELDS = ("attention_type", "encoder_attention_type", "decoder_attention_type", "cross_attention_type")
 
 # The one compatibility shim: transformers 5.24 renamed `past_key_values` to `cache` (model outputs, mask helpers,
 # `generate`); older 5.x releases know only the old name. Every cache handed to transformers goes through
@@ -126,13 +135,46 @@ class VariantPreTrainedModel(PreTrainedModel):
                 module_globals[target.split(".")[1]].register_for_auto_class(auto)
 
     @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        result = super().from_pretrained(*args, **kwargs)
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' `from_pretrained`, with one addition: a vanilla checkpoint (transformers' BERT/ALBERT/T5)
+        loaded with an attention type (`attention_type="talking_heads"`, ...) starts as that checkpoint: the type's
+        function-preserving fields (identity talking heads, a mixture that starts as the dot product) are the
+        defaults. A field given otherwise, or a type that cannot start as the checkpoint, gets a one-line warning
+        that the outputs differ from the checkpoint's."""
+        if not isinstance(kwargs.get("config"), PretrainedConfig) and any(f in kwargs for f in _TYPE_FIELDS):
+            kwargs = cls._warm_start_defaults(pretrained_model_name_or_path, kwargs)
+        result = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = result[0] if isinstance(result, tuple) else result  # (model, loading_info) with output_loading_info
         for module in model.modules():  # loading hands back trainable parameters: re-apply fixed synthesizers
             if isinstance(module, VariantAttentionCore):
                 module.freeze_fixed_parameters()
         return result
+
+    @classmethod
+    def _warm_start_defaults(cls, path, kwargs: dict) -> dict:
+        """`kwargs` with the warm-start fields of each attention type asked for, when `path` is a vanilla checkpoint
+        (see `from_pretrained`)."""
+        config, _ = PretrainedConfig.get_config_dict(path, **{k: kwargs[k] for k in _HUB_KWARGS if k in kwargs})
+        if config.get("model_type") == cls.config_class.model_type:
+            return kwargs  # one of ours: its own fields decide
+        kwargs = dict(kwargs)
+        for name in dict.fromkeys(kwargs[f] for f in _TYPE_FIELDS if f in kwargs):
+            entry = ATTENTION_REGISTRY.get(name)
+            if entry is None:
+                continue  # an unknown type: the config's validation names it when the model is built
+            fields = {**VARIANT_CONFIG_DEFAULTS, **config, **kwargs}
+            lacking = [f"{value!r} among {field}" for field, value in (entry.warm_start_needs or {}).items()
+                       if value not in fields[field]]
+            if entry.warm_start is None or lacking:
+                logger.warning(f"{path} is a vanilla {config.get('model_type')} checkpoint and attention_type "
+                               f"{name!r} cannot start as it{' without ' + ', '.join(lacking) if lacking else ''}: "
+                               "the model's outputs differ from the checkpoint's.")
+                continue
+            for field, value in entry.warm_start.items():
+                if kwargs.setdefault(field, value) != value:
+                    logger.warning(f"{path} is a vanilla checkpoint; with {field}={kwargs[field]!r} (not {value!r}) "
+                                   "the model's outputs differ from the checkpoint's until it is trained.")
+        return kwargs
 
     def save_pretrained(self, save_directory, *args, state_dict=None, **kwargs):
         """transformers' `save_pretrained`; a given `state_dict` first loses the copies of tied weights, and a model

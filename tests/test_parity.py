@@ -205,3 +205,42 @@ def test_identity_talking_heads_grad_equals_transformers(tmp_path):
             assert p.grad is not None and p.grad.abs().sum() > 0, name
         elif name in ref_grads:
             torch.testing.assert_close(p.grad, ref_grads[name].grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+# attention_type alone, as a user writes it first: (fields, starts as the checkpoint, the warning expected)
+DEFAULT_WARM_STARTS = {
+    "talking_heads": (dict(attention_type="talking_heads"), True, None),
+    "mixture": (dict(attention_type="synthesizer", synthesizer_components=["dot_product", "random"]), True, None),
+    "talking_heads_paper": (dict(attention_type="talking_heads", talking_heads_init="paper"), False,
+                            "with talking_heads_init='paper' (not 'identity') the model's outputs differ"),
+    "dense_synthesizer": (dict(attention_type="synthesizer"), False,
+                          "cannot start as it without 'dot_product' among synthesizer_components"),
+    "general_bilinear": (dict(attention_type="general_bilinear"), False, "cannot start as it"),
+}
+
+
+@pytest.mark.parametrize("ref_name,fields", [REFERENCES[1], REFERENCES[5], REFERENCES[6]])
+@pytest.mark.parametrize("case", list(DEFAULT_WARM_STARTS))
+def test_a_vanilla_checkpoint_with_an_attention_type_starts_as_the_checkpoint(tmp_path, ref_name, fields, case):
+    """`from_pretrained(vanilla, attention_type=...)` with nothing else starts as the checkpoint (the type's
+    function-preserving fields are the defaults); asking for another init, or a type that cannot start so, gives one
+    warning line saying the outputs differ (and they do)."""
+    from transformers.testing_utils import CaptureLogger
+
+    from hf_attn_variants import modeling_variant_utils
+
+    warm, preserving, warning = DEFAULT_WARM_STARTS[case]
+    if warm["attention_type"] == "general_bilinear" and _family(ref_name).encoder_decoder:
+        pytest.skip("general bilinear T5 shapes differ from the checkpoint's (its own test covers the refusal)")
+    ref = _reference(tmp_path, ref_name, fields, "eager")
+    with CaptureLogger(modeling_variant_utils.logger) as captured:
+        ours = getattr(hav, f"Variant{ref_name}").from_pretrained(tmp_path / "ref", attn_implementation="eager",
+                                                                  ignore_mismatched_sizes=True, **warm)
+    ours = on_device(ours.eval())
+    inputs = _inputs(ref_name)
+    with torch.no_grad():
+        diff = max(_max_diffs(ref(**inputs), ours(**inputs)).values())
+    if preserving:
+        assert diff < 1e-5 and captured.out == ""
+    else:
+        assert diff > 1e-4 and warning in captured.out and len(captured.out.strip().splitlines()) == 1, captured.out
