@@ -4,6 +4,8 @@ What differs from transformers' `modeling_bert.py`:
 - the self-attention hands its projected heads to `VariantAttentionCore` (`attention_variants.py`), which owns
   every parameter a variant adds (`...attention.self.core.*`); with talking heads the query/key projections have
   h_k heads and the value projection h_v heads, and a pure synthesizer has no query/key projections;
+- with `config.sparse_prediction` and labels, `ForMaskedLM` and `ForPreTraining` run the prediction head only at the
+  labelled positions (`logits` `[n_scored, vocab]`); the loss is the same;
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
   `trust_remote_code=True` without this package installed.
 Everything BERT already has keeps transformers' parameter names, so a vanilla BERT checkpoint loads into a variant.
@@ -48,6 +50,7 @@ from .modeling_variant_utils import (
     legacy_cache,
     add_admin_omega,
     admin_residual,
+    scored_positions,
     sequence_classification_loss,
     span_loss,
 )
@@ -481,7 +484,8 @@ class VariantBertForPreTraining(_VariantBertWithLMHead):
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
         )
-        prediction_scores, seq_relationship_score = self.cls(outputs.last_hidden_state, outputs.pooler_output)
+        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        prediction_scores, seq_relationship_score = self.cls(sequence_output, outputs.pooler_output)
         total_loss = None
         if labels is not None and next_sentence_label is not None:
             loss_fct = CrossEntropyLoss()
@@ -564,7 +568,8 @@ class VariantBertForMaskedLM(_VariantBertWithLMHead):
             inputs_embeds=inputs_embeds, encoder_hidden_states=encoder_hidden_states,
             encoder_attention_mask=encoder_attention_mask, return_dict=True, **kwargs,
         )
-        prediction_scores = self.cls(outputs.last_hidden_state)
+        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        prediction_scores = self.cls(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
         masked_lm_loss = None
         if labels is not None:
             masked_lm_loss = self.loss_function(prediction_scores, labels, self.config.vocab_size,

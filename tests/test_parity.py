@@ -151,3 +151,35 @@ def test_identity_talking_heads_grad_equals_transformers(tmp_path):
             assert p.grad is not None and p.grad.abs().sum() > 0, name
         elif name in ref_grads:
             torch.testing.assert_close(p.grad, ref_grads[name].grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("warm", ["dot_product", "talking_heads_identity"])
+@pytest.mark.parametrize("ref_name,ours_name", [pair for pair in PAIRS if pair[0].endswith(("MaskedLM", "PreTraining"))])
+def test_sparse_prediction_equals_transformers(tmp_path, warm, ref_name, ours_name):
+    """With `sparse_prediction`: no labels, the full logits of transformers' head; labels, its loss and its logits at
+    the labelled positions (row-major), on the same weights."""
+    ref = _reference(tmp_path, ref_name, "eager")
+    ours = getattr(hav, ours_name).from_pretrained(
+        tmp_path / "ref", attn_implementation="eager", sparse_prediction=True, **WARM_STARTS[warm]
+    )
+    ours = on_device(ours.eval())
+    logits_name = "prediction_logits" if ref_name.endswith("PreTraining") else "logits"
+    inputs = _inputs()
+    with torch.no_grad():
+        ref_out, out = ref(**inputs), ours(**inputs)
+    assert out[logits_name].shape == (3, 9, TINY["vocab_size"])
+    diffs = _compare(ref_out, out)
+    assert max(diffs.values()) < 1e-5, diffs
+
+    labels = inputs["input_ids"].masked_fill(torch.rand(3, 9, generator=torch.Generator().manual_seed(2)) > 0.4, -100)
+    inputs["labels"] = labels = on_device(labels.masked_fill(inputs["attention_mask"] == 0, -100))
+    if ref_name == "AlbertForPreTraining":
+        inputs["sentence_order_label"] = on_device(torch.tensor([0, 1, 1]))
+    with torch.no_grad():
+        ref_out, out = ref(**inputs), ours(**inputs)
+    scored = labels != -100
+    assert out[logits_name].shape == (scored.sum().item(), TINY["vocab_size"])
+    assert (out[logits_name] - ref_out[logits_name][scored]).abs().max() < 1e-5
+    assert (out.loss - ref_out.loss).abs() < 1e-5
+    # non-vacuity: the same rows in another order fail the comparison
+    assert (out[logits_name].flip(0) - ref_out[logits_name][scored]).abs().max() > 1e-3
