@@ -37,7 +37,7 @@ from transformers import T5Config, T5ForConditionalGeneration
 from transformers.utils import is_flash_attn_2_available
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import DTYPES, Clock  # noqa: E402
+from bench_attention import DTYPES, Clock, resolve_device  # noqa: E402
 
 ROWS = {
     "eager": ("transformers", {"attn_implementation": "eager"}),
@@ -70,11 +70,7 @@ def parse_args():
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="the models' weights (no autocast)")
     args = p.parse_args()
-    args.device = torch.device(args.device)
-    if args.device.type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {args.device}: torch {torch.__version__} sees no CUDA device")
-    if args.device.type not in ("cpu", "cuda"):
-        p.error(f"--device {args.device}: use cpu or cuda")
+    args.device = resolve_device(p, args.device)
     if args.quick:
         args.d_model, args.num_heads, args.batch_size, args.source_len = 64, 4, 2, 16
         args.target_len, args.new_tokens, args.repeats = 8, 8, 1

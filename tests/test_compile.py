@@ -68,3 +68,20 @@ def test_compiled_forward_and_backward_equal_eager(case):
     assert grads.keys() == eager_grads.keys() and len(grads) > 0
     for name, grad in eager_grads.items():
         torch.testing.assert_close(grads[name], grad, **TOLERANCE, msg=name)
+
+
+def test_sparse_prediction_compiles_without_fullgraph_as_one_graph():
+    """What Trainer's `--torch_compile` does (no fullgraph). The labelled-row gather has a data-dependent shape: with
+    `capture_dynamic_output_shape_ops` dynamo keeps it in the one graph (without it, torch 2.13 breaks the graph
+    there; docs/training.md)."""
+    model = build("VariantBertForMaskedLM", "talking_heads", num_hidden_layers=1, sparse_prediction=True).train()
+    inputs = head_inputs("VariantBertForMaskedLM")
+    counter = CompileCounterWithBackend("aot_eager")
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        loss, logits, grads = _loss_logits_grads(model, inputs, run=torch.compile(model, backend=counter))
+    assert counter.frame_count == 1 and counter.op_count > 0
+    eager_loss, eager_logits, eager_grads = _loss_logits_grads(model, inputs)
+    torch.testing.assert_close(loss, eager_loss, **TOLERANCE)
+    torch.testing.assert_close(logits, eager_logits, **TOLERANCE)
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(grads[name], grad, **TOLERANCE, msg=name)
