@@ -24,12 +24,14 @@ fastest of `--repeats` steps after `--warmup`. A step is `loss = model(**batch).
 optimizer.step(); optimizer.zero_grad(set_to_none=True)` with `torch.optim.AdamW` (lr 1e-4), in train mode
 (the configs' dropout on).
 
-`--modes compile` wraps every model, ours and transformers' alike, in `torch.compile(model, backend=--compile-backend)`
-(not fullgraph, as Trainer's `--torch_compile` does); ratios in a compiled table are against compiled references.
-"compile s" is the first step's time (compilation of forward and backward) less the fastest step. On a GPU
-(`--device cuda`) times come from CUDA events (bench_attention.Clock) and "peak MiB" is
-`torch.cuda.max_memory_allocated` during one step above what was allocated before it; `--dtype` casts the weights
-(pure bf16 / fp16, no autocast, AdamW on those weights).
+`--modes compile` wraps every model, ours and transformers' alike, in `torch.compile(model,
+backend=--compile-backend)` (not fullgraph, as Trainer's `--torch_compile` does, with
+`capture_dynamic_output_shape_ops` so that sparse prediction stays one graph: docs/training.md); ratios in a compiled
+table are against compiled references. "compile s" is the first step's time (compilation of forward and backward) less
+the fastest step; "compiled / uncompiled" (when both modes run) is the row's compiled step over its eager-mode step
+measured just before in the same process (the two modes are not interleaved). On a GPU (`--device cuda`) times come
+from CUDA events (bench_attention.Clock) and "peak MiB" is `torch.cuda.max_memory_allocated` during one step above
+what was allocated before it; `--dtype` casts the weights (pure bf16 / fp16, no autocast, AdamW on those weights).
 """
 
 import argparse
@@ -211,7 +213,9 @@ def measure(setting, mode, args):
     return results
 
 
-def table(results):
+def table(results, uncompiled=None):
+    """The rows' step times and ratios; a compiled table also gives the compile time and, with `uncompiled` (the
+    eager-mode results of the same setting, same process), what compilation buys each row."""
     header = ["row", "step ms", "step / sdpa", "step / eager"]
     sdpa, eager = results["sdpa"]["step"], results["eager"]["step"]
     rows = [[name, f"{r['step']:.1f}", f"{r['step'] / sdpa:.2f}", f"{r['step'] / eager:.2f}"]
@@ -220,6 +224,10 @@ def table(results):
         header.append("compile s")
         for row, r in zip(rows, results.values()):
             row.append(f"{r['compile']:.1f}")
+        if uncompiled is not None:
+            header.append("compiled / uncompiled")
+            for row, (name, r) in zip(rows, results.items()):
+                row.append(f"{r['step'] / uncompiled[name]['step']:.2f}")
     if "peak" in results["sdpa"]:
         header += ["peak MiB", "peak / sdpa"]
         for row, r in zip(rows, results.values()):
@@ -252,12 +260,14 @@ def main(argv=None):
         print(f"device {args.device} ({name}), weights {args.dtype}")
     for setting_name, setting in args.settings.items():
         task, size, vocab_size, batch_size, seq_len = setting
+        uncompiled = None
         for mode in args.modes:
             results = measure(setting, mode, args)
             model = "t5" if task == "t5" else args.family
             print(f"\n{'### ' if args.markdown else ''}{setting_name}: {model}-{size}, vocab {vocab_size}, batch "
                   f"{batch_size} x {seq_len}{f' (targets {seq_len // 4})' if task == 't5' else ''}, {mode}\n")
-            print(format_table(*table(results), markdown=args.markdown))
+            print(format_table(*table(results, uncompiled), markdown=args.markdown))
+            uncompiled = results if mode == "eager" else uncompiled
             ratios = twin_ratios(results)
             if ratios:
                 print("\n" + "\n".join(ratios))
