@@ -78,6 +78,16 @@ FLASH = ("transformers", {"attn_implementation": "flash_attention_2"})  # joins 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def resolve_device(parser, device: str) -> torch.device:
+    """`--device` as a torch.device: cpu, or cuda / cuda:N where torch sees a CUDA device (else a parser error)."""
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {device}: torch {torch.__version__} sees no CUDA device")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"--device {device}: use cpu or cuda")
+    return device
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seq-lens", type=int, nargs="+", default=[128, 512])
@@ -98,11 +108,7 @@ def parse_args():
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="the models' weights (no autocast)")
     args = p.parse_args()
-    args.device = torch.device(args.device)
-    if args.device.type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {args.device}: torch {torch.__version__} sees no CUDA device")
-    if args.device.type not in ("cpu", "cuda"):
-        p.error(f"--device {args.device}: use cpu or cuda")
+    args.device = resolve_device(p, args.device)
     if args.quick:
         args.hidden_size, args.num_heads, args.seq_lens = 64, 4, [16, 32]
         args.batch_size, args.repeats, args.warmup = 2, 1, 0

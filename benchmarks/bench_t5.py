@@ -21,7 +21,6 @@ the weights. On the CPU in float32 the output is what it always was.
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -37,7 +36,7 @@ from transformers import T5Config, T5ForConditionalGeneration
 from transformers.utils import is_flash_attn_2_available
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import DTYPES, SETUPS, Clock  # noqa: E402
+from bench_attention import DTYPES, SETUPS, Clock, resolve_device  # noqa: E402
 
 # name -> (whose model, config kwargs): transformers' T5 (eager, sdpa), then every attention setup (bench_attention)
 ROWS = {
@@ -64,11 +63,7 @@ def parse_args():
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="the models' weights (no autocast)")
     args = p.parse_args()
-    args.device = torch.device(args.device)
-    if args.device.type == "cuda" and not torch.cuda.is_available():
-        p.error(f"--device {args.device}: torch {torch.__version__} sees no CUDA device")
-    if args.device.type not in ("cpu", "cuda"):
-        p.error(f"--device {args.device}: use cpu or cuda")
+    args.device = resolve_device(p, args.device)
     if args.quick:
         args.d_model, args.num_heads, args.batch_size, args.source_len = 64, 4, 2, 16
         args.target_len, args.new_tokens, args.repeats = 8, 8, 1

@@ -22,6 +22,14 @@ class VariantAlbertConfig(PretrainedConfig):
         max_position_embeddings, type_vocab_size, initializer_range, layer_norm_eps, classifier_dropout_prob,
         pad_token_id, bos_token_id, eos_token_id, tie_word_embeddings:
             As in `AlbertConfig`. `num_attention_heads` is h, the number of logits/softmax heads.
+        sparse_prediction (`bool`, defaults to `False`):
+            Masked-LM training speed-up (`VariantAlbertForMaskedLM`, `VariantAlbertForPreTraining`): when `labels` are
+            given, the prediction head (transform + vocabulary projection) runs only at the positions whose label is not
+            -100, and `logits` (`prediction_logits` for `ForPreTraining`) holds those rows only, `[n_scored,
+            vocab_size]` in row-major order of the batch: the rows of the full logits at `labels != -100`. The loss and
+            its gradients are the dense model's. Without `labels` (fill-mask, pipelines) the logits are full `[batch,
+            seq, vocab_size]`, so a checkpoint trained with it serves fill-mask unchanged. `False`: transformers'
+            behaviour, full logits always.
         attention_type, attention_head_size, attention_recompute, talking_heads_*, synthesizer_*:
             The attention variant: see below.
     """
@@ -52,6 +60,7 @@ class VariantAlbertConfig(PretrainedConfig):
         bos_token_id=2,
         eos_token_id=3,
         tie_word_embeddings=True,
+        sparse_prediction=False,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -71,6 +80,7 @@ class VariantAlbertConfig(PretrainedConfig):
         self.layer_norm_eps = layer_norm_eps
         self.classifier_dropout_prob = classifier_dropout_prob
         self.tie_word_embeddings = tie_word_embeddings
+        self.sparse_prediction = sparse_prediction
         VariantAttentionFields.pop_from(kwargs).set_on(self)  # the attention fields: configuration_variant_attention
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
 

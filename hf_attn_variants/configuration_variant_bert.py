@@ -20,6 +20,14 @@ class VariantBertConfig(PretrainedConfig):
         initializer_range, layer_norm_eps, pad_token_id, use_cache, classifier_dropout, is_decoder,
         add_cross_attention, bos_token_id, eos_token_id, tie_word_embeddings:
             As in `BertConfig`. `num_attention_heads` is h, the number of logits/softmax heads.
+        sparse_prediction (`bool`, defaults to `False`):
+            Masked-LM training speed-up (`VariantBertForMaskedLM`, `VariantBertForPreTraining`): when `labels` are
+            given, the prediction head (transform + vocabulary projection) runs only at the positions whose label is not
+            -100, and `logits` (`prediction_logits` for `ForPreTraining`) holds those rows only, `[n_scored,
+            vocab_size]` in row-major order of the batch: the rows of the full logits at `labels != -100`. The loss and
+            its gradients are the dense model's. Without `labels` (fill-mask, pipelines) the logits are full `[batch,
+            seq, vocab_size]`, so a checkpoint trained with it serves fill-mask unchanged. `False`: transformers'
+            behaviour, full logits always.
         attention_type, attention_head_size, attention_recompute, talking_heads_*, synthesizer_*:
             The attention variant: see below.
     """
@@ -50,6 +58,7 @@ class VariantBertConfig(PretrainedConfig):
         bos_token_id=None,
         eos_token_id=None,
         tie_word_embeddings=True,
+        sparse_prediction=False,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -69,6 +78,7 @@ class VariantBertConfig(PretrainedConfig):
         self.is_decoder = is_decoder
         self.add_cross_attention = add_cross_attention
         self.tie_word_embeddings = tie_word_embeddings
+        self.sparse_prediction = sparse_prediction
         VariantAttentionFields.pop_from(kwargs).set_on(self)  # the attention fields: configuration_variant_attention
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
 

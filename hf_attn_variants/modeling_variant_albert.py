@@ -4,6 +4,8 @@ What differs from transformers' `modeling_albert.py`:
 - the attention hands its projected heads to `VariantAttentionCore` (`attention_variants.py`), which owns every
   parameter a variant adds (`...attention.core.*`); they live inside the shared layer, so ALBERT's cross-layer
   sharing covers them and the parameter count does not grow with `num_hidden_layers`;
+- with `config.sparse_prediction` and labels, `ForMaskedLM` and `ForPreTraining` run the prediction head only at the
+  labelled positions (`logits` `[n_scored, vocab]`); the loss is the same;
 - layers are `GradientCheckpointingLayer`s: activation checkpointing works (transformers' ALBERT has none);
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
   `trust_remote_code=True` without this package installed;
@@ -44,6 +46,7 @@ from .modeling_variant_utils import (
     VariantPreTrainedModel,
     add_admin_omega,
     admin_residual,
+    scored_positions,
     sequence_classification_loss,
     span_loss,
 )
@@ -308,7 +311,8 @@ class VariantAlbertForPreTraining(_VariantAlbertWithMLMHead):
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
         )
-        prediction_scores = self.predictions(outputs.last_hidden_state)
+        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        prediction_scores = self.predictions(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse)
         sop_scores = self.sop_classifier(outputs.pooler_output)
         total_loss = None
         if labels is not None and sentence_order_label is not None:
@@ -343,7 +347,8 @@ class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
         )
-        prediction_scores = self.predictions(outputs.last_hidden_state)
+        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        prediction_scores = self.predictions(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse)
         loss = None
         if labels is not None:
             loss = self.loss_function(prediction_scores, labels, self.config.vocab_size,

@@ -4,6 +4,8 @@ What differs from transformers' `modeling_bert.py`:
 - the self-attention hands its projected heads to `VariantAttentionCore` (`attention_variants.py`), which owns
   every parameter a variant adds (`...attention.self.core.*`); with talking heads the query/key projections have
   h_k heads and the value projection h_v heads, and a pure synthesizer has no query/key projections;
+- with `config.sparse_prediction` and labels, `ForMaskedLM` and `ForPreTraining` run the prediction head only at the
+  labelled positions (`logits` `[n_scored, vocab]`); the loss is the same;
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
   `trust_remote_code=True` without this package installed;
 - the LM head adds its output bias (`cls.predictions.bias`) itself and its decoder has none, where transformers'
@@ -52,6 +54,7 @@ from .modeling_variant_utils import (
     legacy_cache,
     add_admin_omega,
     admin_residual,
+    scored_positions,
     sequence_classification_loss,
     span_loss,
 )
@@ -492,7 +495,8 @@ class VariantBertForPreTraining(_VariantBertWithLMHead):
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
         )
-        prediction_scores, seq_relationship_score = self.cls(outputs.last_hidden_state, outputs.pooler_output)
+        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        prediction_scores, seq_relationship_score = self.cls(sequence_output, outputs.pooler_output)
         total_loss = None
         if labels is not None and next_sentence_label is not None:
             loss_fct = CrossEntropyLoss()
@@ -575,7 +579,8 @@ class VariantBertForMaskedLM(_VariantBertWithLMHead):
             inputs_embeds=inputs_embeds, encoder_hidden_states=encoder_hidden_states,
             encoder_attention_mask=encoder_attention_mask, return_dict=True, **kwargs,
         )
-        prediction_scores = self.cls(outputs.last_hidden_state)
+        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        prediction_scores = self.cls(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
         masked_lm_loss = None
         if labels is not None:
             masked_lm_loss = self.loss_function(prediction_scores, labels, self.config.vocab_size,

@@ -1,5 +1,6 @@
 """What the families share beyond the attention: the `PreTrainedModel` base (full `auto_map`, the variant init,
-fixed synthesizers), Admin's residual, and the losses of the classification and span-QA heads.
+fixed synthesizers), Admin's residual, the masked-LM head's scored positions (`sparse_prediction`), and the losses
+of the classification and span-QA heads.
 
 Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
 """
@@ -71,6 +72,20 @@ def add_admin_omega(module, config, width: int) -> None:
     """Give a residual module its Admin parameter when `config.admin` asks for one (initialised to 1)."""
     if getattr(config, "admin", False):
         module.admin_omega = nn.Parameter(torch.ones(width))
+
+
+def scored_positions(config, hidden_states: torch.Tensor, labels: torch.Tensor | None):
+    """What a masked-LM head predicts from, and the labels it is scored on.
+
+    With `config.sparse_prediction` and labels: the positions whose label is not -100 only, `[n_scored, d]` and
+    `[n_scored]` in row-major order of the batch, so the head (transform + vocabulary projection) runs only where the
+    loss looks. Otherwise both unchanged (`[b, n, d]`, `[b, n]` or None): the full logits of transformers' heads.
+    """
+    if labels is None or not config.sparse_prediction:
+        return hidden_states, labels
+    labels = labels.to(hidden_states.device)
+    scored = labels != -100  # [b, n]
+    return hidden_states[scored], labels[scored]  # [n_scored, d], [n_scored]
 
 
 def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
