@@ -106,11 +106,13 @@ class PretrainingModelArguments(ModelArguments):
                 "closed_form (admin-torch's omega = sqrt((N+1)/ln(N+1) - 1) for the N residuals, whatever the "
                 "init). Default: profile, and closed_form for ALBERT's shared layers (profiling has no single "
                 "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."})
+    sparse_prediction: bool = field(default=True, metadata={
+        "help": "Run the masked-LM head (transform + vocabulary projection) only at the positions that carry a "
+                "label (the config field sparse_prediction): the same loss and gradients, a cheaper step. The saved "
+                "checkpoint keeps it; a call without labels (fill-mask, pipelines) still gives full logits."})
 
 
 _BLANK_LINE = re.compile(r"\n\s*\n")
-
-
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')_]*\s+(?=[\"'(_]*[A-Z0-9])")
 
 
@@ -241,8 +243,11 @@ def reduce_logits(logits, labels):
     else:
         mlm_labels, sentence_labels = labels, None
     mlm_logits = logits[0] if isinstance(logits, (tuple, list)) else logits
-    nll = torch.nn.functional.cross_entropy(mlm_logits.flatten(0, 1).float(), mlm_labels.flatten(), reduction="sum")
-    outputs = [nll.reshape(1), mlm_labels.ne(-100).sum().reshape(1)]
+    scored = mlm_labels.ne(-100)
+    if mlm_logits.dim() == 3:  # full logits [b, n, vocab]; with sparse prediction only the scored rows [n_scored, vocab]
+        mlm_logits = mlm_logits[scored]
+    nll = torch.nn.functional.cross_entropy(mlm_logits.float(), mlm_labels[scored], reduction="sum")
+    outputs = [nll.reshape(1), scored.sum().reshape(1)]
     if sentence_labels is not None:
         correct = (logits[1].argmax(-1) == sentence_labels).sum()
         outputs += [correct.reshape(1), torch.tensor([sentence_labels.numel()], device=correct.device)]
@@ -355,7 +360,11 @@ def main(argv=None) -> dict:
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     head = "ForMaskedLM" if objective == "none" else "ForPreTraining"
     model = load_or_build_model(head, model_args.model_name_or_path, model_args.preset, tokenizer,
-                                model_args.attention_type, parse_config_overrides(model_args.config_overrides))
+                                model_args.attention_type, parse_config_overrides(model_args.config_overrides),
+                                sparse_prediction=model_args.sparse_prediction)
+    if model_args.sparse_prediction and training_args.torch_compile:
+        # the scored rows are a data-dependent shape: without this, compile breaks the graph there (and runs slow)
+        torch._dynamo.config.capture_dynamic_output_shape_ops = True
     check_max_length(model.config, data_args.max_seq_length)
     admin_init = admin_init_for(model_args, training_args, model.config, family)
     align_tokenizer(tokenizer, model.config)

@@ -589,3 +589,23 @@ def test_expected_user_errors_print_one_line(tmp_path, case):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("run_pretraining.py: " + expected), last
     assert "Setting accelerator to CPU" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("objective", ["none", "nsp"])
+def test_pretraining_predicts_sparsely_by_default_with_the_dense_losses(tmp_path, objective):
+    """run_pretraining turns sparse prediction on (the saved config says so); training and evaluation give the
+    losses of the dense head (same seed, masks and data), and the folder still serves fill-mask with full logits."""
+    runs = {}
+    for flag in ("true", "false"):
+        out = tmp_path / flag
+        runs[flag] = run_pretraining.main(FAST + ["--preset", "bert-tiny-talking-heads", "--output_dir", str(out),
+                                                  "--max_steps", "3", "--max_train_samples", "24", "--seed", "3",
+                                                  "--config_overrides", NO_DROPOUT, "--sentence_objective", objective,
+                                                  "--sparse_prediction", flag])
+        assert json.loads((out / "config.json").read_text())["sparse_prediction"] is (flag == "true")
+    for key in ("train_loss", "eval_loss", "eval_mlm_loss"):
+        assert runs["true"][key] == pytest.approx(runs["false"][key], rel=1e-5, abs=1e-5), key
+    from transformers import pipeline
+
+    fill = pipeline("fill-mask", model=str(tmp_path / "true"), trust_remote_code=True)
+    assert len(fill("the [MASK] of it")) == 5
