@@ -59,15 +59,8 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
-from run_record import (  # noqa: E402
-    Evaluation,
-    Prediction,
-    choose_stages,
-    device_defaults,
-    load_metric,
-    run_script,
-    run_stages,
-)
+from run_record import Evaluation, Prediction, choose_stages, device_defaults, load_metric  # noqa: E402
+from run_record import run_script, run_stages  # noqa: E402
 from tokenization import load_tokenizer  # noqa: E402
 
 RT_POLARITY = {"train": DATA / "rt_polarity_train.csv", "validation": DATA / "rt_polarity_validation.csv"}

@@ -52,15 +52,8 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
-from run_record import (  # noqa: E402
-    Evaluation,
-    Prediction,
-    choose_stages,
-    device_defaults,
-    load_metric,
-    run_script,
-    run_stages,
-)
+from run_record import Evaluation, Prediction, choose_stages, device_defaults, load_metric  # noqa: E402
+from run_record import run_script, run_stages  # noqa: E402
 from tokenization import cache_dir, load_tokenizer  # noqa: E402
 
 SQUAD = {"train": DATA / "squad_train.json", "validation": DATA / "squad_validation.json"}
