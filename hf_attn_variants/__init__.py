@@ -1,4 +1,4 @@
-"""hf-attn-variants: talking-heads, Synthesizer and deep single-head attention for Hugging Face Transformers.
+"""hf-attn-variants: talking-heads, Synthesizer, general bilinear and deep single-head attention for transformers.
 
 Importing the package registers every class with transformers' Auto classes, so `AutoModel.from_pretrained(path)`
 works in-process without `trust_remote_code`; saved checkpoints carry their code and load anywhere with

@@ -1,4 +1,5 @@
-"""VariantBERT configuration: every ``BertConfig`` field plus the attention variant fields."""
+"""VariantBERT configuration: every ``BertConfig`` field plus the attention fields (dot product, talking heads,
+Synthesizer, general bilinear) and `sparse_prediction`."""
 
 # First: the transformers version check runs before anything of transformers is imported.
 from .configuration_variant_attention import VARIANT_CONFIG_DOCSTRING, VariantAttentionFields  # noqa: I001

@@ -1,4 +1,5 @@
-"""VariantT5 configuration: every ``T5Config`` field, the attention variant fields, and the attention per place."""
+"""VariantT5 configuration: every ``T5Config`` field, the attention fields (dot product, talking heads, Synthesizer,
+general bilinear), and the attention per place."""
 
 # First: the transformers version check runs before anything of transformers is imported.
 from .configuration_variant_attention import (  # noqa: I001

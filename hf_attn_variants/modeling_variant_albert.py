@@ -1,4 +1,4 @@
-"""VariantALBERT: transformers' ALBERT with dot-product, talking-heads or Synthesizer self-attention.
+"""VariantALBERT: transformers' ALBERT with dot-product, talking-heads, Synthesizer or general bilinear attention.
 
 What differs from transformers' `modeling_albert.py`:
 - the attention hands its projected heads to `VariantAttentionCore` (`attention_variants.py`), which owns every

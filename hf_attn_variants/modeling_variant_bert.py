@@ -1,9 +1,10 @@
-"""VariantBERT: transformers' BERT with dot-product, talking-heads or Synthesizer self-attention.
+"""VariantBERT: transformers' BERT with dot-product, talking-heads, Synthesizer or general bilinear attention.
 
 What differs from transformers' `modeling_bert.py`:
 - the self-attention hands its projected heads to `VariantAttentionCore` (`attention_variants.py`), which owns
   every parameter a variant adds (`...attention.self.core.*`); with talking heads the query/key projections have
-  h_k heads and the value projection h_v heads, and a pure synthesizer has no query/key projections;
+  h_k heads and the value projection h_v heads, a pure synthesizer has no query/key projections, and general
+  bilinear attention no key/value projections (the memory itself is the keys and the values);
 - with `config.sparse_prediction` and labels, `ForMaskedLM` and `ForPreTraining` run the prediction head only at the
   labelled positions (`logits` `[n_scored, vocab]`); the loss is the same;
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with

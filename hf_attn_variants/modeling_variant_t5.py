@@ -1,4 +1,4 @@
-"""VariantT5: transformers' T5 with dot-product, talking-heads or Synthesizer attention, chosen per place.
+"""VariantT5: transformers' T5 with dot-product, talking-heads, Synthesizer or general bilinear attention, per place.
 
 What differs from transformers' `modeling_t5.py`:
 - every attention (encoder self, decoder self, cross) hands its projected heads to `VariantAttentionCore`
