@@ -102,6 +102,18 @@ class PretrainingModelArguments(ModelArguments):
                 "closed_form (admin-torch's omega = sqrt((N+1)/ln(N+1) - 1) for the N residuals, whatever the "
                 "init). Default: profile, and closed_form for ALBERT's shared layers (profiling has no single "
                 "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."})
+    t5_adafactor: bool = field(default=False, metadata={
+        "help": "Train with T5's Adafactor (mesh-tensorflow's, as T5 pretrained) instead of --optim: transformers' "
+                "Adafactor with parameter-scaled steps (scale_parameter=True: each step is --learning_rate on the "
+                "--lr_scheduler_type schedule times the parameter's RMS, at least 1e-3; eps=(1e-30, 1e-3)), "
+                "relative_step=False, warmup_init=False, clip_threshold=1.0, decay_rate=-0.8, no first moment "
+                "(beta1=None), no weight decay (pass --weight_decay 0). T5's own step, min(1e-2, 1/sqrt(step)), is "
+                "--learning_rate 1e-2 --lr_scheduler_type constant --warmup_steps 0 for runs under 10k steps. "
+                "(--optim adafactor is not this: transformers sets scale_parameter=False there.)"})
+    dynamic_lr_scale: float = field(default=1.0, metadata={
+        "help": "Multiply the learning rate of the dynamic talking-heads weights (the dynamic_x2l/m2l/x2w/m2w "
+                "parameters of talking_heads_dynamic) by this, with --optim's optimizer or --t5_adafactor (a "
+                "parameter group of their own). 1: no group of their own."})
 
 
 _BLANK_LINE = re.compile(r"\n\s*\n")
@@ -245,6 +257,43 @@ def reduce_logits(logits, labels):
     return tuple(outputs)
 
 
+def build_optimizer(model, model_args, training_args, decay_names: list[str]):
+    """The optimizer of --t5_adafactor / --dynamic_lr_scale (None: neither is set, Trainer builds --optim's). Its
+    parameter groups are Trainer's (weight decay on `decay_names`, none on biases and norms), each split once more
+    when --dynamic_lr_scale is not 1: the dynamic talking-heads weights at that multiple of --learning_rate."""
+    from transformers.optimization import Adafactor
+
+    scale = model_args.dynamic_lr_scale
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"--dynamic_lr_scale must be a positive number, got {scale}.")
+    if not model_args.t5_adafactor and scale == 1.0:
+        return None
+    if training_args.deepspeed or training_args.fsdp:
+        raise ValueError("--t5_adafactor and --dynamic_lr_scale build the optimizer here; DeepSpeed and FSDP build "
+                         "their own: leave them out, or drop --deepspeed/--fsdp.")
+    if model_args.t5_adafactor and training_args.weight_decay != 0:
+        raise ValueError(f"--t5_adafactor: T5's Adafactor has no weight decay; pass --weight_decay 0 (got "
+                         f"{training_args.weight_decay}).")
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    dynamic = {n for n, _ in named if n.rsplit(".", 1)[-1].startswith("dynamic_")}
+    if scale != 1.0 and not dynamic:
+        raise ValueError(f"--dynamic_lr_scale {scale}: the model has no dynamic talking-heads weights (config "
+                         "talking_heads_dynamic); leave it out.")
+    groups = []
+    for decay in (True, False):
+        for is_dynamic in (False, True):
+            params = [p for n, p in named if (n in decay_names) == decay and (n in dynamic) == is_dynamic]
+            if params:
+                groups.append({"params": params, "weight_decay": training_args.weight_decay if decay else 0.0,
+                               "lr": training_args.learning_rate * (scale if is_dynamic else 1.0)})
+    if model_args.t5_adafactor:
+        return Adafactor(groups, lr=training_args.learning_rate, eps=(1e-30, 1e-3), clip_threshold=1.0,
+                         decay_rate=-0.8, beta1=None, weight_decay=0.0, scale_parameter=True, relative_step=False,
+                         warmup_init=False)
+    optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(training_args, model)
+    return optimizer_cls(groups, **kwargs)
+
+
 def admin_init_for(model_args, training_args, config, family: str) -> str | None:
     """How Admin's omegas are set before training (`--admin_init`, see PretrainingModelArguments); None: they are
     not (no Admin residuals, no training, or the omegas come with a checkpoint: a loaded model's, or a resumed
@@ -375,6 +424,7 @@ def main(argv=None) -> dict:
         processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
         callbacks=callbacks,
     )
+    trainer.optimizer = build_optimizer(model, model_args, training_args, trainer.get_decay_parameter_names(model))
 
     def train_metrics():
         metrics = {"train_seconds_per_step": timer.seconds_per_step}
