@@ -90,10 +90,6 @@ def write_tokenizer(target: str | os.PathLike) -> Path:
     return Path(target) / "tokenizer.json"
 
 
-def sha256(path: str | os.PathLike) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 @dataclass
 class KjvArguments:
     split: str | None = field(default=None, metadata={
@@ -111,7 +107,7 @@ def main(argv=None) -> dict[str, Path]:
         raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {args.split!r}.")
     if args.write_tokenizer is not None:
         path = write_tokenizer(args.write_tokenizer)
-        print(f"{sha256(path)}  {path}")
+        print(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path}")
         return {"tokenizer": path}
     paths = kjv_files()
     for split in [args.split] if args.split else SPLITS:

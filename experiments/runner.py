@@ -22,8 +22,8 @@ The claim scripts (talking_heads.py, single_head.py, synthesizer.py) define thei
 
 import contextlib
 import fcntl
-import hashlib
 import fnmatch
+import hashlib
 import json
 import math
 import os

@@ -228,8 +228,8 @@ def test_reproduce_reruns_in_a_scratch_cache(tmp_path, capsys, monkeypatch):
     import reproduce
 
     seen = tmp_path / "seen.json"
-    script = ("import json, os, sys; from pathlib import Path; out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); "
-              "out.mkdir(parents=True); (out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': 5.25})); "
+    script = ("import json, os, sys; from pathlib import Path; "
+              "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); (out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': 5.25})); "
               "(out / 'tokenizer.json').write_text('{}'); "
               f"Path({str(seen)!r}).write_text(json.dumps([os.getcwd(), os.environ['HF_ATTN_VARIANTS_CACHE'], "
               "os.environ['HF_DATASETS_CACHE']]))")

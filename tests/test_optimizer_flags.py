@@ -30,7 +30,8 @@ def optimizer_for(model, tmp_path, *flags):
     parser = HfArgumentParser((run_pretraining.PretrainingModelArguments, run_pretraining.PretrainingDataArguments,
                                TrainingArguments))
     parser.set_defaults(**run_pretraining.DEFAULTS)
-    model_args, _, training_args = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--eval_strategy", "no", *flags])
+    model_args, _, training_args = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path),
+                                                                      "--eval_strategy", "no", *flags])
     trainer = Trainer(model=model, args=training_args)
     return run_pretraining.build_optimizer(model, model_args, training_args,
                                            trainer.get_decay_parameter_names(model))
