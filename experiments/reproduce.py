@@ -51,7 +51,7 @@ def reproduce(row: dict, scratch: Path) -> dict:
     """Run the row's command in `scratch` (caches and output); the recorded and new figures."""
     output_dir = scratch / "output"
     env = {**os.environ, "HF_ATTN_VARIANTS_CACHE": str(scratch / "cache"),
-           "HF_DATASETS_CACHE": str(scratch / "datasets"),
+           "HF_DATASETS_CACHE": str(scratch / "datasets"), "PYTHONUNBUFFERED": "1",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # `python`: this one
     with open(scratch / "log.txt", "w") as log:
         proc = subprocess.run(["bash", "-c", reproduce_command(row, output_dir)], cwd=ROOT, env=env, stdout=log,
