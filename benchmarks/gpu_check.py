@@ -5,6 +5,7 @@ pretraining steps and a DeepSpeed ZeRO-2 run, then one summary table. At most 58
     python benchmarks/gpu_check.py                # everything (logs in outputs/gpu_check/)
     python benchmarks/gpu_check.py --dry-run      # the stages and their commands, without running them
     python benchmarks/gpu_check.py --only bench   # some stages: tests, bench, bf16, zero2, fsdp
+    python benchmarks/gpu_check.py --research     # only the research stage: two KJV cells on the GPU
 
 It installs nothing (the README's set-up with a CUDA build of torch is enough; flash-attn is used where installed).
 Every stage runs in its own process group with a time limit; a stage that fails or runs out of time is reported
@@ -17,6 +18,9 @@ Stages:
 - bench: benchmarks/bench_attention.py --device cuda --dtype bfloat16, BERT-base shapes (width 768, 12 heads,
   batch 8), n = 512 and 2048, fwd and fwd+bwd, every variant against transformers' SDPA (and flash-attn).
 - bf16: examples/run_pretraining.py --bf16, 40 steps of the main job's preset.
+- research (only with --research): experiments/talking_heads.py --device cuda --parallel 2, the two 400-step cells
+  dot product and talking heads at h = 16, seed 0, at once on the GPU, into their own results file; the summary
+  gives each eval loss beside the CPU row of experiments/results.jsonl.
 - zero2: the same through torchrun and examples/deepspeed/zero2.json (one process per GPU, at most 2).
 - fsdp: accelerate launch --config_file examples/accelerate/fsdp.yaml (one process per GPU, at most 2): Trainer
   with accelerate's own FSDP2 preparation, tested on CPU processes by tests/test_scaleout.py but not yet on a GPU;
@@ -42,9 +46,17 @@ TINY_RUN = ["--max_steps", "40", "--per_device_train_batch_size", "16", "--max_s
             "--report_to", "none", "--max_eval_samples", "64"]
 
 
-def stages(out: Path, gpus: int) -> list[dict]:
+RESEARCH_CELLS = ("talking_heads/dot-product/h16-lr1e-3/seed0", "talking_heads/talking-heads/h16-lr1e-3/seed0")
+
+
+def stages(out: Path, gpus: int, research: bool = False) -> list[dict]:
     """name, command, environment additions, time limit (seconds) and how to read the result, per stage."""
     procs = str(max(1, min(gpus, 2)))
+    if research:
+        return [dict(name="research", limit=300, env={}, results=out / "research",
+                     command=[PY, "experiments/talking_heads.py", "--only", *RESEARCH_CELLS, "--device", "cuda",
+                              "--parallel", "2", "--results", str(out / "research" / "results.jsonl"),
+                              "--runs_dir", str(out / "research" / "runs")])]
     return [
         dict(name="tests", limit=250, env={"HAV_TEST_DEVICE": "cuda"},
              command=[PY, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--ignore",
@@ -97,6 +109,8 @@ def finding(stage: dict, text: str) -> str:
             rows = [r for r in ratios if r != "variant"]
             return f"{len(rows)} rows (tables in the log)" if rows else last_line(text)
         results = stage.get("results")
+        if stage["name"] == "research":
+            return research_finding(results / "results.jsonl") or last_line(text)
         if results and (results / "all_results.json").is_file():
             data = json.loads((results / "all_results.json").read_text())
             return (f"{data.get('train_seconds_per_step', float('nan')):.3f} s/step, train loss "
@@ -104,6 +118,21 @@ def finding(stage: dict, text: str) -> str:
     except Exception as err:  # noqa: BLE001
         return f"(could not read the result: {err})"
     return last_line(text)
+
+
+def research_finding(path: Path) -> str:
+    """Each cell's eval loss on the GPU beside its CPU row's (experiments/results.jsonl)."""
+    if not path.is_file():
+        return ""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    cpu = {}
+    recorded = ROOT / "experiments" / "results.jsonl"
+    for line in recorded.read_text().splitlines() if recorded.is_file() else []:
+        if line.strip():
+            row = json.loads(line)
+            cpu[row.get("id")] = row.get("eval_loss")
+    return "; ".join(f"{r['id'].split('/')[1]} {r['eval_loss']:.4f} (CPU row {cpu.get(r['id'])}, "
+                     f"{r['wall_seconds']:.0f} s)" for r in rows)
 
 
 def last_line(text: str) -> str:
@@ -147,11 +176,13 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the stages and their commands, run nothing")
     parser.add_argument("--only", default="", help="comma-separated stages to run (default: all)")
     parser.add_argument("--output-dir", default=str(ROOT / "outputs" / "gpu_check"))
+    parser.add_argument("--research", action="store_true",
+                        help="run only the research stage: two KJV cells on the GPU through the runner")
     args = parser.parse_args(argv)
     out = Path(args.output_dir).resolve()
     gpus, description = gpu_description()
     print(f"gpu_check: {description}", flush=True)
-    plan = stages(out, gpus)
+    plan = stages(out, gpus, args.research)
     chosen = [s.strip() for s in args.only.split(",") if s.strip()] or [s["name"] for s in plan]
     unknown = sorted(set(chosen) - {s["name"] for s in plan})
     if unknown:

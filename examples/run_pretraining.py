@@ -18,7 +18,7 @@ datasets cache (a second identical run reads it back; `--overwrite_cache` redoes
 torchrun/accelerate; `--streaming` prepares as it reads. Masked LM packs the token stream into blocks of
 `--max_seq_length`; NSP/SOP cut segment pairs from the sentences of each document, where documents are separated by
 empty rows (a text file's blank lines) and a row of several lines is a document of its own (see
-`rows_to_documents` below). Masks are drawn per example when a batch is made (seeded by the example's
+`sentence_pairs.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by the example's
 tokens, the seed and the epoch), so 1 and N processes mask alike; the evaluation set is masked once, with a fixed
 seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval` as in transformers' examples (neither: both).
 Every `TrainingArguments` option passes through (--bf16, --torch_compile, --gradient_checkpointing,
@@ -27,10 +27,7 @@ Every `TrainingArguments` option passes through (--bf16, --torch_compile, --grad
 
 import logging
 import math
-import random
-import re
 import sys
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,7 +67,8 @@ from run_record import (  # noqa: E402
     run_script,
     run_stages,
 )
-from tokenization import encode_texts, load_tokenizer, token_blocks  # noqa: E402
+from sentence_pairs import pair_batch, sentence_label  # noqa: E402
+from tokenization import load_tokenizer, token_blocks  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -110,53 +108,18 @@ class PretrainingModelArguments(ModelArguments):
         "help": "Run the masked-LM head (transform + vocabulary projection) only at the positions that carry a "
                 "label (the config field sparse_prediction): the same loss and gradients, a cheaper step. The saved "
                 "checkpoint keeps it; a call without labels (fill-mask, pipelines) still gives full logits."})
-
-
-_BLANK_LINE = re.compile(r"\n\s*\n")
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')_]*\s+(?=[\"'(_]*[A-Z0-9])")
-
-
-def split_sentences(paragraph: str) -> list[str]:
-    return [s for s in _SENTENCE_END.split(paragraph) if s.strip()]
-
-
-def rows_to_documents(texts: list[str | None]) -> list[list[str]]:
-    """Rows of text (one batch) as documents, each a list of paragraphs (lines).
-
-    - Rows of one line are paragraphs of one document, which an empty row ends: a text file read line by line
-      (documents separated by blank lines, as the embedded corpus) or a dataset like wikitext.
-    - A row of several lines is a document by itself (one document per row, as Wikipedia or C4); blank lines
-      inside it separate documents too.
-
-    A document that runs across the end of a batch (1000 rows) is cut there."""
-    documents, current = [], []
-    for text in texts:
-        text = (text or "").strip()
-        if "\n" in text:
-            if current:
-                documents.append(current)
-                current = []
-            for block in _BLANK_LINE.split(text):
-                lines = [line.strip() for line in block.splitlines() if line.strip()]
-                if lines:
-                    documents.append(lines)
-        elif text:
-            current.append(text)
-        elif current:
-            documents.append(current)
-            current = []
-    if current:
-        documents.append(current)
-    return documents
-
-
-
-def tokenize_sentences(documents, tokenizer):
-    """Every document as a list of sentences, each a list of token ids (no special tokens); one batched call."""
-    sentences = [[s for p in doc for s in split_sentences(p)] for doc in documents]
-    flat = [s for doc in sentences for s in doc]
-    ids = iter(encode_texts(tokenizer, flat))
-    return [[next(ids) for _ in doc] for doc in sentences]
+    t5_adafactor: bool = field(default=False, metadata={
+        "help": "Train with T5's Adafactor (mesh-tensorflow's, as T5 pretrained) instead of --optim: transformers' "
+                "Adafactor with parameter-scaled steps (scale_parameter=True: each step is --learning_rate on the "
+                "--lr_scheduler_type schedule times the parameter's RMS, at least 1e-3; eps=(1e-30, 1e-3)), "
+                "relative_step=False, warmup_init=False, clip_threshold=1.0, decay_rate=-0.8, no first moment "
+                "(beta1=None), no weight decay (pass --weight_decay 0). T5's own step, min(1e-2, 1/sqrt(step)), is "
+                "--learning_rate 1e-2 --lr_scheduler_type constant --warmup_steps 0 for runs under 10k steps. "
+                "(--optim adafactor is not this: transformers sets scale_parameter=False there.)"})
+    dynamic_lr_scale: float = field(default=1.0, metadata={
+        "help": "Multiply the learning rate of the dynamic talking-heads weights (the dynamic_x2l/m2l/x2w/m2w "
+                "parameters of talking_heads_dynamic) by this, with --optim's optimizer or --t5_adafactor (a "
+                "parameter group of their own). 1: no group of their own."})
 
 
 def pack_batch(batch, tokenizer, column, max_seq_length):
@@ -166,64 +129,11 @@ def pack_batch(batch, tokenizer, column, max_seq_length):
     return {"input_ids": np.concatenate([edge * tokenizer.cls_token_id, blocks, edge * tokenizer.sep_token_id], 1)}
 
 
-def pair_batch(batch, tokenizer, column, max_seq_length, objective, seed):
-    """NSP/SOP (a batched map): the segment pairs of the batch's documents (`pair_examples`), with a generator
-    seeded by the seed and the batch's text, so a batch gives the same pairs in every process and every run."""
-    texts = batch[column]
-    documents = tokenize_sentences(rows_to_documents(texts), tokenizer)
-    batch_seed = zlib.crc32("\n".join(t or "" for t in texts).encode(), seed)
-    examples = pair_examples(documents, tokenizer, max_seq_length, objective, batch_seed)
-    return {key: [e[key] for e in examples] for key in ("input_ids", "token_type_ids", sentence_label(objective))}
-
-
-def sentence_label(objective: str) -> str:
-    return "next_sentence_label" if objective == "nsp" else "sentence_order_label"
-
-
 def mask_batch(batch, collator):
     """The evaluation set masked once (a batched map): every evaluation, and every model trained on the same data,
     sees the same masks."""
     masked = [collator.mask({"input_ids": ids}) for ids in batch["input_ids"]]
     return {"input_ids": [m["input_ids"].tolist() for m in masked], "labels": [m["labels"].tolist() for m in masked]}
-
-
-def pair_examples(documents, tokenizer, max_seq_length, objective, seed):
-    """Segment pairs [CLS] A [SEP] B [SEP] cut from consecutive sentences (BERT's create_pretraining_data).
-
-    nsp: label 1 when B is a random span from elsewhere in the corpus (half of the pairs), 0 when it follows A.
-    sop: label 1 when A and B are swapped (half of the pairs), 0 in their original order.
-    """
-    rng = random.Random(seed)
-    sentences = [s for doc in documents for s in doc if s]
-    budget = max_seq_length - 3
-    examples, chunk, length = [], [], 0
-    for index, sentence in enumerate(sentences):
-        chunk.append(sentence)
-        length += len(sentence)
-        if length < budget and index < len(sentences) - 1:
-            continue
-        tokens = [t for s in chunk for t in s]
-        if len(chunk) > 1:
-            cut = sum(len(s) for s in chunk[: rng.randint(1, len(chunk) - 1)])
-        else:
-            cut = len(tokens) // 2
-        first, second = tokens[:cut], tokens[cut:]
-        label = int(rng.random() < 0.5)
-        if objective == "nsp" and label:
-            start = (index + rng.randint(len(sentences) // 4, 3 * len(sentences) // 4)) % len(sentences)
-            second = [t for s in sentences[start : start + len(chunk)] for t in s]
-        elif objective == "sop" and label:
-            first, second = second, first
-        while len(first) + len(second) > budget:  # trim the longer side, from a random end
-            side = first if len(first) > len(second) else second
-            del side[0 if rng.random() < 0.5 else -1]
-        if first and second:
-            ids = [tokenizer.cls_token_id, *first, tokenizer.sep_token_id, *second, tokenizer.sep_token_id]
-            types = [0] * (len(first) + 2) + [1] * (len(second) + 1)
-            key = "next_sentence_label" if objective == "nsp" else "sentence_order_label"
-            examples.append({"input_ids": ids, "token_type_ids": types, key: label})
-        chunk, length = [], 0
-    return examples
 
 
 def compute_metrics(prediction):
@@ -252,6 +162,43 @@ def reduce_logits(logits, labels):
         correct = (logits[1].argmax(-1) == sentence_labels).sum()
         outputs += [correct.reshape(1), torch.tensor([sentence_labels.numel()], device=correct.device)]
     return tuple(outputs)
+
+
+def build_optimizer(model, model_args, training_args, decay_names: list[str]):
+    """The optimizer of --t5_adafactor / --dynamic_lr_scale (None: neither is set, Trainer builds --optim's). Its
+    parameter groups are Trainer's (weight decay on `decay_names`, none on biases and norms), each split once more
+    when --dynamic_lr_scale is not 1: the dynamic talking-heads weights at that multiple of --learning_rate."""
+    from transformers.optimization import Adafactor
+
+    scale = model_args.dynamic_lr_scale
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"--dynamic_lr_scale must be a positive number, got {scale}.")
+    if not model_args.t5_adafactor and scale == 1.0:
+        return None
+    if training_args.deepspeed or training_args.fsdp:
+        raise ValueError("--t5_adafactor and --dynamic_lr_scale build the optimizer here; DeepSpeed and FSDP build "
+                         "their own: leave them out, or drop --deepspeed/--fsdp.")
+    if model_args.t5_adafactor and training_args.weight_decay != 0:
+        raise ValueError(f"--t5_adafactor: T5's Adafactor has no weight decay; pass --weight_decay 0 (got "
+                         f"{training_args.weight_decay}).")
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    dynamic = {n for n, _ in named if n.rsplit(".", 1)[-1].startswith("dynamic_")}
+    if scale != 1.0 and not dynamic:
+        raise ValueError(f"--dynamic_lr_scale {scale}: the model has no dynamic talking-heads weights (config "
+                         "talking_heads_dynamic); leave it out.")
+    groups = []
+    for decay in (True, False):
+        for is_dynamic in (False, True):
+            params = [p for n, p in named if (n in decay_names) == decay and (n in dynamic) == is_dynamic]
+            if params:
+                groups.append({"params": params, "weight_decay": training_args.weight_decay if decay else 0.0,
+                               "lr": training_args.learning_rate * (scale if is_dynamic else 1.0)})
+    if model_args.t5_adafactor:
+        return Adafactor(groups, lr=training_args.learning_rate, eps=(1e-30, 1e-3), clip_threshold=1.0,
+                         decay_rate=-0.8, beta1=None, weight_decay=0.0, scale_parameter=True, relative_step=False,
+                         warmup_init=False)
+    optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(training_args, model)
+    return optimizer_cls(groups, **kwargs)
 
 
 def admin_init_for(model_args, training_args, config, family: str) -> str | None:
@@ -388,6 +335,7 @@ def main(argv=None) -> dict:
         processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
         callbacks=callbacks,
     )
+    trainer.optimizer = build_optimizer(model, model_args, training_args, trainer.get_decay_parameter_names(model))
 
     def train_metrics():
         metrics = {"train_seconds_per_step": timer.seconds_per_step}

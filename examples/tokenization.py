@@ -2,6 +2,11 @@
 the family (WordPiece for BERT/ALBERT, Unigram with T5's sentinels), trained once on the run's training text and
 cached by a hash of that text (`$HF_ATTN_VARIANTS_CACHE`, default `~/.cache/hf_attn_variants`); and the batched
 encoding the data preparation uses.
+
+The WordPiece is a function of its training text (the same bytes in any process, on any machine: see
+`wordpiece_vocabulary`). The Unigram is `tokenizers`' UnigramTrainer's, which is not: from process to process its
+scores differ in the fourth decimal and a few pieces change places. Where a T5 result must be reproduced, save the
+run's tokenizer and pass it back with --tokenizer_name.
 """
 
 import hashlib
@@ -53,9 +58,9 @@ def project_tokenizer(kind: str, vocab_size: int = 8000, corpus: str | os.PathLi
         raise ValueError(f"Unknown tokenizer kind {kind!r}: use 'wordpiece' or 'unigram'.")
     if lines is None:
         corpus = Path(corpus)
-        key = hashlib.sha256(corpus.read_bytes() + f"{kind}/{vocab_size}/1".encode()).hexdigest()[:16]
+        key = hashlib.sha256(corpus.read_bytes() + f"{kind}/{vocab_size}/2".encode()).hexdigest()[:16]
     else:
-        digest = hashlib.sha256(f"{kind}/{vocab_size}/lines/1".encode())
+        digest = hashlib.sha256(f"{kind}/{vocab_size}/lines/2".encode())
         for line in lines:
             digest.update(line.encode() + b"\n")
         key = digest.hexdigest()[:16]
@@ -76,19 +81,91 @@ def project_tokenizer(kind: str, vocab_size: int = 8000, corpus: str | os.PathLi
     return PreTrainedTokenizerFast.from_pretrained(target)
 
 
+def wordpiece_vocabulary(word_counts: dict[str, int], vocab_size: int, special: list[str],
+                         prefix: str = "##") -> list[str]:
+    """The WordPiece vocabulary (token of each id, in id order) that `tokenizers`' `WordPieceTrainer` learns, computed
+    so that it depends on the word counts alone: the special tokens, then every character of the words, then
+    `prefix` + every character that continues a word (each in code-point order), then the merges, most frequent pair
+    first (`WordPieceTrainer` is byte-pair merging with a continuation prefix), a tie going to the pair of smallest
+    ids (as `BpeTrainer` breaks ties).
+
+    Why not `WordPieceTrainer` itself: it numbers the continuation characters in the iteration order of a Rust
+    `HashMap` of the words, which is seeded afresh in every process, and ties between equally frequent pairs are
+    broken by those numbers; so two trainings on the same text give different vocabularies (different tokens, ids
+    permuted), whatever `TOKENIZERS_PARALLELISM` or `RAYON_NUM_THREADS` say."""
+    import heapq
+    from collections import defaultdict
+
+    words = sorted(word_counts)
+    tokens = list(dict.fromkeys(special))
+    tokens += sorted({c for w in words for c in w} - set(tokens))
+    tokens += sorted({prefix + c for w in words for c in w[1:]} - set(tokens))
+    ids = {t: i for i, t in enumerate(tokens)}
+    counts = [word_counts[w] for w in words]
+    symbols = [[ids[w[0]]] + [ids[prefix + c] for c in w[1:]] for w in words]  # each word as token ids
+    pair_counts, where = defaultdict(int), defaultdict(set)  # (a, b) -> occurrences; -> the words holding it
+    for i, word in enumerate(symbols):
+        for pair in zip(word, word[1:]):
+            pair_counts[pair] += counts[i]
+            where[pair].add(i)
+    heap = [(-count, pair) for pair, count in pair_counts.items()]  # max count first, then the smallest pair
+    heapq.heapify(heap)
+    while len(tokens) < vocab_size and heap:
+        negative, pair = heapq.heappop(heap)
+        if -negative != pair_counts[pair]:  # stale: the pair's count changed since it was pushed; queue it anew
+            if pair_counts[pair] > 0:
+                heapq.heappush(heap, (-pair_counts[pair], pair))
+            continue
+        a, b = pair
+        merged = tokens[a] + tokens[b].removeprefix(prefix)
+        if merged not in ids:
+            ids[merged] = len(tokens)
+            tokens.append(merged)
+        new, grown = ids[merged], set()
+        for i in sorted(where.pop(pair)):
+            word, out, j = symbols[i], [], 0
+            while j < len(word):
+                if j + 1 < len(word) and word[j] == a and word[j + 1] == b:
+                    out.append(new)
+                    j += 2
+                else:
+                    out.append(word[j])
+                    j += 1
+            if len(out) == len(word):
+                continue
+            for old in zip(word, word[1:]):
+                pair_counts[old] -= counts[i]
+            for added in zip(out, out[1:]):
+                pair_counts[added] += counts[i]
+                where[added].add(i)
+                grown.add(added)
+            symbols[i] = out
+        for added in grown - {pair}:
+            if pair_counts[added] > 0:
+                heapq.heappush(heap, (-pair_counts[added], added))
+    return tokens
+
+
 def _train_wordpiece(lines, vocab_size):
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    """BERT's uncased WordPiece, trained deterministically (see `wordpiece_vocabulary`)."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(lines, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special))
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    word_counts = Counter()
+    for line in lines:  # the words the trainer would see: normalised, then pre-tokenized, as at encoding
+        word_counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
+    vocab = wordpiece_vocabulary(word_counts, vocab_size, special)
+    tok = Tokenizer(models.WordPiece({token: i for i, token in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
     tok.decoder = decoders.WordPiece()
+    tok.add_special_tokens(special)
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
                                    sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
 

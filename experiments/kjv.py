@@ -13,6 +13,12 @@ Files (documents separated by blank lines, one chapter per document, one verse p
 
 The cache folder is `$HF_ATTN_VARIANTS_CACHE/data/kjv-<hash>` (default ~/.cache/hf_attn_variants), named by a hash
 of the compressed file, and written atomically (concurrent callers never see half a file).
+
+The research cells' tokenizer is committed beside the corpus, `examples/data/kjv-wordpiece-8000/` (the project's
+uncased WordPiece, 8000 tokens, trained on the lines of `kjv_train.txt`; its training is deterministic, so this
+command rewrites the same bytes on any machine, and `TOKENIZER_SHA256` is the hash of its tokenizer.json):
+
+    python experiments/kjv.py --write_tokenizer examples/data/kjv-wordpiece-8000
 """
 
 import gzip
@@ -28,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ARCHIVE = ROOT / "examples" / "data" / "kjv.txt.gz"
 VALIDATION_EVERY = 20  # every 20th chapter is held out
 SPLITS = ("all", "train", "validation")
+TOKENIZER = ROOT / "examples" / "data" / "kjv-wordpiece-8000"
+TOKENIZER_SHA256 = "1a9d19a8ea79df50d513598aee67129d052cab5de3fd29b4c9d6e722b4defb82"  # of TOKENIZER/tokenizer.json
 FILE_NAMES = {"all": "kjv.txt", "train": "kjv_train.txt", "validation": "kjv_validation.txt"}
 
 
@@ -70,10 +78,25 @@ def kjv_files(archive: str | os.PathLike = ARCHIVE, cache: str | os.PathLike | N
     return paths
 
 
+def write_tokenizer(target: str | os.PathLike) -> Path:
+    """Train the project's WordPiece (8000 tokens) on the lines of the training split and save it in `target`;
+    returns the path of its tokenizer.json."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from data_loading import read_documents
+    from tokenization import _train_wordpiece
+
+    lines = [line for document in read_documents(kjv_files()["train"]) for line in document]
+    _train_wordpiece(lines, 8000).save_pretrained(target)
+    return Path(target) / "tokenizer.json"
+
+
 @dataclass
 class KjvArguments:
     split: str | None = field(default=None, metadata={
         "help": "Print only this split's path: all, train or validation. Default: all three, one per line."})
+    write_tokenizer: str | None = field(default=None, metadata={
+        "help": "Train the research cells' WordPiece on the training split into this folder (the committed one is "
+                "examples/data/kjv-wordpiece-8000) and print its tokenizer.json's sha256."})
 
 
 def main(argv=None) -> dict[str, Path]:
@@ -82,6 +105,10 @@ def main(argv=None) -> dict[str, Path]:
     (args,) = HfArgumentParser(KjvArguments).parse_args_into_dataclasses(argv)
     if args.split is not None and args.split not in SPLITS:
         raise ValueError(f"--split must be one of {', '.join(SPLITS)}, got {args.split!r}.")
+    if args.write_tokenizer is not None:
+        path = write_tokenizer(args.write_tokenizer)
+        print(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {path}")
+        return {"tokenizer": path}
     paths = kjv_files()
     for split in [args.split] if args.split else SPLITS:
         print(paths[split] if args.split else f"{split}\t{paths[split]}")

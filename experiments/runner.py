@@ -5,7 +5,14 @@ as a subprocess, with flags that the cell alone decides. Its results row (one JS
 records the command that re-runs it. Cells are resumable: a cell whose id is already in the results file is skipped,
 and a row is appended only when a run has finished, so a killed or failed run leaves no row (its output folder is
 cleared when it is run again). Several runners may work on the same list at once (one per core): a cell being run
-holds a lock (`fcntl.flock`, released when its runner dies), and the others pass over it.
+holds a lock (`fcntl.flock`, released when its runner dies), and the others pass over it; `--parallel N` runs N
+cells at once from one runner (on one GPU with `--device cuda`, or on N cores).
+
+Every row records what it was made from: the command, the code (`git_commit`, "+dirty" when code differs from the
+commit; results and docs do not count), the sha256 of the tokenizer.json it trained with and of its training and
+validation text, and the machine (CPU model, torch/transformers/tokenizers versions, the device). KJV cells use the
+tokenizer committed beside the corpus (`kjv.TOKENIZER`, `--tokenizer_name`). `python experiments/reproduce.py <id>`
+re-runs a row's command in a scratch cache and compares the loss.
 
 The claim scripts (talking_heads.py, single_head.py, synthesizer.py) define their cells and tables and call `main`:
 
@@ -16,15 +23,16 @@ The claim scripts (talking_heads.py, single_head.py, synthesizer.py) define thei
 import contextlib
 import fcntl
 import fnmatch
+import hashlib
 import json
 import math
 import os
 import platform
-import resource
 import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,8 +56,12 @@ TRAINING = dict(
     disable_tqdm=True, dataloader_num_workers=0,
 )
 
+# Changes to these do not make a row's code "+dirty": they are what runs write or what describes them.
+NOT_CODE = ("experiments/results.jsonl", "experiments/runs", "docs", "*.md", "*.png")
+DEVICES = ("cpu", "cuda")
+
 # run_pretraining flags a cell may add that TRAINING leaves at the script's default
-EXTRA_FLAGS = {"max_train_samples", "admin_init"}
+EXTRA_FLAGS = {"max_train_samples", "admin_init", "t5_adafactor", "dynamic_lr_scale"}
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,31 @@ class RunnerArguments:
     validation_file: str | None = field(default=None, metadata={
         "help": "Evaluate on this file instead of the KJV held-out chapters; recorded as given."})
     python: str = field(default=sys.executable, metadata={"help": "The interpreter that runs each cell."})
+    device: str = field(default="cpu", metadata={
+        "help": "cpu (each cell on the CPU, --use_cpu, even where a GPU is visible) or cuda (on the first GPU; "
+                "refused where torch sees none). Recorded in each row's hardware."})
+    parallel: int = field(default=1, metadata={
+        "help": "Run this many cells at once (threads, each driving one cell's process): on one GPU several small "
+                "cells share it; on CPU give each its core (OMP_NUM_THREADS=1)."})
+
+
+def check_runner_args(args: RunnerArguments) -> None:
+    if args.device not in DEVICES:
+        raise ValueError(f"--device must be one of {', '.join(DEVICES)}, got {args.device!r}.")
+    if args.parallel < 1:
+        raise ValueError(f"--parallel must be at least 1, got {args.parallel}.")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False); "
+                             "run on a machine with a GPU, or use --device cpu.")
+
+
+def device_flags(args: RunnerArguments) -> list[str]:
+    """run_pretraining's flags for the device: --use_cpu on CPU (so a GPU machine does not take the cell); on CUDA
+    none (Trainer takes the GPU it sees)."""
+    return ["--use_cpu", "true"] if args.device == "cpu" else []
 
 
 def data_flags(args: RunnerArguments) -> tuple[dict[str, str], dict[str, str]]:
@@ -150,10 +187,12 @@ def data_flags(args: RunnerArguments) -> tuple[dict[str, str], dict[str, str]]:
                 raise FileNotFoundError(f"--{name} {path}: no such file.")
         return {k: shlex.quote(v) for k, v in given.items()}, given
     sys.path.insert(0, str(ROOT / "experiments"))
-    from kjv import kjv_files
+    from kjv import TOKENIZER, kjv_files
 
     paths = kjv_files()
-    return dict(KJV_FLAGS), {"train_file": str(paths["train"]), "validation_file": str(paths["validation"])}
+    return ({**KJV_FLAGS, "tokenizer_name": os.path.relpath(TOKENIZER, ROOT)},
+            {"train_file": str(paths["train"]), "validation_file": str(paths["validation"]),
+             "tokenizer_name": str(TOKENIZER)})
 
 
 # ----------------------------------------------------------------------------------------------------- results
@@ -214,7 +253,7 @@ def cell_lock(lock_path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def hardware() -> dict:
+def hardware(device: str = "cpu") -> dict:
     """What a row's wall time was measured on (the machine may be shared: the load average says how busy it was)."""
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
@@ -222,21 +261,29 @@ def hardware() -> dict:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
+    import tokenizers
     import torch
     import transformers
 
     return {"cpu": cpu, "logical_cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "load_average_1min": round(os.getloadavg()[0], 2), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__, "os": platform.platform()}
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__, "os": platform.platform(),
+            "device": f"cuda: {torch.cuda.get_device_name(0)}" if device == "cuda" else "cpu"}
 
 
 def git_commit() -> str | None:
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){path}" for path in NOT_CODE)], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
         return commit.stdout.strip() + ("+dirty" if dirty else "")
     return None
+
+
+def sha256(path: str | os.PathLike) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def finite(value):
@@ -275,10 +322,10 @@ def rerun_command(claim_script: str, cell: Cell) -> str:
     return f"python {claim_script} --only {shlex.quote(cell.id)}"
 
 
-def train_command(cell: Cell, recorded_data: dict[str, str], output_dir: str) -> str:
+def train_command(cell: Cell, recorded_data: dict[str, str], output_dir: str, extra: list[str] = ()) -> str:
     """The run_pretraining command of a cell as a shell line, run from the repository root."""
     words = []
-    flags = cell.flags({k: "\0" + k for k in recorded_data}, output_dir)
+    flags = [*cell.flags({k: "\0" + k for k in recorded_data}, output_dir), *extra]
     for word in flags:
         words.append(recorded_data[word[1:]] if word.startswith("\0") else shlex.quote(word))
     return f"OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python {SCRIPT} " + " ".join(words)
@@ -296,19 +343,23 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
-    argv = [args.python, str(ROOT / SCRIPT), *cell.flags(actual, str(output_dir))]
-    machine, commit = hardware(), git_commit()  # as the run starts: the code it runs
-    start, usage = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    argv = [args.python, str(ROOT / SCRIPT), *cell.flags(actual, str(output_dir)), *device_flags(args)]
+    machine, commit = hardware(args.device), git_commit()  # as the run starts: the code it runs
+    start, timed_out = time.time(), threading.Event()
     with open(output_dir / "log.txt", "w") as log:
-        try:
-            proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                  timeout=args.cell_timeout_minutes * 60)
-        except subprocess.TimeoutExpired:
-            print(f"  {cell.id}: killed after {args.cell_timeout_minutes} min; no row", file=sys.stderr)
-            return None
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        timer = threading.Timer(args.cell_timeout_minutes * 60, lambda: (timed_out.set(), proc.kill()))
+        timer.start()
+        try:  # wait4: this cell's own CPU time, even while other cells (--parallel) end
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    if timed_out.is_set():
+        print(f"  {cell.id}: killed after {args.cell_timeout_minutes} min; no row", file=sys.stderr)
+        return None
     wall = time.time() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # the cell's CPU time: independent of how busy the machine was
-    cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+    cpu = usage.ru_utime + usage.ru_stime  # the cell's CPU time: independent of how busy the machine was
     if proc.returncode != 0:
         tail = (output_dir / "log.txt").read_text()[-2000:]
         print(f"  {cell.id}: failed (exit {proc.returncode}); no row. Log tail:\n{tail}", file=sys.stderr)
@@ -317,7 +368,11 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
         "id": cell.id, "claim": cell.claim, "variant": cell.variant, "size": cell.size, "seed": cell.seed,
         "config": cell.config, "steps": None, **read_outcome(output_dir),
         "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "hardware": machine,
-        "command": rerun_command(claim_script, cell), "train_command": train_command(cell, recorded, relative),
+        "command": rerun_command(claim_script, cell),
+        "train_command": train_command(cell, recorded, relative, device_flags(args)),
+        # what it was made from: the tokenizer as the run saved it (byte-identical to the one it loaded), the text
+        "tokenizer_sha256": sha256(output_dir / "tokenizer.json"),
+        "train_text_sha256": sha256(actual["train_file"]), "validation_text_sha256": sha256(actual["validation_file"]),
         "git_commit": commit, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     row["steps"] = json.loads((output_dir / "trainer_state.json").read_text())["global_step"]
@@ -340,41 +395,78 @@ def select(cells: list[Cell], patterns: list[str]) -> list[Cell]:
 
 
 def run_cells(cells: list[Cell], args: RunnerArguments, claim_script: str) -> dict:
-    """Run the cells not yet in the results file, in order; returns counts {"run", "skipped", "failed", "busy"}."""
+    """Run the cells not yet in the results file, in order, `args.parallel` at a time; returns counts {"run",
+    "skipped", "failed", "busy"}."""
     ids = [c.id for c in cells]
     duplicates = sorted({i for i in ids if ids.count(i) > 1})
     if duplicates:
         raise ValueError(f"Duplicate cell ids: {duplicates}.")
     counts = {"run": 0, "skipped": 0, "failed": 0, "busy": 0}
-    data = None
-    start = time.time()
-    for c in cells:
-        if c.id in done_ids(args.results):  # re-read each time: another runner may have finished it
-            counts["skipped"] += 1
-            continue
-        if args.max_cells is not None and counts["run"] + counts["failed"] >= args.max_cells:
-            break
+    done = done_ids(args.results)
+    data = data_flags(args) if any(c.id not in done for c in cells) else None  # bad data flags: an error up front
+    pending, guard, start = iter(cells), threading.Lock(), time.time()
+    started, stopped, errors = [0], threading.Event(), []
+
+    def stop_reason() -> str | None:
+        if args.max_cells is not None and started[0] >= args.max_cells:
+            return ""
         if (Path(args.runs_dir) / "STOP").exists():
-            print(f"{Path(args.runs_dir) / 'STOP'} exists: no new cell started (delete it to go on).")
-            break
+            return f"{Path(args.runs_dir) / 'STOP'} exists: no new cell started (delete it to go on)."
         if args.stop_after_minutes is not None and time.time() - start > args.stop_after_minutes * 60:
-            print(f"--stop_after_minutes {args.stop_after_minutes} reached: no new cell started.")
-            break
-        with cell_lock(Path(args.runs_dir) / ".locks" / (c.id.replace("/", "__") + ".lock")) as held:
-            if not held:
-                counts["busy"] += 1
-                continue
-            if c.id in done_ids(args.results):
-                counts["skipped"] += 1
-                continue
-            data = data or data_flags(args)
-            print(f"{time.strftime('%H:%M:%S')} running {c.id}", flush=True)
-            row = run_cell(c, args, claim_script, data)
-            if row is None:
-                counts["failed"] += 1
-            else:
-                counts["run"] += 1
-                print(f"  eval loss {row['eval_loss']}, {row['wall_seconds']} s", flush=True)
+            return f"--stop_after_minutes {args.stop_after_minutes} reached: no new cell started."
+        return None
+
+    def take() -> Cell | None:
+        """The next cell to start (None: stop), by one worker at a time."""
+        with guard:
+            for c in pending:
+                if stopped.is_set():
+                    return None
+                if c.id in done_ids(args.results):  # re-read each time: another runner may have finished it
+                    counts["skipped"] += 1
+                    continue
+                reason = stop_reason()
+                if reason is not None:
+                    stopped.set()
+                    if reason:
+                        print(reason)
+                    return None
+                started[0] += 1
+                return c
+            return None
+
+    def worker() -> None:
+        try:
+            work()
+        except BaseException as error:  # noqa: BLE001  (raised again below, in the caller's thread)
+            errors.append(error)
+            stopped.set()
+
+    def work() -> None:
+        while (c := take()) is not None:
+            with cell_lock(Path(args.runs_dir) / ".locks" / (c.id.replace("/", "__") + ".lock")) as held:
+                if not held:
+                    outcome = "busy"
+                elif c.id in done_ids(args.results):
+                    outcome = "skipped"
+                else:
+                    print(f"{time.strftime('%H:%M:%S')} running {c.id}", flush=True)
+                    row = run_cell(c, args, claim_script, data)
+                    outcome = "failed" if row is None else "run"
+                    if row is not None:
+                        print(f"  {c.id}: eval loss {row['eval_loss']}, {row['wall_seconds']} s", flush=True)
+            with guard:
+                counts[outcome] += 1
+                if outcome != "run" and outcome != "failed":
+                    started[0] -= 1  # it was not started after all: --max_cells counts started cells
+
+    workers = [threading.Thread(target=worker) for _ in range(args.parallel)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    if errors:
+        raise errors[0]
     return counts
 
 
@@ -383,6 +475,7 @@ def main(cells: list[Cell], claim_script: str, argv=None) -> dict:
     from transformers import HfArgumentParser
 
     (args,) = HfArgumentParser(RunnerArguments).parse_args_into_dataclasses(argv)
+    check_runner_args(args)
     chosen = select(cells, args.only)
     if args.list:
         done = done_ids(args.results)

@@ -14,6 +14,11 @@ Cells (width 256, 4 layers, FFN 1024, MLM on the KJV, 128 tokens, batch 16, 400 
 4. the dynamic maps at lr 5e-4 (one seed, beside the study's dot product and talking heads there). Added after the
    dynamic maps' first two seeds at lr 1e-3 stalled where every static talking-heads seed trained: is that a
    defect, or do the dynamic maps need a smaller step (the original code warns that large ones train badly)?
+5. the dynamic maps under T5's Adafactor (run_pretraining --t5_adafactor: parameter-scaled steps, T5's constant
+   relative step 1e-2 below 10k steps, no weight decay), beside the dot product and static talking heads under it
+   (one seed, a screen). Under AdamW every weight moves by about the learning rate; under Adafactor by the step
+   times its own RMS, so the small dynamic weights (RMS ~0.0016) move ~150x less than under AdamW, as in the
+   paper's training.
 
     nice -n 19 python experiments/talking_heads.py --only 'talking_heads/lr-init/*'
     python experiments/talking_heads.py --list
@@ -50,6 +55,10 @@ ABLATIONS = {
     "th-dynamic": dict(talking_heads_dynamic=["x2l", "m2l", "x2w", "m2w"]),
 }
 DYNAMIC_LR = "5e-4"  # the dynamic maps' second learning rate (step 4)
+# step 5: T5's Adafactor at T5's step (min(1e-2, 1/sqrt(step)) is 1e-2 for the first 10k steps)
+ADAFACTOR = dict(t5_adafactor=True, learning_rate="1e-2", lr_scheduler_type="constant", warmup_steps=0,
+                 weight_decay=0.0)
+ADAFACTOR_SIZE = "h16-adafactor-lr1e-2"
 
 
 def heads(h: int) -> dict:
@@ -77,6 +86,10 @@ def cells() -> list:
         # after the rest: the first two repeat the study's runs at lr 5e-4 (dedupe reads those), the third is new
         out.append(cell(CLAIM, variant, f"h16-lr{DYNAMIC_LR}", 0, "bert-mini-dot-product", {**heads(16), **fields},
                         learning_rate=DYNAMIC_LR))
+    for variant, fields in (("dot-product", DOT), ("talking-heads", SWEEP_TH),
+                            ("th-dynamic", {**SWEEP_TH, **ABLATIONS["th-dynamic"]})):
+        out.append(cell(CLAIM, variant, ADAFACTOR_SIZE, 0, "bert-mini-dot-product", {**heads(16), **fields},
+                        **ADAFACTOR))
     return out
 
 
@@ -101,6 +114,12 @@ TABLES = [
           tuple((f"lr {lr}", f"h16-lr{lr}") for lr in (DYNAMIC_LR, SWEEP_LR["talking-heads"])), seeds=(0,),
           note="A screening with one seed, added after the dynamic maps stalled at lr 1e-3: it shows no effect by "
                "itself."),
+    Table("th-adafactor", "Dynamic maps under T5's Adafactor, h = 16 (one seed; eval MLM loss)", CLAIM,
+          (("dot product", "dot-product"), ("talking heads (static maps)", "talking-heads"),
+           ("dynamic maps", "th-dynamic")),
+          (("Adafactor, step 1e-2", ADAFACTOR_SIZE),), seeds=(0,),
+          note="run_pretraining --t5_adafactor: parameter-scaled steps, constant relative step 1e-2, no weight "
+               "decay, no warm-up. A screen with one seed."),
 ]
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ sys.path.insert(0, str(EXAMPLES))
 
 import run_pretraining  # noqa: E402
 import run_t5_pretraining  # noqa: E402
+import sentence_pairs  # noqa: E402
 from data_loading import read_documents  # noqa: E402
 from masking import MaskedLMCollator, mask_example, word_continuation  # noqa: E402
 from tokenization import project_tokenizer  # noqa: E402
@@ -97,8 +98,8 @@ def test_sentence_objectives(tmp_path, preset, objective, label):
     assert 0 <= metrics["eval_sentence_accuracy"] <= 1 and math.isfinite(metrics["eval_mlm_loss"])
     assert_learns(tmp_path)
     tokenizer = project_tokenizer("wordpiece")
-    docs = run_pretraining.tokenize_sentences(read_documents()[:200], tokenizer)
-    pairs = run_pretraining.pair_examples(docs, tokenizer, 64, objective, seed=0)
+    docs = sentence_pairs.tokenize_sentences(read_documents()[:200], tokenizer)
+    pairs = sentence_pairs.pair_examples(docs, tokenizer, 64, objective, seed=0)
     labels = [p[label] for p in pairs]
     assert 0.4 < sum(labels) / len(labels) < 0.6
     sep = tokenizer.sep_token_id
@@ -111,7 +112,7 @@ def test_sentence_objectives(tmp_path, preset, objective, label):
 def test_sop_swaps_the_segments_it_labels():
     tokenizer = project_tokenizer("wordpiece")
     docs = [[[100 + 3 * i + j for j in range(1 + i % 3)] for i in range(300)]]  # ids increase along the text
-    for pair in run_pretraining.pair_examples(docs, tokenizer, 64, "sop", seed=3):
+    for pair in sentence_pairs.pair_examples(docs, tokenizer, 64, "sop", seed=3):
         ids = pair["input_ids"]
         cut = ids.index(tokenizer.sep_token_id)
         first, second = ids[1:cut], ids[cut + 1 : -1]

@@ -5,10 +5,12 @@ One real run only: a bert-tiny cell of 2 steps on a slice of the KJV (about 10 s
 synthetic."""
 
 import gzip
+import hashlib
 import json
 import math
 import shlex
 import statistics
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -25,7 +27,8 @@ import runner  # noqa: E402
 
 ROW_KEYS = {"id", "claim", "variant", "size", "seed", "config", "steps", "eval_loss", "eval_perplexity", "diverged",
             "eval_curve", "train_curve", "train_loss", "train_seconds_per_step", "train_runtime", "num_parameters",
-            "wall_seconds", "cpu_seconds", "hardware", "command", "train_command", "git_commit", "finished_at"}
+            "wall_seconds", "cpu_seconds", "hardware", "command", "train_command", "git_commit", "finished_at",
+            "tokenizer_sha256", "train_text_sha256", "validation_text_sha256"}
 
 
 # ------------------------------------------------------------------------------------------------------ corpus
@@ -95,6 +98,13 @@ def test_tiny_cell_row_then_skipped(tmp_path, tiny_data, monkeypatch):
     assert words[:4] == ["OMP_NUM_THREADS=1", "HF_HUB_OFFLINE=1", "python", "examples/run_pretraining.py"]
     assert words[words.index("--seed") + 1] == "0" and words[words.index("--train_file") + 1] == str(tiny_data[0])
     assert row["wall_seconds"] > 0 and row["cpu_seconds"] > 0 and row["hardware"]["torch"]
+    assert row["hardware"]["device"] == "cpu" and "--use_cpu" in words and row["hardware"]["transformers"]
+    # provenance: the tokenizer it trained with (the project WordPiece of the training file, in the run's cache)
+    # and the text; hashes of the files themselves, not of anything the runner wrote
+    (trained,) = (tmp_path / "cache" / "tokenizers").glob("wordpiece-*/tokenizer.json")
+    assert row["tokenizer_sha256"] == hashlib.sha256(trained.read_bytes()).hexdigest()
+    assert row["train_text_sha256"] == hashlib.sha256(tiny_data[0].read_bytes()).hexdigest()
+    assert row["validation_text_sha256"] == hashlib.sha256(tiny_data[1].read_bytes()).hexdigest()
     assert not list((tmp_path / "runs").rglob("*.safetensors"))  # models are not kept by default
 
     # resumable: a second invocation runs nothing (no subprocess at all) and writes no row
@@ -114,6 +124,129 @@ def test_failed_or_killed_cell_leaves_no_row(tmp_path, tiny_data, script, timeou
         runner.main([tiny_cell()], "experiments/test_claim.py", argv)
     assert runner.load_results(tmp_path / "results.jsonl") == []
     assert runner.done_ids(tmp_path / "results.jsonl") == set()
+
+
+FAKE_RUN = """#!{python}
+import json, sys, time
+from pathlib import Path
+out = Path(sys.argv[sys.argv.index("--output_dir") + 1])
+start = time.time()
+time.sleep(2)
+with open(out.parent / "spans.txt", "a") as handle:
+    handle.write(f"{{start}} {{time.time()}}\\n")
+(out / "all_results.json").write_text(json.dumps({{"eval_mlm_loss": 5.0, "train_loss": 5.5}}))
+(out / "trainer_state.json").write_text(json.dumps({{"global_step": 2, "log_history": [
+    {{"step": 2, "loss": 5.5}}, {{"step": 2, "eval_mlm_loss": 5.0}}]}}))
+(out / "tokenizer.json").write_text("{{}}")
+"""
+
+
+def test_parallel_runs_cells_at_once(tmp_path, tiny_data):
+    """--parallel 2: two cells (a fake run_pretraining that sleeps 2 s) whose runs overlap in time, one row each;
+    a third runner pass finds both done."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_RUN.format(python=sys.executable))
+    fake.chmod(0o755)
+    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake), "--parallel", "2")
+    counts = runner.main([tiny_cell(0), tiny_cell(1)], "experiments/test_claim.py", argv)
+    assert counts == {"run": 2, "skipped": 0, "failed": 0, "busy": 0}
+    rows = runner.load_results(tmp_path / "results.jsonl")
+    assert sorted(r["id"] for r in rows) == ["test/tiny/t/seed0", "test/tiny/t/seed1"]
+    assert all(r["tokenizer_sha256"] == hashlib.sha256(b"{}").hexdigest() for r in rows)
+    assert all(r["wall_seconds"] >= 2 for r in rows)
+    (a_start, a_end), (b_start, b_end) = [map(float, line.split())
+                                          for line in (tmp_path / "runs" / "test" / "tiny" / "t" / "spans.txt")
+                                          .read_text().splitlines()]
+    assert max(a_start, b_start) < min(a_end, b_end)  # the two runs overlapped
+    assert runner.main([tiny_cell(0), tiny_cell(1)], "experiments/test_claim.py", argv)["skipped"] == 2
+
+
+def test_device_and_parallel_are_checked(tmp_path, tiny_data):
+    import torch
+
+    with pytest.raises(ValueError, match="--device must be one of cpu, cuda"):
+        runner.main([tiny_cell()], "x.py", runner_argv(tmp_path, tiny_data, "--device", "tpu"))
+    with pytest.raises(ValueError, match="--parallel must be at least 1"):
+        runner.main([tiny_cell()], "x.py", runner_argv(tmp_path, tiny_data, "--parallel", "0"))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA device"):
+            runner.main([tiny_cell()], "x.py", runner_argv(tmp_path, tiny_data, "--device", "cuda"))
+    assert runner.device_flags(runner.RunnerArguments(device="cuda")) == []
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_dirty_counts_code_only(tmp_path, monkeypatch):
+    """A row's "+dirty" says the code differs from the commit: results, run folders, docs and Markdown do not."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    for path in ("code.py", "experiments/results.jsonl", "docs/page.md", "README.md"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("one\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(runner, "ROOT", tmp_path)
+    for path in ("experiments/results.jsonl", "docs/page.md", "README.md"):
+        (tmp_path / path).write_text("two\n")
+    assert not runner.git_commit().endswith("+dirty")
+    (tmp_path / "code.py").write_text("two\n")
+    assert runner.git_commit().endswith("+dirty")
+
+
+def test_kjv_cells_use_the_committed_tokenizer():
+    recorded, actual = runner.data_flags(runner.RunnerArguments())
+    assert recorded["tokenizer_name"] == "examples/data/kjv-wordpiece-8000"
+    assert Path(actual["tokenizer_name"]) == kjv.TOKENIZER
+    command = runner.train_command(tiny_cell(), recorded, "out", ["--use_cpu", "true"])
+    assert "--tokenizer_name examples/data/kjv-wordpiece-8000" in command and command.endswith("--use_cpu true")
+    assert '--train_file "$(python experiments/kjv.py --split train)"' in command
+
+
+# --------------------------------------------------------------------------------------------------- reproduce
+def test_reproduce_command_replaces_the_output_folder():
+    import reproduce
+
+    row = {"id": "c/v/s/seed0", "train_command": "OMP_NUM_THREADS=1 python examples/run_pretraining.py "
+           '--train_file "$(python experiments/kjv.py --split train)" --output_dir experiments/runs/c/v/s/seed0 '
+           "--seed 0"}
+    command = reproduce.reproduce_command(row, "/tmp/scratch dir/output")
+    assert command == ("OMP_NUM_THREADS=1 python examples/run_pretraining.py "
+                       "--train_file \"$(python experiments/kjv.py --split train)\" "
+                       "--output_dir '/tmp/scratch dir/output' --seed 0")
+    assert reproduce.reproduce_command({"train_command": command}, "x").endswith("--output_dir x --seed 0")
+    with pytest.raises(ValueError, match="cannot be re-run"):
+        reproduce.reproduce_command({"id": "old"}, "x")
+    with pytest.raises(ValueError, match="No results row has id"):
+        reproduce.find_row([row], "c/v/s/seed1")
+    assert reproduce.find_row([row, {**row, "eval_loss": 2.0}], "c/v/s/seed0")["eval_loss"] == 2.0  # the newest
+
+
+def test_reproduce_reruns_in_a_scratch_cache(tmp_path, capsys, monkeypatch):
+    """A row whose command is a fake run: it must run from the repository root with both caches pointed into the
+    scratch folder, and the report gives the recorded and new loss and their difference."""
+    import reproduce
+
+    seen = tmp_path / "seen.json"
+    script = ("import json, os, sys; from pathlib import Path; "
+              "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); (out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': 5.25})); "
+              "(out / 'tokenizer.json').write_text('{}'); "
+              f"Path({str(seen)!r}).write_text(json.dumps([os.getcwd(), os.environ['HF_ATTN_VARIANTS_CACHE'], "
+              "os.environ['HF_DATASETS_CACHE']]))")
+    row = {"id": "c/v/s/seed0", "eval_loss": 5.5, "tokenizer_sha256": hashlib.sha256(b"{}").hexdigest(),
+           "hardware": {"cpu": "a CPU"},
+           "train_command": f"OMP_NUM_THREADS=1 python -c {shlex.quote(script)} --output_dir recorded/out --seed 0"}
+    results = tmp_path / "results.jsonl"
+    runner.append_row(results, row)
+    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "my-cache"))
+    result = reproduce.main(["c/v/s/seed0", "--results", str(results)])
+    assert result["new_eval_loss"] == 5.25 and result["difference"] == pytest.approx(-0.25)
+    cwd, cache, datasets = json.loads(seen.read_text())
+    assert Path(cwd) == ROOT
+    assert cache != str(tmp_path / "my-cache") and Path(cache).parent == Path(datasets).parent
+    assert not Path(cache).parent.exists()  # the scratch folder is removed
+    out = capsys.readouterr().out
+    assert "recorded eval loss 5.5, new 5.25, difference -0.2500" in out and "tokenizer: the same" in out
 
 
 def test_stop_file_stops_before_the_next_cell(tmp_path, tiny_data):

@@ -55,3 +55,17 @@ def test_summary_reads_the_pytest_tally():
     assert gpu_check.finding({"name": "tests"}, quiet) == "812 passed, 2 skipped"
     table = gpu_check.table([["tests", "ok", "201", "812 passed"], ["zero2", "timeout", "100", "stopped"]])
     assert table.splitlines()[0].startswith("| stage") and "| zero2 | timeout |" in table
+
+
+def test_research_stage_runs_two_cells_on_the_gpu_through_the_runner(tmp_path, capsys):
+    assert gpu_check.main(["--dry-run", "--research", "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "[research, at most 300 s]" in out and "[tests," not in out
+    assert "experiments/talking_heads.py --only" in out and "--device cuda --parallel 2" in out
+    (stage,) = gpu_check.stages(tmp_path, 1, research=True)
+    assert stage["limit"] <= 590
+    (tmp_path / "research").mkdir()
+    (tmp_path / "research" / "results.jsonl").write_text(
+        '{"id": "talking_heads/dot-product/h16-lr1e-3/seed0", "eval_loss": 5.5, "wall_seconds": 40.2}\n')
+    finding = gpu_check.finding(stage, "")
+    assert finding.startswith("dot-product 5.5000 (CPU row ") and finding.endswith(", 40 s)")

@@ -1,0 +1,110 @@
+"""The segment pairs of BERT's next-sentence (NSP) and ALBERT's sentence-order (SOP) prediction, cut from the
+sentences of each document as BERT's create_pretraining_data does (examples/run_pretraining.py
+--sentence_objective nsp|sop). Documents come from rows of text (`rows_to_documents`); a batch gives the same pairs
+in every process and every run (its generator is seeded by the seed and the batch's text).
+"""
+
+import random
+import re
+import zlib
+
+from tokenization import encode_texts
+
+
+_BLANK_LINE = re.compile(r"\n\s*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')_]*\s+(?=[\"'(_]*[A-Z0-9])")
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    return [s for s in _SENTENCE_END.split(paragraph) if s.strip()]
+
+
+def rows_to_documents(texts: list[str | None]) -> list[list[str]]:
+    """Rows of text (one batch) as documents, each a list of paragraphs (lines).
+
+    - Rows of one line are paragraphs of one document, which an empty row ends: a text file read line by line
+      (documents separated by blank lines, as the embedded corpus) or a dataset like wikitext.
+    - A row of several lines is a document by itself (one document per row, as Wikipedia or C4); blank lines
+      inside it separate documents too.
+
+    A document that runs across the end of a batch (1000 rows) is cut there."""
+    documents, current = [], []
+    for text in texts:
+        text = (text or "").strip()
+        if "\n" in text:
+            if current:
+                documents.append(current)
+                current = []
+            for block in _BLANK_LINE.split(text):
+                lines = [line.strip() for line in block.splitlines() if line.strip()]
+                if lines:
+                    documents.append(lines)
+        elif text:
+            current.append(text)
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    return documents
+
+
+def tokenize_sentences(documents, tokenizer):
+    """Every document as a list of sentences, each a list of token ids (no special tokens); one batched call."""
+    sentences = [[s for p in doc for s in split_sentences(p)] for doc in documents]
+    flat = [s for doc in sentences for s in doc]
+    ids = iter(encode_texts(tokenizer, flat))
+    return [[next(ids) for _ in doc] for doc in sentences]
+
+
+def pair_batch(batch, tokenizer, column, max_seq_length, objective, seed):
+    """NSP/SOP (a batched map): the segment pairs of the batch's documents (`pair_examples`), with a generator
+    seeded by the seed and the batch's text, so a batch gives the same pairs in every process and every run."""
+    texts = batch[column]
+    documents = tokenize_sentences(rows_to_documents(texts), tokenizer)
+    batch_seed = zlib.crc32("\n".join(t or "" for t in texts).encode(), seed)
+    examples = pair_examples(documents, tokenizer, max_seq_length, objective, batch_seed)
+    return {key: [e[key] for e in examples] for key in ("input_ids", "token_type_ids", sentence_label(objective))}
+
+
+def sentence_label(objective: str) -> str:
+    return "next_sentence_label" if objective == "nsp" else "sentence_order_label"
+
+
+def pair_examples(documents, tokenizer, max_seq_length, objective, seed):
+    """Segment pairs [CLS] A [SEP] B [SEP] cut from consecutive sentences (BERT's create_pretraining_data).
+
+    nsp: label 1 when B is a random span from elsewhere in the corpus (half of the pairs), 0 when it follows A.
+    sop: label 1 when A and B are swapped (half of the pairs), 0 in their original order.
+    """
+    rng = random.Random(seed)
+    sentences = [s for doc in documents for s in doc if s]
+    budget = max_seq_length - 3
+    examples, chunk, length = [], [], 0
+    for index, sentence in enumerate(sentences):
+        chunk.append(sentence)
+        length += len(sentence)
+        if length < budget and index < len(sentences) - 1:
+            continue
+        tokens = [t for s in chunk for t in s]
+        if len(chunk) > 1:
+            cut = sum(len(s) for s in chunk[: rng.randint(1, len(chunk) - 1)])
+        else:
+            cut = len(tokens) // 2
+        first, second = tokens[:cut], tokens[cut:]
+        label = int(rng.random() < 0.5)
+        if objective == "nsp" and label:
+            start = (index + rng.randint(len(sentences) // 4, 3 * len(sentences) // 4)) % len(sentences)
+            second = [t for s in sentences[start : start + len(chunk)] for t in s]
+        elif objective == "sop" and label:
+            first, second = second, first
+        while len(first) + len(second) > budget:  # trim the longer side, from a random end
+            side = first if len(first) > len(second) else second
+            del side[0 if rng.random() < 0.5 else -1]
+        if first and second:
+            ids = [tokenizer.cls_token_id, *first, tokenizer.sep_token_id, *second, tokenizer.sep_token_id]
+            types = [0] * (len(first) + 2) + [1] * (len(second) + 1)
+            key = "next_sentence_label" if objective == "nsp" else "sentence_order_label"
+            examples.append({"input_ids": ids, "token_type_ids": types, key: label})
+        chunk, length = [], 0
+    return examples

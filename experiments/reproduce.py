@@ -1,0 +1,102 @@
+"""Re-run a recorded cell from its results row and compare: the row's own `train_command`, run from the repository
+root in a scratch cache (`HF_ATTN_VARIANTS_CACHE` and `HF_DATASETS_CACHE` in a new temporary folder, so nothing
+cached earlier is reused: the KJV files, the project tokenizer when the row used one, the prepared data), writing
+to a temporary output folder. It prints the recorded and the new eval loss, their difference, and whether the
+tokenizer and the training text are those the row recorded.
+
+    nice -n 19 python experiments/reproduce.py talking_heads/dot-product/h16-lr1e-3/seed0
+    python experiments/reproduce.py <cell id> --results path/to/results.jsonl --keep
+
+Rows made before the tokenizer was deterministic (those without `tokenizer_sha256`) trained with a WordPiece that
+was never recorded and cannot be rebuilt: their re-run trains with today's project tokenizer and is not expected
+to match.
+"""
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from runner import RESULTS, ROOT, load_results, sha256  # noqa: E402
+
+_OUTPUT_DIR = re.compile(r"--output_dir ('[^']*'|\S+)")
+
+
+def find_row(rows: list[dict], cell_id: str) -> dict:
+    """The last row of `cell_id` (a cell run again appends a newer row)."""
+    matching = [row for row in rows if row.get("id") == cell_id]
+    if not matching:
+        near = sorted(row["id"] for row in rows if "id" in row and cell_id.split("/")[0] in row["id"])[:5]
+        raise ValueError(f"No results row has id {cell_id!r}; ids look like {near or 'claim/variant/size/seedN'} "
+                         "(python experiments/<claim>.py --list shows them).")
+    return matching[-1]
+
+
+def reproduce_command(row: dict, output_dir: str | os.PathLike) -> str:
+    """The row's train_command writing to `output_dir` instead of its recorded folder."""
+    command = row.get("train_command")
+    if not command or len(_OUTPUT_DIR.findall(command)) != 1:
+        raise ValueError(f"Row {row.get('id')!r} has no train_command with one --output_dir: it cannot be re-run.")
+    return _OUTPUT_DIR.sub(lambda _: "--output_dir " + shlex.quote(str(output_dir)), command)
+
+
+def reproduce(row: dict, scratch: Path) -> dict:
+    """Run the row's command in `scratch` (caches and output); the recorded and new figures."""
+    output_dir = scratch / "output"
+    env = {**os.environ, "HF_ATTN_VARIANTS_CACHE": str(scratch / "cache"),
+           "HF_DATASETS_CACHE": str(scratch / "datasets"), "PYTHONUNBUFFERED": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # `python`: this one
+    with open(scratch / "log.txt", "w") as log:
+        proc = subprocess.run(["bash", "-c", reproduce_command(row, output_dir)], cwd=ROOT, env=env, stdout=log,
+                              stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = (scratch / "log.txt").read_text()[-2000:]
+        raise RuntimeError(f"The re-run failed (exit {proc.returncode}); log {scratch / 'log.txt'}:\n{tail}")
+    new = json.loads((output_dir / "all_results.json").read_text()).get("eval_mlm_loss")
+    recorded = row.get("eval_loss")
+    tokenizer = output_dir / "tokenizer.json"
+    return {"id": row["id"], "recorded_eval_loss": recorded, "new_eval_loss": new,
+            "difference": None if new is None or recorded is None else new - recorded,
+            "recorded_tokenizer_sha256": row.get("tokenizer_sha256"),
+            "new_tokenizer_sha256": sha256(tokenizer) if tokenizer.is_file() else None,
+            "recorded_cpu": row.get("hardware", {}).get("cpu")}
+
+
+def report(result: dict) -> str:
+    lines = [f"{result['id']}: recorded eval loss {result['recorded_eval_loss']}, new {result['new_eval_loss']}"]
+    if result["difference"] is not None:
+        lines[0] += f", difference {result['difference']:+.4f}"
+    recorded, new = result["recorded_tokenizer_sha256"], result["new_tokenizer_sha256"]
+    if recorded is None:
+        lines.append(f"tokenizer: not recorded in the row (made before tokenizers were recorded); new {new}")
+    else:
+        lines.append(f"tokenizer: {'the same' if recorded == new else 'DIFFERENT'} (recorded {recorded}, new {new})")
+    lines.append(f"recorded on: {result['recorded_cpu']}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cell_id", help="the row's id, claim/variant/size/seedN")
+    parser.add_argument("--results", default=str(RESULTS), help="the results file holding the row")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder (caches, output, log)")
+    args = parser.parse_args(argv)
+    row = find_row(load_results(args.results), args.cell_id)
+    scratch = Path(tempfile.mkdtemp(prefix="reproduce-"))
+    print(f"re-running {row['id']} in {scratch}:\n  {reproduce_command(row, scratch / 'output')}", flush=True)
+    result = reproduce(row, scratch)  # a failed re-run keeps the scratch folder: its log says why
+    if not args.keep:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(report(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
