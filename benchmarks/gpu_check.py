@@ -1,13 +1,18 @@
 """One command for a machine with a GPU: the test suite on CUDA, the attention benchmark in bf16, a few bf16
 pretraining steps and a DeepSpeed ZeRO-2 run, then one summary table. At most 580 s of stages (under 10 minutes).
 
-    python3 -m venv .venv && . .venv/bin/activate && pip install torch && pip install -e ".[test,deepspeed]"
+    python3 -m venv .venv && . .venv/bin/activate
+    $(python benchmarks/gpu_check.py --torch-command)   # the CUDA build of torch this machine's driver runs
+    pip install -e ".[test,deepspeed]"
     python benchmarks/gpu_check.py                # everything (logs in outputs/gpu_check/)
     python benchmarks/gpu_check.py --dry-run      # the stages and their commands, without running them
     python benchmarks/gpu_check.py --only bench   # some stages: tests, bench, bf16, zero2, fsdp
     python benchmarks/gpu_check.py --research     # only the research stage: two KJV cells on the GPU
 
 It installs nothing (the README's set-up with a CUDA build of torch is enough; flash-attn is used where installed).
+A plain `pip install torch` brings the newest CUDA build, which an older driver cannot run (torch then sees no GPU):
+`--torch-command` prints the pip command of the newest build the driver supports (from `nvidia-smi`), and without a
+visible GPU the check says when that is the reason.
 Every stage runs in its own process group with a time limit; a stage that fails or runs out of time is reported
 and the next one still runs. The exit status is 0 when every stage passed, 1 otherwise, 2 when there is no GPU.
 
@@ -141,6 +146,37 @@ def last_line(text: str) -> str:
     return (errors or lines or ["(no output)"])[-1][:110]
 
 
+# torch's CUDA builds, as its wheel index names them (cu118, ..., cu132): a driver runs a build of its CUDA version or
+# older. Newer builds appear with new torch releases: add them here.
+CUDA_BUILDS = ((11, 8), (12, 1), (12, 4), (12, 6), (12, 8), (12, 9), (13, 0), (13, 2))
+TORCH_INDEX = "https://download.pytorch.org/whl"
+
+
+def driver_cuda(smi_output: str | None = None) -> tuple[int, int] | None:
+    """The newest CUDA version the NVIDIA driver supports ("CUDA Version: 12.4" in `nvidia-smi`'s output), None
+    where there is no driver (or no nvidia-smi)."""
+    if smi_output is None:
+        if shutil.which("nvidia-smi") is None:
+            return None
+        try:
+            smi_output = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    found = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", smi_output)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def torch_command(driver: tuple[int, int] | None) -> str:
+    """The pip command of the newest CUDA build of torch that `driver` (its CUDA version) runs."""
+    if driver is None:
+        return "pip install torch==2.13.0"  # no NVIDIA driver: the CPU build the project is tested with
+    build = max((b for b in CUDA_BUILDS if b <= driver), default=None)
+    if build is None:
+        raise SystemExit(f"The NVIDIA driver supports CUDA {driver[0]}.{driver[1]}, older than every CUDA build of "
+                         f"torch ({CUDA_BUILDS[0][0]}.{CUDA_BUILDS[0][1]} is the oldest): update the driver.")
+    return f"pip install torch --index-url {TORCH_INDEX}/cu{build[0]}{build[1]}"
+
+
 def gpu_description() -> tuple[int, str]:
     """(number of CUDA devices, a line about them and the software), without failing."""
     try:
@@ -161,6 +197,11 @@ def gpu_description() -> tuple[int, str]:
     if count:
         names = ", ".join(torch.cuda.get_device_name(i) for i in range(count))
         return count, f"{count} GPU(s): {names}; {versions}"
+    driver = driver_cuda()
+    built = tuple(int(p) for p in (torch.version.cuda or "0.0").split(".")[:2])
+    if driver is not None and built > driver:  # the usual cause: a plain `pip install torch` on an older driver
+        return 0, (f"no CUDA device visible: torch is built for CUDA {torch.version.cuda}, the driver supports "
+                   f"{driver[0]}.{driver[1]}; install a build it runs: {torch_command(driver)}; {versions}")
     return 0, f"no CUDA device visible; {versions}"
 
 
@@ -178,7 +219,15 @@ def main(argv=None) -> int:
     parser.add_argument("--output-dir", default=str(ROOT / "outputs" / "gpu_check"))
     parser.add_argument("--research", action="store_true",
                         help="run only the research stage: two KJV cells on the GPU through the runner")
+    parser.add_argument("--torch-command", action="store_true",
+                        help="print the pip command of the torch build this machine's driver runs, and exit")
     args = parser.parse_args(argv)
+    if args.torch_command:  # stdout is the command alone, for $(...)
+        driver = driver_cuda()
+        print(f"gpu_check: {'no NVIDIA driver' if driver is None else f'driver CUDA {driver[0]}.{driver[1]}'}",
+              file=sys.stderr)
+        print(torch_command(driver))
+        return 0
     out = Path(args.output_dir).resolve()
     gpus, description = gpu_description()
     print(f"gpu_check: {description}", flush=True)

@@ -69,3 +69,21 @@ def test_research_stage_runs_two_cells_on_the_gpu_through_the_runner(tmp_path, c
         '{"id": "talking_heads/dot-product/h16-lr1e-3/seed0", "eval_loss": 5.5, "wall_seconds": 40.2}\n')
     finding = gpu_check.finding(stage, "")
     assert finding.startswith("dot-product 5.5000 (CPU row ") and finding.endswith(", 40 s)")
+
+
+SMI = """+-----------------------------------------------------------------------------------------+
+| NVIDIA-SMI 550.54.15              Driver Version: 550.54.15      CUDA Version: 12.4     |
+|-----------------------------------------+------------------------+----------------------+"""
+
+
+def test_torch_command_picks_the_newest_build_the_driver_runs():
+    """A plain `pip install torch` brings the newest CUDA build; the check picks the build of the driver's CUDA or
+    older (a 12.4 driver cannot run a 13.2 build), the CPU build without a driver, and refuses a driver too old."""
+    assert gpu_check.driver_cuda(SMI) == (12, 4)
+    assert gpu_check.driver_cuda("NVIDIA-SMI has failed") is None
+    assert gpu_check.torch_command((12, 4)).endswith("/whl/cu124")
+    assert gpu_check.torch_command((12, 5)).endswith("/whl/cu124")  # no 12.5 build: the older one
+    assert gpu_check.torch_command((13, 2)).endswith("/whl/cu132")
+    assert gpu_check.torch_command(None).startswith("pip install torch==")
+    with pytest.raises(SystemExit, match="update the driver"):
+        gpu_check.torch_command((10, 2))
