@@ -149,11 +149,13 @@ class VariantAttentionCore(nn.Module):
 
         Equal to the three projections up to float rounding, and one pass over x forward and one input gradient
         backward instead of three: a deep stack of narrow layers (the single-head twins, 64-wide heads) pays that
-        per layer. Projections that are not plain, materialised `nn.Linear` layers (adapters, sharded parameters that
-        are gathered in their own forward) run as themselves.
+        per layer. Fused only where the projections together are no wider than x (where three narrow GEMMs are
+        inefficient): the concatenated weight is kept for backward, which wide layers would pay in memory for little
+        gain. Projections that are not plain, materialised `nn.Linear` layers (adapters, sharded parameters that are
+        gathered in their own forward) run as themselves.
         """
         projs = [proj for proj in (query_proj, key_proj, value_proj) if proj is not None]
-        fusable = len(projs) > 1 and all(
+        fusable = 1 < len(projs) and sum(proj.out_features for proj in projs) <= x.shape[-1] and all(
             type(proj) is nn.Linear and proj.weight.shape == (proj.out_features, proj.in_features)
             and (proj.bias is None) == (projs[0].bias is None) and not proj._forward_hooks
             and not proj._forward_pre_hooks for proj in projs
