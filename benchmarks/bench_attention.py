@@ -11,7 +11,9 @@ Every row is a bare encoder (embeddings, `--num-layers` layers, pooler) built fr
 random `input_ids` with an all-ones `attention_mask`. Per sequence length all models are built once, then each
 repeat runs every model in turn (interleaved), so drift in machine speed hits all rows alike; the tables report
 the fastest of `--repeats` runs (on a shared VM the median moved by up to 20% between identical runs; the
-minimum, the cost without interference, is far more repeatable). Measured per row:
+minimum, the cost without interference, is far more repeatable; `--stat median` reports the median instead, and on a
+machine loaded by other processes `--clock process` times the process's own CPU time, which time-slicing does not
+inflate when torch runs one thread, e.g. `OMP_NUM_THREADS=1`). Measured per row:
 
 - fwd: one forward pass in eval mode under `torch.no_grad()`.
 - fwd+bwd: one forward and backward pass in train mode (dropout 0.1 on) of
@@ -35,6 +37,7 @@ BERT's `max_position_embeddings` (512) as their longest sequence, as a model tra
 """
 
 import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -76,6 +79,14 @@ ROWS = {
 REFERENCES = ("eager", "sdpa")
 FLASH = ("transformers", {"attn_implementation": "flash_attention_2"})  # joins on a GPU where flash-attn is installed
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+STATS = {"min": min, "median": statistics.median}
+
+
+def add_timing_args(p):
+    """--stat and --clock, shared with bench_single_head.py."""
+    p.add_argument("--stat", choices=list(STATS), default="min", help="of the repeats (default: the fastest)")
+    p.add_argument("--clock", choices=["wall", "process"], default="wall",
+                   help="CPU only: wall time, or this process's CPU time (robust to other load with one thread)")
 
 
 def resolve_device(parser, device: str) -> torch.device:
@@ -97,6 +108,7 @@ def parse_args():
     p.add_argument("--num-layers", type=int, default=2, help="ratios are dominated by the per-layer cost")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
+    add_timing_args(p)
     p.add_argument("--variants", nargs="+", choices=list(ROWS), default=list(ROWS), metavar="NAME",
                    help=f"rows to run, of {', '.join(ROWS)}; eager and sdpa are always run as references")
     p.add_argument("--family", choices=["bert", "albert"], default="bert")
@@ -108,6 +120,7 @@ def parse_args():
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="the models' weights (no autocast)")
     args = p.parse_args()
+    Clock.process = args.clock == "process"
     args.device = resolve_device(p, args.device)
     if args.quick:
         args.hidden_size, args.num_heads, args.seq_lens = 64, 4, [16, 32]
@@ -140,11 +153,15 @@ def build_model(name, args):
 
 
 class Clock:
-    """Milliseconds of the code in a `with` block: wall clock on the CPU; on a GPU, CUDA events recorded around it
-    on the current stream, read after a synchronisation (the kernels' own time, not the launch time)."""
+    """Milliseconds of the code in a `with` block: wall clock on the CPU (`Clock.process = True`: this process's CPU
+    time); on a GPU, CUDA events recorded around it on the current stream, read after a synchronisation (the kernels'
+    own time, not the launch time)."""
+
+    process = False  # set from --clock process
 
     def __init__(self, device):
         self.cuda = device.type == "cuda"
+        self.now = time.process_time if self.process else time.perf_counter
 
     def __enter__(self):
         if self.cuda:
@@ -152,7 +169,7 @@ class Clock:
             self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self.start.record()
         else:
-            self.t0 = time.perf_counter()
+            self.t0 = self.now()
         return self
 
     def __exit__(self, *exc):
@@ -161,7 +178,7 @@ class Clock:
             torch.cuda.synchronize()
             self.ms = self.start.elapsed_time(self.end)
         else:
-            self.ms = (time.perf_counter() - self.t0) * 1e3
+            self.ms = (self.now() - self.t0) * 1e3
 
 
 def time_forward(model, inputs):
@@ -230,8 +247,8 @@ def measure(args, seq_len):
                 fwd_bwd[name].append(t_fwd_bwd)
     results = {
         name: {
-            "fwd": min(fwd[name]),
-            "fwd_bwd": min(fwd_bwd[name]),
+            "fwd": STATS[args.stat](fwd[name]),
+            "fwd_bwd": STATS[args.stat](fwd_bwd[name]),
             "saved": saved_activation_bytes(model, inputs) / 2**20,
         }
         for name, model in models.items()
@@ -279,7 +296,7 @@ def main():
     print(f"{args.family}: torch {torch.__version__}, transformers {transformers.__version__}, "
           f"hf_attn_variants {hf_attn_variants.__version__}, threads {torch.get_num_threads()}; "
           f"batch {args.batch_size}, hidden {args.hidden_size}, heads {args.num_heads}, layers {args.num_layers}, "
-          f"fastest of {args.repeats} (warmup {args.warmup})")
+          f"{'fastest' if args.stat == 'min' else 'median'} of {args.repeats} (warmup {args.warmup}), {args.clock} clock")
     if args.device.type != "cpu" or args.dtype != "float32":
         name = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else "cpu"
         print(f"device {args.device} ({name}), weights {args.dtype}; flash-attn rows: {'flash' in args.variants}")

@@ -9,6 +9,8 @@ Every variant parameter is re-drawn at a scale where it matters, and each case c
 when those parameters move, so agreement to 1e-10 is not agreement between two things that ignore them.
 """
 
+from unittest import mock
+
 import pytest
 import torch
 
@@ -22,6 +24,11 @@ CASES = {
     "talking_heads_pre_only": dict(TALKING_HEADS, talking_heads_num_value_heads=None, talking_heads_post_softmax=False),
     "talking_heads_post_only": dict(TALKING_HEADS, talking_heads_num_key_heads=None, talking_heads_pre_softmax=False),
     **{f"talking_heads_{d}": dict(TALKING_HEADS, talking_heads_dynamic=[d]) for d in ("x2l", "m2l", "x2w", "m2w")},
+    "talking_heads_dynamic": dict(TALKING_HEADS, talking_heads_dynamic=["x2l", "m2l", "x2w", "m2w"]),
+    # projections narrower than the input (8 + 8 + 8 <= 32): queries, keys and values come from one fused GEMM
+    "talking_heads_narrow": dict(TALKING_HEADS, talking_heads_num_value_heads=2, attention_head_size=4),
+    "talking_heads_dynamic_post_only": dict(TALKING_HEADS, talking_heads_num_key_heads=None,
+                                            talking_heads_pre_softmax=False, talking_heads_dynamic=["x2w", "m2w"]),
     "synth_dense": dict(attention_type="synthesizer", synthesizer_components=["dense"]),
     "synth_random": dict(attention_type="synthesizer", synthesizer_components=["random"]),
     "synth_factorized_dense": dict(attention_type="synthesizer", synthesizer_components=["factorized_dense"],
@@ -177,6 +184,31 @@ def test_attention_equals_paper_transcription(case, causal, implementation):
     assert (reference(layer, moved, seen["x"], mask) - expected).abs().max() > 1e-4
 
 
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.startswith("talking_heads")])
+def test_talking_heads_gradients_equal_paper_transcription(case):
+    """Training differentiates our fused maps (per-query and per-key GEMMs, in-place accumulation): the gradients of
+    the input and of every parameter of the layer equal those of the float64 transcription."""
+    model = _model(case, "eager", causal=False).train()
+    layer = model.encoder.layer[0].attention.self
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(BATCH, SEQ, TINY["hidden_size"], dtype=torch.float64, generator=g, requires_grad=True)
+    cotangent = torch.randn(BATCH, SEQ, layer.core.spec.value_size, dtype=torch.float64, generator=g)
+    keep = torch.ones(BATCH, SEQ, dtype=torch.bool)
+    keep[1, -3:] = False
+    additive = torch.zeros(BATCH, 1, 1, SEQ, dtype=torch.float64).masked_fill(~keep[:, None, None], float("-inf"))
+    assert layer.core.spec.dropout == 0.0  # TINY: train mode is deterministic
+    out = layer(x, attention_mask=additive)[0]
+    params = dict(layer.named_parameters())
+    ours = torch.autograd.grad((out * cotangent).sum(), [x, *params.values()])
+    mask = additive[:, 0].expand(BATCH, SEQ, SEQ)
+    expected = reference_talking_heads(layer, params, x, mask)
+    reference = torch.autograd.grad((expected * cotangent).sum(), [x, *params.values()])
+    for name, a, e in zip(["input", *params], ours, reference):
+        torch.testing.assert_close(a, e, atol=1e-10, rtol=1e-10, msg=lambda m, name=name: f"{name}: {m}")
+        if name != "key.bias":  # without m2l a key bias shifts every logit of a query alike: softmax ignores it
+            assert e.abs().max() > 1e-6, f"{name}: the reference gradient is ~0, the comparison would be vacuous"
+
 def test_general_bilinear_layout_and_size():
     """No key or value projection (the memory is both), a query of h full-width heads, an output projection from
     h*d: 2 h d^2 weights per layer, in BERT, ALBERT and T5 (without biases)."""
@@ -203,3 +235,13 @@ def test_registry_matches_the_allowed_attention_types():
         core = hav.VariantBertModel(hav.VariantBertConfig(**TINY, attention_type=name)).encoder.layer[0].attention
         assert type(core.self.core) is cls and issubclass(cls, hav.VariantAttentionCore)
         assert type(core.self.spec) is hav.ATTENTION_REGISTRY[name].spec and core.self.spec.attention_type == name
+
+
+@pytest.mark.parametrize("case, fused", [("talking_heads_narrow", True), ("talking_heads", False)])
+def test_narrow_projections_are_fused(case, fused):
+    """The narrow case above really takes the fused projection (the query's own forward never runs), the usual case
+    does not (so its comparisons cover the separate projections)."""
+    layer = _model(case, "eager", causal=False).encoder.layer[0].attention.self
+    with mock.patch.object(torch.nn.Linear, "forward", autospec=True, side_effect=torch.nn.Linear.forward) as forward:
+        layer(torch.randn(1, 3, TINY["hidden_size"], dtype=torch.float64))
+    assert any(call.args[0] is layer.query for call in forward.call_args_list) is not fused
