@@ -112,7 +112,7 @@ class VariantBertEmbeddings(nn.Module):
         return self.dropout(embeddings)
 
 
-class _VariantBertHeads(nn.Module):
+class _VariantBertAttentionProjections(nn.Module):
     """Query/key/value projections (BERT's names) around a `VariantAttentionCore`."""
 
     is_cross_attention = False
@@ -158,11 +158,11 @@ class _VariantBertHeads(nn.Module):
         return attn_output.reshape(b, n, -1), attn_weights
 
 
-class VariantBertSelfAttention(_VariantBertHeads):
+class VariantBertSelfAttention(_VariantBertAttentionProjections):
     is_cross_attention = False
 
 
-class VariantBertCrossAttention(_VariantBertHeads):
+class VariantBertCrossAttention(_VariantBertAttentionProjections):
     is_cross_attention = True
 
 

@@ -64,7 +64,7 @@ AUTO_MAP = {
 _IGNORE_ON_LOAD = [r"(en|de)coder\.embed_tokens\.weight", r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative"]
 
 
-def _t5_init(module: nn.Module, std: float) -> nn.Module:
+def _with_t5_init_std(module: nn.Module, std: float) -> nn.Module:
     """Record T5's init std on the module that owns the weight; `_init_weights` applies it.
 
     The std lives on the weight's own module, not on its parent: for remote code, transformers skips
@@ -94,8 +94,8 @@ class VariantT5DenseActDense(nn.Module):
     def __init__(self, config):
         super().__init__()
         factor = config.initializer_factor
-        self.wi = _t5_init(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
-        self.wo = _t5_init(nn.Linear(config.d_ff, config.d_model, bias=False), factor * config.d_ff**-0.5)
+        self.wi = _with_t5_init_std(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
+        self.wo = _with_t5_init_std(nn.Linear(config.d_ff, config.d_model, bias=False), factor * config.d_ff**-0.5)
         self.dropout = nn.Dropout(config.dropout_rate)
         self.act = ACT2FN[config.dense_act_fn]
 
@@ -108,9 +108,9 @@ class VariantT5DenseGatedActDense(nn.Module):
     def __init__(self, config):
         super().__init__()
         factor = config.initializer_factor
-        self.wi_0 = _t5_init(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
-        self.wi_1 = _t5_init(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
-        self.wo = _t5_init(nn.Linear(config.d_ff, config.d_model, bias=False), factor * config.d_ff**-0.5)
+        self.wi_0 = _with_t5_init_std(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
+        self.wi_1 = _with_t5_init_std(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
+        self.wo = _with_t5_init_std(nn.Linear(config.d_ff, config.d_model, bias=False), factor * config.d_ff**-0.5)
         self.dropout = nn.Dropout(config.dropout_rate)
         self.act = ACT2FN[config.dense_act_fn]
 
@@ -158,14 +158,15 @@ class VariantT5Attention(nn.Module):
         # no 1/sqrt(d_k) in the logits: the query's init carries it
         self.q = self.k = self.v = None
         if spec.has_query:
-            self.q = _t5_init(nn.Linear(d_model, spec.query_size, bias=False), factor * (d_model * spec.key_head_size) ** -0.5)
+            self.q = _with_t5_init_std(nn.Linear(d_model, spec.query_size, bias=False),
+                                       factor * (d_model * spec.key_head_size) ** -0.5)
         if spec.has_key:
-            self.k = _t5_init(nn.Linear(d_model, spec.query_size, bias=False), factor * d_model**-0.5)
+            self.k = _with_t5_init_std(nn.Linear(d_model, spec.query_size, bias=False), factor * d_model**-0.5)
         if spec.has_value:
-            self.v = _t5_init(nn.Linear(d_model, spec.value_size, bias=False), factor * d_model**-0.5)
-        self.o = _t5_init(nn.Linear(spec.value_size, d_model, bias=False), factor * spec.value_size**-0.5)
+            self.v = _with_t5_init_std(nn.Linear(d_model, spec.value_size, bias=False), factor * d_model**-0.5)
+        self.o = _with_t5_init_std(nn.Linear(spec.value_size, d_model, bias=False), factor * spec.value_size**-0.5)
         if has_relative_attention_bias:  # one bias per softmax head
-            self.relative_attention_bias = _t5_init(
+            self.relative_attention_bias = _with_t5_init_std(
                 nn.Embedding(self.relative_attention_num_buckets, spec.num_heads), factor * d_model**-0.5
             )
         self.core = attention_core(spec)
@@ -305,9 +306,9 @@ class VariantT5ClassificationHead(nn.Module):
     def __init__(self, config):
         super().__init__()
         std = config.initializer_factor * config.d_model**-0.5
-        self.dense = _t5_init(nn.Linear(config.d_model, config.d_model), std)
+        self.dense = _with_t5_init_std(nn.Linear(config.d_model, config.d_model), std)
         self.dropout = nn.Dropout(p=config.classifier_dropout)
-        self.out_proj = _t5_init(nn.Linear(config.d_model, config.num_labels), std)
+        self.out_proj = _with_t5_init_std(nn.Linear(config.d_model, config.num_labels), std)
 
     def forward(self, hidden_states):
         hidden_states = torch.tanh(self.dense(self.dropout(hidden_states)))
@@ -329,7 +330,7 @@ class VariantT5PreTrainedModel(VariantPreTrainedModel):
 
     def _init_weights(self, module):
         """T5's initialisation (scaled by `initializer_factor`), extended to the variant's shapes: each weight's std
-        is recorded on its module at construction (`_t5_init`); embeddings and the untied LM head get
+        is recorded on its module at construction (`_with_t5_init_std`); embeddings and the untied LM head get
         `initializer_factor`, norms 1, biases 0."""
         super()._init_weights(module)
         factor = self.config.initializer_factor
@@ -651,7 +652,8 @@ class VariantT5ForQuestionAnswering(_VariantT5EncoderDecoder):
     def __init__(self, config):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.qa_outputs = _t5_init(nn.Linear(config.d_model, config.num_labels), config.initializer_factor * config.d_model**-0.5)
+        self.qa_outputs = _with_t5_init_std(nn.Linear(config.d_model, config.num_labels),
+                                            config.initializer_factor * config.d_model**-0.5)
         self.post_init()
 
     @can_return_tuple
