@@ -21,11 +21,11 @@ class _Batches(torch.utils.data.Dataset):
 
 @pytest.mark.parametrize("head,variant", [("VariantAlbertForMaskedLM", "talking_heads"),
                                           ("VariantBertForMaskedLM", "synth_mixture")])
-def test_trainer_with_gradient_checkpointing(tmp_path, head, variant):
+def test_trainer_with_activation_checkpointing(tmp_path, head, variant):
     model = build(head, variant).train()
     args = TrainingArguments(
         output_dir=str(tmp_path), max_steps=6, per_device_train_batch_size=4, learning_rate=5e-3,
-        gradient_checkpointing=True, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
+        activation_checkpointing=True, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
         disable_tqdm=True,
     )
     trainer = Trainer(model=model, args=args, train_dataset=_Batches())
