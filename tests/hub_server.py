@@ -3,8 +3,9 @@
 It speaks the part of the Hub API that `huggingface_hub` 2.4 uses to push (`create_repo`, `create_branch`,
 `validate-yaml`, `preupload` answering "regular" for every file, NDJSON `commit`) and to pull (model and dataset info,
 the repo tree, `paths-info`, HEAD/GET on `/{repo}/resolve/{rev}/{file}` (`/datasets/{repo}/...` for datasets) with the
-`X-Repo-Commit`, `ETag` and `Content-Length` headers, and 404s carrying the `X-Error-Code` that `hf_raise_for_status`
-maps to RepoNotFound / RevisionNotFound / EntryNotFound). Repositories live in memory: each commit is a full snapshot
+`X-Repo-Commit`, `ETag` and `Content-Length` headers and HTTP Range requests (what streaming reads: see `byte_range`),
+and 404s carrying the `X-Error-Code` that `hf_raise_for_status` maps to RepoNotFound / RevisionNotFound /
+EntryNotFound). Repositories live in memory: each commit is a full snapshot
 {path: bytes}, so a test can read what was pushed. Dataset repositories are keyed `datasets/{user}/{name}`.
 
 Dataset repositories are what `datasets.load_dataset("user/name", "cfg")` (datasets 5.x) reads: the dataset info, the
@@ -96,11 +97,13 @@ class Repo:
 
 
 class HubState:
-    """The server's repositories, plus a log of (method, path) for every request it answered."""
+    """The server's repositories, plus a log of (method, path) for every request it answered and of
+    (path, Range header, status) for every file request that carried a Range header."""
 
     def __init__(self):
         self.repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str]] = []
+        self.ranges: list[tuple[str, str, int]] = []
         self.lock = threading.Lock()
         self._counter = 0
 
@@ -131,6 +134,29 @@ def _etag(data: bytes) -> str:
 
 def _file_entry(path: str, data: bytes) -> dict:
     return {"type": "file", "path": path, "size": len(data), "oid": _etag(data)}
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
+    """How to answer a GET with `Range: header` on a file of `size` bytes, as RFC 9110 (section 14) lets a server:
+    - (first, last), inclusive byte positions: one satisfiable range, answered 206 Partial Content with that slice;
+    - None: the whole file, 200. For no header, a unit other than bytes, a header that does not parse (`bytes=5-2`,
+      `bytes=a-`), or several ranges (a server may send the whole file instead of a multipart body; no client here
+      asks for several);
+    - "unsatisfiable": 416, for one range that starts at or past the end of the file, or a suffix of 0 bytes.
+    """
+    if header is None:
+        return None
+    unit, _, spec = header.partition("=")
+    first, dash, last = (part.strip() for part in spec.partition("-"))
+    if (unit.strip().lower() != "bytes" or "," in spec or not dash or not (first or last)
+            or not all(part.isdigit() for part in (first, last) if part)
+            or (first and last and int(last) < int(first))):
+        return None
+    if first:  # "a-b" or "a-": from byte a, to b or the end
+        start, end = int(first), min(int(last), size - 1) if last else size - 1
+    else:  # "-n": the last n bytes
+        start, end = max(size - int(last), 0), size - 1
+    return "unsatisfiable" if start >= size or end < start else (start, end)
 
 
 def _tree_entries(files: dict[str, bytes], prefix: str, recursive: bool) -> list[dict]:
@@ -331,8 +357,20 @@ class Handler(BaseHTTPRequestHandler):
         if data is None:
             return self._error(404, "EntryNotFound", f"{path} does not exist on {revision}", head=head,
                                **{"X-Repo-Commit": sha})
-        self._send(200, data, {"Content-Type": "application/octet-stream", "ETag": f'"{_etag(data)}"',
-                               "X-Repo-Commit": sha, "Accept-Ranges": "none"}, head=head)
+        headers = {"Content-Type": "application/octet-stream", "ETag": f'"{_etag(data)}"', "X-Repo-Commit": sha,
+                   "Accept-Ranges": "bytes"}
+        requested = self.headers.get("Range")
+        span = None if head else byte_range(requested, len(data))
+        status = 200 if span is None else 416 if span == "unsatisfiable" else 206
+        if requested is not None:
+            self.state.ranges.append((urlsplit(self.path).path, requested, status))
+        if status == 416:
+            return self._send(416, b"", {**headers, "Content-Range": f"bytes */{len(data)}"})
+        if status == 206:
+            first, last = span
+            headers["Content-Range"] = f"bytes {first}-{last}/{len(data)}"
+            data = data[first : last + 1]
+        self._send(status, data, headers, head=head)
 
 
 @dataclass
@@ -342,10 +380,12 @@ class Hub:
     endpoint: str
     state: HubState
 
-    def create_dataset_repo(self, repo_id: str, configs: dict[str, dict], card_text: str = "") -> None:
+    def create_dataset_repo(self, repo_id: str, configs: dict[str, dict], card_text: str = "",
+                            row_group_size: int | None = None) -> None:
         """A dataset repository as `datasets.load_dataset(repo_id, config)` reads it: for each config and split a
         parquet file `{config}/{split}-00000-of-00001.parquet` made from `table` (a pyarrow Table or a dict of
-        columns), and a README whose `configs:` YAML block maps each config's splits to its files."""
+        columns; `row_group_size` rows per row group, pyarrow's default if None), and a README whose `configs:` YAML
+        block maps each config's splits to its files."""
         import io
 
         import pyarrow as pa
@@ -358,16 +398,21 @@ class Hub:
                 if not isinstance(table, pa.Table):
                     table = pa.table(table)
                 buffer = io.BytesIO()
-                pq.write_table(table, buffer)
+                pq.write_table(table, buffer, row_group_size=row_group_size)
                 path = f"{config}/{split}-00000-of-00001.parquet"
                 files[path] = buffer.getvalue()
                 data_files.append({"split": split, "path": f"{config}/{split}-*"})
             card["configs"].append({"config_name": config, "data_files": data_files})
         files["README.md"] = f"---\n{yaml.safe_dump(card, sort_keys=False)}---\n{card_text}".encode()
+        self.create_repo(f"datasets/{repo_id}", files)
+
+    def create_repo(self, key: str, files: dict[str, bytes]) -> None:
+        """A public repository holding `files` in one commit on main; `key` is `user/name` for a model repository,
+        `datasets/user/name` for a dataset one."""
         with self.state.lock:
             repo = Repo(private=False)
-            repo.branches["main"] = self.state.new_commit(repo, files, "add dataset", None)
-            self.state.repos[f"datasets/{repo_id}"] = repo
+            repo.branches["main"] = self.state.new_commit(repo, files, "add files", None)
+            self.state.repos[key] = repo
 
     def env(self, home) -> dict:
         """Environment for a subprocess that talks to this server only: its own HF_HOME (empty cache, no stored

@@ -106,6 +106,11 @@ rank = int(os.environ["RANK"])
 with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
     json.dump({"omegas": callback.omegas, "input_ids": seen["input_ids"],
                "model": [m.admin_omega.tolist() for m in model.modules() if getattr(m, "admin_omega", None) is not None]}, f)
+# Leave together and take the process group down before the interpreter does: a rank that exits while the other
+# still holds its gloo connections can make that one abort in its teardown ("terminate called without an active
+# exception"), after its work is done.
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
 """
 
 

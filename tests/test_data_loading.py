@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import run_with_hub
+from hub_server import byte_range
 from transformers import TrainingArguments
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -168,3 +169,74 @@ def test_dataset_repository_on_the_loopback_hub(hub, tmp_path):
     assert nope == ("ERROR The dataset tester/corpus has no configuration 'nope': pass --dataset_config_name one "
                     "of ['lines', 'docs'].")
     assert ("GET", "/datasets/tester/corpus/resolve/main/README.md") in hub.state.requests
+
+
+def test_loopback_hub_serves_range_requests(hub):
+    """RFC 9110 ranges on /resolve: one range gives 206 with Content-Range; a suffix and an open end; a range past the
+    end 416 with the size; several ranges, another unit or a malformed header the whole file (200)."""
+    import urllib.error
+    import urllib.request
+
+    data = bytes(range(256)) * 4  # 1024 bytes
+    hub.create_repo("tester/blobs", {"blob.bin": data})
+    url = f"{hub.endpoint}/tester/blobs/resolve/main/blob.bin"
+
+    def get(range_header=None, method="GET"):
+        headers = {"Range": range_header} if range_header else {}
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, headers=headers, method=method)) as response:
+                return response.status, response.headers, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers, error.read()
+
+    status, headers, body = get(method="HEAD")
+    assert (status, headers["Accept-Ranges"], headers["Content-Length"], body) == (200, "bytes", "1024", b"")
+    for header, first, last in [("bytes=0-9", 0, 9), ("bytes=1000-", 1000, 1023), ("bytes=-24", 1000, 1023),
+                                ("bytes=1000-5000", 1000, 1023), ("bytes=512-512", 512, 512)]:
+        status, headers, body = get(header)
+        assert status == 206, header
+        assert headers["Content-Range"] == f"bytes {first}-{last}/1024", header
+        assert body == data[first : last + 1] and headers["Content-Length"] == str(last + 1 - first), header
+    for header in ["bytes=1024-", "bytes=-0"]:
+        status, headers, body = get(header)
+        assert (status, headers["Content-Range"], body) == (416, "bytes */1024", b""), header
+    for header in ["bytes=0-9,20-29", "items=0-9", "bytes=9-0", "bytes=x-", "bytes=-"]:
+        status, headers, body = get(header)
+        assert (status, body) == (200, data) and "Content-Range" not in headers, header
+    logged = [(header, status) for path, header, status in hub.state.ranges if path.endswith("/blob.bin")]
+    assert logged[:3] == [("bytes=0-9", 206), ("bytes=1000-", 206), ("bytes=-24", 206)] and len(logged) == 12
+
+
+STREAM_LOAD = """
+import json, sys
+sys.path.insert(0, {examples!r})
+from data_loading import DataArguments, load_raw_datasets
+raw = load_raw_datasets(DataArguments(dataset_name="tester/big", streaming=True), default_files=None, seed=0)
+assert type(raw["train"]).__name__ == "IterableDataset", type(raw["train"])
+with open({out!r}, "w") as f:
+    json.dump([row["text"] for row in raw["train"]], f)
+"""
+
+
+def test_streaming_reads_a_large_parquet_file_through_range_requests(hub, tmp_path):
+    """--streaming on a dataset repository whose parquet file is 5 MB in 4 row groups: datasets reads it with HTTP
+    Range requests (the footer, then the row groups), answered 206, and the rows streamed are the file's, in order.
+    (A server that ignores Range hands the whole file to the footer read, and the parquet reader fails.)"""
+    import hashlib
+
+    # 128 hex characters a row: nearly incompressible, so the file is as large as its text
+    rows = [hashlib.sha256(b"%d" % i).hexdigest() + hashlib.sha256(b"-%d" % i).hexdigest() for i in range(40_000)]
+    hub.create_dataset_repo("tester/big", {"default": {"train": {"text": rows}, "validation": {"text": rows[:8]}}},
+                            row_group_size=10_000)
+    path = "default/train-00000-of-00001.parquet"
+    size = len(hub.state.files("datasets/tester/big")[path])
+    assert size > 5_000_000
+    out = tmp_path / "streamed.json"
+    run_with_hub(hub, tmp_path / "hf_home", [sys.executable, "-c", STREAM_LOAD.format(examples=str(EXAMPLES),
+                                                                                       out=str(out))])
+    assert json.loads(out.read_text()) == rows
+    ranges = [(header, status) for url, header, status in hub.state.ranges if url.endswith(path)]
+    assert ranges and all(status == 206 for _, status in ranges), ranges
+    spans = [byte_range(header, size) for header, _ in ranges]
+    assert any(first > 0 for first, _ in spans), spans  # a read that starts inside the file: the footer
+    assert all(last - first + 1 < size for first, last in spans), spans  # no request took the whole file

@@ -104,11 +104,11 @@ def test_cached_logits_equal_full_forward(variant, family):
     with torch.no_grad():
         full = model(**{name: ids}, **context).logits
         out = model(**{name: ids[:, :4]}, **context, use_cache=True)
-        steps, cache = [out.logits], out.cache
+        steps, cache = [out.logits], getattr(out, CACHE_FIELD)
         for t in range(4, 9):
             out = model(**{name: ids[:, t : t + 1]}, **context, cache=cache, use_cache=True)
             steps.append(out.logits)
-            cache = out.cache
+            cache = getattr(out, CACHE_FIELD)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=decoder.atol, rtol=decoder.atol)
 
 
@@ -132,11 +132,11 @@ def test_cross_attention_decoder_with_cache():
     with torch.no_grad():
         full = model(ids, encoder_hidden_states=encoder_states).logits
         out = model(ids[:, :3], encoder_hidden_states=encoder_states, use_cache=True)
-        steps, cache = [out.logits], out.cache
+        steps, cache = [out.logits], getattr(out, CACHE_FIELD)
         for t in range(3, 7):
             out = model(ids[:, t : t + 1], encoder_hidden_states=encoder_states, cache=cache, use_cache=True)
             steps.append(out.logits)
-            cache = out.cache
+            cache = getattr(out, CACHE_FIELD)
         attn = model(ids, encoder_hidden_states=encoder_states, output_attentions=True)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     assert attn.cross_attentions[0].shape == (2, TINY["num_attention_heads"], 7, 6)

@@ -12,6 +12,7 @@ DeepSpeed builds its CPU communication op the first time it runs on a machine (a
 kept in ~/.cache/torch_extensions); later runs load it.
 """
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -87,8 +88,14 @@ def _needs_deepspeed():
     """Skip without DeepSpeed; else build its CPU communication op once, in one process, before any run needs it.
 
     A first run that builds the op inside both ranks at once was seen to abort at exit ("terminate called without
-    an active exception") after finishing its work; built beforehand (as a later run finds it cached), it does not."""
-    pytest.importorskip("deepspeed", reason="DeepSpeed is not installed: pip install -e '.[test,deepspeed]'")
+    an active exception") after finishing its work; built beforehand (as a later run finds it cached), it does not.
+
+    Installed means a `deepspeed` distribution: `import deepspeed` alone would find examples/deepspeed/ (on sys.path
+    here) as a namespace package."""
+    try:
+        importlib.metadata.version("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("DeepSpeed is not installed: pip install -e '.[test,deepspeed]'")
     if not _deepspeed_ops:
         proc = subprocess.run([sys.executable, "-c", _BUILD_DEEPSPEED_OPS], env=_env(), capture_output=True,
                               text=True, timeout=900, cwd=ROOT)

@@ -6,6 +6,10 @@ from transformers import Trainer, TrainingArguments
 
 from conftest import TINY, TINY_T5, build
 
+# transformers >= 5.23 calls it activation checkpointing; gradient_checkpointing, the only name before, is now its
+# deprecated alias (a FutureWarning)
+CHECKPOINTING = "activation" if hasattr(TrainingArguments, "activation_checkpointing") else "gradient"
+
 
 class _Batches(torch.utils.data.Dataset):
     def __init__(self, n=16, seq=8):
@@ -21,17 +25,17 @@ class _Batches(torch.utils.data.Dataset):
 
 @pytest.mark.parametrize("head,variant", [("VariantAlbertForMaskedLM", "talking_heads"),
                                           ("VariantBertForMaskedLM", "synth_mixture")])
-def test_trainer_with_gradient_checkpointing(tmp_path, head, variant):
+def test_trainer_with_activation_checkpointing(tmp_path, head, variant):
     model = build(head, variant).train()
     args = TrainingArguments(
         output_dir=str(tmp_path), max_steps=6, per_device_train_batch_size=4, learning_rate=5e-3,
-        gradient_checkpointing=True, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
-        disable_tqdm=True,
+        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+        **{f"{CHECKPOINTING}_checkpointing": True},
     )
     trainer = Trainer(model=model, args=args, train_dataset=_Batches())
     assert trainer.model_accepts_loss_kwargs  # masked-LM heads normalise by `num_items_in_batch`
     result = trainer.train()
-    assert model.is_activation_checkpointing
+    assert getattr(model, f"is_{CHECKPOINTING}_checkpointing")
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
     assert len(losses) == 6 and all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0]

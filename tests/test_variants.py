@@ -322,7 +322,8 @@ def test_activation_checkpointing_gives_the_same_gradients(head):
     model(**inputs).loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    model.activation_checkpointing_enable()
+    # transformers < 5.23 names it gradient_checkpointing_enable (from 5.23 on, a deprecated alias)
+    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
     model(**inputs).loss.backward()
     for n, p in model.named_parameters():
         torch.testing.assert_close(p.grad, grads[n], atol=1e-6, rtol=1e-5, msg=n)
