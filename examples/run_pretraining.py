@@ -21,7 +21,7 @@ empty rows (a text file's blank lines) and a row of several lines is a document 
 `sentence_pairs.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by the example's
 tokens, the seed and the epoch), so 1 and N processes mask alike; the evaluation set is masked once, with a fixed
 seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval` as in transformers' examples (neither: both).
-Every `TrainingArguments` option passes through (--bf16, --torch_compile, --gradient_checkpointing,
+Every `TrainingArguments` option passes through (--bf16, --torch_compile, --activation_checkpointing,
 --push_to_hub, ...). The output folder loads with `AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)`.
 """
 

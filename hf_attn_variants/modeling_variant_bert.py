@@ -55,6 +55,7 @@ from .modeling_variant_utils import (
     legacy_cache,
     add_admin_omega,
     admin_residual,
+    cache_unless_checkpointing,
     scored_positions,
     sequence_classification_loss,
     span_loss,
@@ -411,6 +412,7 @@ class VariantBertModel(VariantBertPreTrainedModel):
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         use_cache = (use_cache if use_cache is not None else self.config.use_cache) if self.config.is_decoder else False
+        use_cache = cache_unless_checkpointing(self, use_cache, self.encoder.layer)
         if use_cache and cache is None:
             cache = (
                 EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))

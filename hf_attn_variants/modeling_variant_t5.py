@@ -46,6 +46,7 @@ from .modeling_variant_utils import (
     CACHE_FIELD,
     VariantPreTrainedModel,
     cache_field,
+    cache_unless_checkpointing,
     legacy_cache,
     sequence_classification_loss,
     span_loss,
@@ -388,6 +389,7 @@ class VariantT5Stack(VariantT5PreTrainedModel):
             inputs_embeds = self.embed_tokens(input_ids)
         if use_cache and not self.is_decoder:
             raise ValueError("`use_cache=True` is only possible in the decoder stack")
+        use_cache = cache_unless_checkpointing(self, use_cache, self.block)
         if not self.is_decoder:
             cache = None
         elif use_cache and cache is None:

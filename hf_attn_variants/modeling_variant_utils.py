@@ -58,6 +58,16 @@ def legacy_cache(cache, kwargs: dict, owner):
     return legacy if cache is None else cache
 
 
+def cache_unless_checkpointing(module, use_cache, layers) -> bool:
+    """`use_cache`, turned off while `module` trains with checkpointed `layers`: a recomputed layer would add its keys
+    and values to the cache a second time (transformers' releases before 5.23 pass the cache on to the recompute
+    under our `cache` name). transformers' own models turn it off too, with the same warning."""
+    if use_cache and module.training and any(getattr(layer, "gradient_checkpointing", False) for layer in layers):
+        logger.warning_once("`use_cache=True` is incompatible with activation checkpointing. Setting `use_cache=False`.")
+        return False
+    return bool(use_cache)
+
+
 def admin_residual(module, residual: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
     """The LayerNorm input of a Post-LN residual: `omega * residual + branch` under Admin (`module.admin_omega`),
     else `residual + branch`. While `hf_attn_variants.admin` profiles, `module.admin_recorder` sees each branch."""

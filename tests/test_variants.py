@@ -329,6 +329,31 @@ def test_activation_checkpointing_gives_the_same_gradients(head):
         torch.testing.assert_close(p.grad, grads[n], atol=1e-6, rtol=1e-5, msg=n)
 
 
+@pytest.mark.parametrize("head", ["VariantBertLMHeadModel", "VariantT5ForConditionalGeneration"])
+def test_checkpointed_decoders_train_without_a_cache(head):
+    """A decoder that trains with checkpointed layers turns its cache off (a recomputed layer would add to it again;
+    transformers' releases before 5.23 hand the recompute our `cache`): the gradients of the plain run, no cache
+    returned, and the cache back in evaluation."""
+    from hf_attn_variants.modeling_variant_utils import CACHE_FIELD
+
+    model = build(head, "talking_heads").train()
+    inputs = head_inputs(head)
+    model(**inputs, use_cache=True).loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    out = model(**inputs, use_cache=True)
+    out.loss.backward()
+    assert getattr(out, CACHE_FIELD) is None
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], atol=1e-6, rtol=1e-5, msg=n)
+    unlabelled = {k: v for k, v in inputs.items() if k != "labels"}  # a labelled call never caches (as transformers)
+    if "decoder_input_ids" not in unlabelled and head == "VariantT5ForConditionalGeneration":
+        unlabelled["decoder_input_ids"] = inputs["labels"]
+    with torch.no_grad():
+        assert getattr(model.eval()(**unlabelled, use_cache=True), CACHE_FIELD) is not None
+
+
 def test_inference_path_equals_the_autograd_path(variant):
     """Without autograd the talking-heads core works in place; it must give what the autograd path gives."""
     model = build("VariantBertModel", variant, seed=9)
