@@ -1,7 +1,7 @@
 """Render the results file into docs/research.md: every claim's tables (mean ± std of the final eval MLM loss over
 the seeds, with the number of seeds; "pending" where no run is in yet; a table with `train_loss` has a column of
 the final training loss beside each held-out one) and eval-curve PNGs (docs/research/*.png; such a table's training
-curves dashed). `screen_pick` applies the learning-rate rule of the screening tables (issue 22).
+curves dotted). `screen_pick` applies the learning-rate rule of the screening tables (issue 22).
 
     python experiments/report.py            # after any cells have run; rewrites only the generated blocks
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runner import RESULTS, ROOT, Table, load_results  # noqa: E402
+from runner import PENDING_LR, RESULTS, ROOT, SCREEN_LRS, Table, load_results  # noqa: E402
 from unigram import UNIGRAM_LOSS  # noqa: E402
 
 CLAIMS = ("talking_heads", "single_head", "synthesizer")
@@ -169,7 +169,7 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
     for ax, (title, _), panel in zip(axes[0], table.columns, panels):
         for index, (label, runs) in enumerate(panel):
             colour = f"C{index}"
-            for key, style, name in (("eval_curve", "-", label), ("train_curve", "--", None))[:1 + table.train_loss]:
+            for key, style, name in (("eval_curve", "-", label), ("train_curve", ":", None))[:1 + table.train_loss]:
                 curves = [[(s, v) for s, v in r[key] if v is not None] for r in runs]
                 for curve in curves:
                     if curve:
@@ -179,7 +179,7 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
                     mean = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
                     ax.plot(steps, mean, color=colour, linewidth=2 if name else 1.2, linestyle=style,
                             label=f"{name} (n={len(curves)})" if name else None)
-        ax.axhline(UNIGRAM_LOSS, color="grey", linestyle=":", linewidth=0.8, label=f"unigram {UNIGRAM_LOSS}")
+        ax.axhline(UNIGRAM_LOSS, color="grey", linestyle="--", linewidth=0.8, label=f"unigram {UNIGRAM_LOSS}")
         if table.train_loss:  # the training curve starts near ln(vocabulary size): show from the plateau down
             ax.set_ylim(top=UNIGRAM_LOSS + 0.5)
         ax.set_title(title, fontsize=9)
@@ -187,7 +187,7 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("MLM loss: held-out, training dashed" if table.train_loss else "eval MLM loss")
+    axes[0][0].set_ylabel("MLM loss: held-out, training dotted" if table.train_loss else "eval MLM loss")
     fig.suptitle(table.title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -209,7 +209,9 @@ def table_patterns(table: Table, aliases: dict) -> dict[str, list[str]]:
     alias (a run another group or claim already holds)."""
     patterns: dict[str, list[str]] = {}
     for _, size in table.columns:
-        patterns.setdefault(table.claim, []).append(f"{table.claim}/*/{size}/*")
+        # a group that is an alias has no cells of its own (dedupe dropped them, or it names the cells elsewhere)
+        if any((table.claim, variant, size) not in aliases for _, variant in table.rows):
+            patterns.setdefault(table.claim, []).append(f"{table.claim}/*/{size}/*")
         for _, variant in table.rows:
             for claim, other_variant, other_size in table.groups(variant, size, aliases)[1:]:
                 patterns.setdefault(claim, []).append(f"{claim}/{other_variant}/{other_size}/*")
@@ -221,6 +223,12 @@ def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | 
     parts = [f"**{table.title}**", "", render_table(rows, table, aliases)]
     if table.note:
         parts += ["", table.note]
+    if table.screen:
+        sizes = dict(zip(SCREEN_LRS, (size for _, size in table.columns)))
+        picks = [(label, screen_pick(rows, table, variant, sizes, aliases, PENDING_LR))
+                 for label, variant in table.rows]
+        parts += ["", "The rule's pick: " + "; ".join(f"{label} {'pending' if lr is None else f'lr {lr}'}"
+                                                      for label, lr in picks) + "."]
     parts += ["", "Run its cells (those already in the results file are skipped): " + ", ".join(
         f"`nice -n 19 python experiments/{claim}.py " + " ".join(f"--only '{p}'" if i == 0 else f"'{p}'"
                                                                  for i, p in enumerate(patterns)) + "`"
@@ -234,26 +242,32 @@ def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | 
     return "\n".join(parts)
 
 
-def cpu_seconds_per_step(rows: list[dict], preset: str, overrides: dict) -> float | None:
-    """The mean CPU seconds per training step of the finished rows of one model (preset and config overrides,
-    whatever the training flags); None when none has run."""
-    same = [r["cpu_seconds"] / r["steps"] for r in rows if r.get("cpu_seconds") and r.get("steps")
+def cpu_seconds_per_step(rows: list[dict], preset: str, overrides: dict) -> tuple[float | None, bool]:
+    """(the mean CPU seconds per training step of the finished rows of one model, preset and config overrides
+    whatever the training flags, or None when none has run; whether they are rows made before issue 22, without a
+    tokenizer hash). The newer rows win where there are both: the older ones predicted every position (dense
+    masked-LM prediction), which costs more."""
+    same = [r for r in rows if r.get("cpu_seconds") and r.get("steps")
             and r.get("config", {}).get("preset") == preset and r["config"].get("overrides") == overrides]
-    return statistics.fmean(same) if same else None
+    newer = [r for r in same if r.get("tokenizer_sha256")]
+    chosen = newer or same
+    if not chosen:
+        return None, False
+    return statistics.fmean(r["cpu_seconds"] / r["steps"] for r in chosen), not newer
 
 
-def estimate_cpu_seconds(cells, rows: list[dict]) -> float:
-    """What `cells` would cost: each at the CPU time per step of the rows of its own model (else of every row),
-    times its steps. The rows made before sparse prediction (issue 22) make it an overestimate for the cells
-    after."""
+def estimate_cpu_seconds(cells, rows: list[dict]) -> tuple[float, int]:
+    """(what `cells` would cost: each at the CPU time per step of the rows of its own model, else of every row,
+    times its steps; how many were costed from rows made before issue 22, an overestimate for them)."""
     per_step = [r["cpu_seconds"] / r["steps"] for r in rows if r.get("cpu_seconds") and r.get("steps")]
     fallback = statistics.fmean(per_step) if per_step else 0.0
-    total = 0.0
+    total, older = 0.0, 0
     for c in cells:
         config = json.loads(json.dumps(c.config))  # tuples as the rows' JSON lists
-        own = cpu_seconds_per_step(rows, config["preset"], config["overrides"])
+        own, old = cpu_seconds_per_step(rows, config["preset"], config["overrides"])
         total += (fallback if own is None else own) * config["training"]["max_steps"]
-    return total
+        older += old or own is None
+    return total, older
 
 
 def render_summary(rows: list[dict], claims) -> str:
@@ -267,9 +281,12 @@ def render_summary(rows: list[dict], claims) -> str:
              f"pending: {len(pending)}."]
     if cpu:
         mean = statistics.fmean(cpu)
+        estimate, older = estimate_cpu_seconds(pending, done)
         lines.append(f"CPU time so far: {sum(cpu) / 3600:.2f} h (mean {mean / 60:.1f} min per cell, one thread); "
                      f"the pending cells at the CPU time per step of the cells of the same model so far, times "
-                     f"their steps: about {estimate_cpu_seconds(pending, done) / 3600:.1f} h of CPU.")
+                     f"their steps: about {estimate / 3600:.1f} h of CPU"
+                     + (f" ({older} of them costed from rows made before sparse prediction: an overestimate)"
+                        if older else "") + ".")
     return "\n".join(lines)
 
 

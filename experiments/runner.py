@@ -528,8 +528,9 @@ def main(cells: list[Cell], claim_script: str, argv=None) -> dict:
 class Table:
     """A results table of docs/research.md: one row per variant, one column per size, each entry the mean ± std of
     the final eval MLM loss over the seeds of that (variant, size) cell group; with `train_loss`, each size also
-    has a column of the final training loss of the same runs (for long runs, where a model may overfit). `note`
-    goes under the table."""
+    has a column of the final training loss of the same runs (for long runs, where a model may overfit). A
+    `screen` table's columns are the SCREEN_LRS, in order: its block also names each row's pick by SCREEN_RULE.
+    `note` goes under the table."""
 
     name: str
     title: str
@@ -539,6 +540,7 @@ class Table:
     seeds: tuple = (0, 1, 2)
     note: str = ""
     train_loss: bool = False
+    screen: bool = False
 
     def groups(self, variant: str, size: str, aliases: dict | None = None) -> list[tuple[str, str, str]]:
         """The (claim, variant, size) groups whose rows fill an entry: its own, then the groups that hold the runs

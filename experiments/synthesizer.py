@@ -106,7 +106,7 @@ TABLES = [
     Table("syn-screen", f"Learning-rate screen, bert-mini (4 x 4 heads of 64; one seed, {TRAINING['max_steps']} "
           "steps, committed tokenizer; eval MLM loss)", CLAIM, LONG_ROWS,
           tuple((f"lr {lr}", screen_size(lr)) for lr in SCREEN_LRS), seeds=(0,),
-          note=f"A screen with one seed: it picks each variant's long learning rate, {SCREEN_RULE}."),
+          note=f"A screen with one seed: it picks each variant's long learning rate, {SCREEN_RULE}.", screen=True),
     Table("syn-long", f"Synthesizer vs dot product past the plateau, bert-mini (4 x 4 heads of 64), {LONG_STEPS} "
           "steps (MLM loss)", CLAIM, LONG_ROWS, (("4 heads of 64", long_size()),), SEEDS,
           note=long_note({}, SCREEN_PICK), train_loss=True),

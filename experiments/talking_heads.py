@@ -162,7 +162,6 @@ CELLS = SHORT_CELLS + COMMITTED_CELLS
 LONG_ALIASES = {(CLAIM, v, long_size(h)): (CLAIM, v, long_size(h, LONG_LR[v])) for h, vs in LONG_HEADS.items()
                 for v in vs}
 ALIASES = {**SHORT_ALIASES, **COMMITTED_ALIASES, **LONG_ALIASES}
-LONG_NOTE = long_note(LONG_FIXED, SCREEN_PICK)
 
 TABLES = [
     Table("th-lr-init", f"Learning rate and initialisation at h = {STUDY_HEADS} (eval MLM loss after 400 steps)",
@@ -192,14 +191,15 @@ TABLES = [
     Table("th-screen", f"Learning-rate screen of h_k = 8 / h = 16 / h_v = 8 (one seed, {TRAINING['max_steps']} "
           "steps, committed tokenizer; eval MLM loss)", CLAIM, tuple((v, v) for v in SCREENED),
           tuple((f"lr {lr}", screen_size(lr)) for lr in SCREEN_LRS), seeds=(0,),
-          note=f"A screen with one seed: it picks the long cells' learning rate, {SCREEN_RULE}."),
+          note=f"A screen with one seed: it picks the long cells' learning rate, {SCREEN_RULE}.", screen=True),
     Table("th-long-heads", f"Talking heads vs multi-head at h = 16 and 32, {LONG_STEPS} steps (MLM loss)", CLAIM,
           (("dot product", "dot-product"), ("talking heads", "talking-heads")),
-          tuple((f"h = {h}", long_size(h)) for h in LONG_HEADS), SEEDS, note=LONG_NOTE, train_loss=True),
+          tuple((f"h = {h}", long_size(h)) for h in LONG_HEADS), SEEDS, note=long_note(LONG_FIXED, {}),
+          train_loss=True),
     Table("th-long-ablation", f"Separate head counts at h = 16, {LONG_STEPS} steps (MLM loss)", CLAIM,
           (("dot product", "dot-product"), ("talking heads (both maps)", "talking-heads"),
            ("h_k = 8, h = 16, h_v = 8", "th-hk8-h16-hv8")),
-          (("h = 16", long_size(16)),), SEEDS, note=LONG_NOTE, train_loss=True),
+          (("h = 16", long_size(16)),), SEEDS, note=long_note(LONG_FIXED, SCREEN_PICK), train_loss=True),
 ]
 
 if __name__ == "__main__":

@@ -483,7 +483,7 @@ def test_screen_picks_follow_the_rule():
     for name, (module, _) in committed_claims().items():
         if not hasattr(module, "SCREEN_PICK"):
             continue
-        (table,) = [t for t in module.TABLES if t.name.endswith("-screen")]
+        (table,) = [t for t in module.TABLES if t.screen]
         sizes = dict(zip(runner.SCREEN_LRS, (size for _, size in table.columns)))
         for variant, picked in module.SCREEN_PICK.items():
             rule = report.screen_pick(rows, table, variant, sizes, module.ALIASES, runner.PENDING_LR)
@@ -509,6 +509,10 @@ def test_screen_pick_rule():
     assert pick(None, 5.70, 5.85) == "1e-3"  # a diverged run never wins
     assert pick(None, report.UNIGRAM_LOSS - 0.01, 5.90) == "fallback"  # nor a stalled one
     assert pick(5.60, "missing", 5.58) is None  # the screen has not finished
+    rows = [fake_row("a", f"lr{lr}", 0, loss) for lr, loss in zip(runner.SCREEN_LRS, (5.60, 5.55, 5.58))]
+    block = report.render_block(rows, runner.Table("s", "s", "fake", (("A", "a"), ("B", "b")), table.columns,
+                                                   seeds=(0,), screen=True), {}, None)
+    assert "The rule's pick: A lr 1e-3; B pending." in block
 
 
 def test_long_table_shows_train_loss_and_rising_runs():
@@ -543,7 +547,10 @@ def test_pending_cost_is_per_step_of_the_same_model():
     its own model (preset and overrides, whatever the training), else of every row."""
     own = runner.cell("fake", "a", "s", 0, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=1600)
     other = runner.cell("fake", "b", "s", 0, "bert-mini-dot-product", max_steps=400)
-    rows = [{"config": own.config, "cpu_seconds": 400.0, "steps": 400},
+    config = json.loads(json.dumps(own.config))
+    rows = [{"config": config, "cpu_seconds": 400.0, "steps": 400},
             {"config": {**other.config, "preset": "bert-tiny-dot-product"}, "cpu_seconds": 1200.0, "steps": 400}]
-    assert report.estimate_cpu_seconds([own], rows) == pytest.approx(1600.0)
-    assert report.estimate_cpu_seconds([other], rows) == pytest.approx(400 * 2.0)  # the mean of 1 and 3 s/step
+    assert report.estimate_cpu_seconds([own], rows) == (pytest.approx(1600.0), 1)
+    assert report.estimate_cpu_seconds([other], rows) == (pytest.approx(400 * 2.0), 1)  # mean of 1 and 3 s/step
+    newer = {"config": config, "cpu_seconds": 200.0, "steps": 400, "tokenizer_sha256": "x"}  # sparse prediction
+    assert report.estimate_cpu_seconds([own, own], rows + [newer]) == (pytest.approx(1600.0), 0)
