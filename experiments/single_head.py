@@ -44,8 +44,8 @@ Cells (width 256, MLM on the KJV, 128 tokens, batch 16, 400 steps; see runner.TR
    seeds, lr 1e-3 (the main table's, not screened again: (b)'s search chose it). Does the default twin leave the
    plateau given four times the steps, and does the closed-form twin pull ahead of the shallow model past it?
    Held-out and training loss are both reported. Not defined: the profiled Admin twin at init 0.07 (where its
-   omegas reach 4) for 1600 steps: beside the shallow model and the default twin at that init it costs about 2.4
-   CPU-hours per seed (7 for three, half the long set's budget), and at 400 steps all three stalled there.
+   omegas reach 4) for 1600 steps: beside the shallow model and the default twin at that init it costs about 2.1
+   CPU-hours per seed (6.3 for three, a quarter of the long set again), and at 400 steps all three stalled there.
 
     nice -n 19 python experiments/single_head.py --only 'single_head/*/search-*'
 """
