@@ -1,5 +1,7 @@
 """Render the results file into docs/research.md: every claim's tables (mean ± std of the final eval MLM loss over
-the seeds, with the number of seeds; "pending" where no run is in yet) and eval-curve PNGs (docs/research/*.png).
+the seeds, with the number of seeds; "pending" where no run is in yet; a table with `train_loss` has a column of
+the final training loss beside each held-out one) and eval-curve PNGs (docs/research/*.png; such a table's training
+curves dotted). `screen_pick` applies the learning-rate rule of the screening tables (issue 22).
 
     python experiments/report.py            # after any cells have run; rewrites only the generated blocks
 
@@ -8,6 +10,7 @@ docs/research.md is written by hand except between the markers `<!-- BEGIN name 
 """
 
 import importlib
+import json
 import math
 import re
 import statistics
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runner import RESULTS, ROOT, Table, load_results  # noqa: E402
+from runner import PENDING_LR, RESULTS, ROOT, SCREEN_LRS, Table, load_results  # noqa: E402
 from unigram import UNIGRAM_LOSS  # noqa: E402
 
 CLAIMS = ("talking_heads", "single_head", "synthesizer")
@@ -28,19 +31,40 @@ FIGURES = "research"  # docs/research/<table>.png, linked relative to the page
 # never got past token frequencies: every run passes through that plateau early (eval loss about 5.9 by step 100),
 # and a run that has not left it by step 400 is counted as stalled, so that a mean is never read without it.
 STALL_MARGIN = 0.05
+# A run whose final eval loss is more than RISE_MARGIN above the lowest point of its own eval curve has turned up:
+# counted as "rising" (the sign of overfitting that long runs, 3.6 passes over the KJV, may show).
+RISE_MARGIN = 0.01
+# The final training loss of a run: the mean of its logged training losses over its last TRAIN_WINDOW steps (each
+# logged value is itself the mean over the `logging_steps` before it), with dropout on and the training masks, so
+# it reads a little above what the same model scores on training text without dropout.
+TRAIN_WINDOW = 100
+
+
+def final_train_loss(row: dict) -> float | None:
+    points = [(step, loss) for step, loss in row.get("train_curve") or [] if loss is not None]
+    if not points:
+        return None
+    last = points[-1][0]
+    return statistics.fmean(loss for step, loss in points if step > last - TRAIN_WINDOW)
 
 
 @dataclass
 class Entry:
-    """The runs of one table entry: final eval losses of the finished runs, and how many diverged."""
+    """The runs of one table entry: final eval losses of the finished runs, how many diverged, and the lowest point
+    of each finished run's eval curve (for the rising count)."""
 
     losses: list[float]
     diverged: int
     expected: int
+    minima: list[float] = field(default_factory=list)
 
     @property
     def stalled(self) -> int:
         return sum(loss >= UNIGRAM_LOSS - STALL_MARGIN for loss in self.losses)
+
+    @property
+    def rising(self) -> int:
+        return sum(loss > low + RISE_MARGIN for loss, low in zip(self.losses, self.minima))
 
     @property
     def n(self) -> int:
@@ -61,8 +85,8 @@ class Entry:
         if not self.losses:
             return f"diverged ({of})"
         value = f"{self.mean:.3f}" + (f" ± {self.std:.3f}" if self.std is not None else "")
-        notes = [of] + [f"{count} {what}" for count, what in ((self.stalled, "stalled"), (self.diverged, "diverged"))
-                        if count]
+        notes = [of] + [f"{count} {what}" for count, what in ((self.stalled, "stalled"), (self.rising, "rising"),
+                                                              (self.diverged, "diverged")) if count]
         return f"{value} ({', '.join(notes)})"
 
 
@@ -76,19 +100,57 @@ def entry_rows(rows: list[dict], table: Table, variant: str, size: str, aliases:
     return [by_seed[s] for s in sorted(by_seed)]
 
 
+def finished_rows(rows: list[dict], table: Table, variant: str, size: str, aliases: dict) -> tuple[list, int]:
+    """(the entry's finished runs, how many of its runs diverged)."""
+    runs = entry_rows(rows, table, variant, size, aliases)
+    finished = [r for r in runs if not r.get("diverged") and r.get("eval_loss") is not None]
+    return finished, len(runs) - len(finished)
+
+
 def entry(rows: list[dict], table: Table, variant: str, size: str, aliases: dict) -> Entry:
-    chosen = entry_rows(rows, table, variant, size, aliases)
-    finished = [r["eval_loss"] for r in chosen if not r.get("diverged") and r.get("eval_loss") is not None]
-    return Entry(finished, len(chosen) - len(finished), len(table.seeds))
+    finished, diverged = finished_rows(rows, table, variant, size, aliases)
+    minima = [min([v for _, v in r.get("eval_curve") or [] if v is not None] + [r["eval_loss"]]) for r in finished]
+    return Entry([r["eval_loss"] for r in finished], diverged, len(table.seeds), minima)
+
+
+def train_entry(rows: list[dict], table: Table, variant: str, size: str, aliases: dict) -> str:
+    """The final training loss of an entry's finished runs (see `final_train_loss`): mean ± std, or pending."""
+    finished, _ = finished_rows(rows, table, variant, size, aliases)
+    losses = [loss for loss in map(final_train_loss, finished) if loss is not None]
+    if not losses:
+        return "pending"
+    return f"{statistics.fmean(losses):.3f}" + (f" ± {statistics.stdev(losses):.3f}" if len(losses) >= 2 else "")
 
 
 def render_table(rows: list[dict], table: Table, aliases: dict) -> str:
-    header = "| variant | " + " | ".join(label for label, _ in table.columns) + " |"
-    lines = [header, "|---|" + "---:|" * len(table.columns)]
+    if table.train_loss:
+        labels = [f"{label}: {kind}" for label, _ in table.columns for kind in ("held-out", "train")]
+    else:
+        labels = [label for label, _ in table.columns]
+    lines = ["| variant | " + " | ".join(labels) + " |", "|---|" + "---:|" * len(labels)]
     for label, variant in table.rows:
-        cells = [entry(rows, table, variant, size, aliases).render() for _, size in table.columns]
+        cells = []
+        for _, size in table.columns:
+            cells.append(entry(rows, table, variant, size, aliases).render())
+            if table.train_loss:
+                cells.append(train_entry(rows, table, variant, size, aliases))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def screen_pick(rows: list[dict], table: Table, variant: str, sizes: dict[str, str], aliases: dict,
+                fallback: str) -> str | None:
+    """The learning-rate rule of a screening table (one seed; `sizes` maps each learning rate to its column's
+    size): the rate of the variant's lowest final eval loss, where a stalled or diverged run never wins; `fallback`
+    when every rate stalled or diverged; None while a rate has no run (the screen is not finished)."""
+    losses = {}
+    for lr, size in sizes.items():
+        found = entry(rows, table, variant, size, aliases)
+        if found.n == 0:
+            return None
+        if found.losses and not found.stalled:
+            losses[lr] = found.mean
+    return min(losses, key=losses.get) if losses else fallback
 
 
 def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bool:
@@ -107,21 +169,25 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
     for ax, (title, _), panel in zip(axes[0], table.columns, panels):
         for index, (label, runs) in enumerate(panel):
             colour = f"C{index}"
-            curves = [[(s, v) for s, v in r["eval_curve"] if v is not None] for r in runs]
-            for curve in curves:
-                if curve:
-                    ax.plot(*zip(*curve), color=colour, alpha=0.3, linewidth=0.8)
-            steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves))) if curves else []
-            if steps:
-                mean = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
-                ax.plot(steps, mean, color=colour, linewidth=2, label=f"{label} (n={len(curves)})")
+            for key, style, name in (("eval_curve", "-", label), ("train_curve", ":", None))[:1 + table.train_loss]:
+                curves = [[(s, v) for s, v in r[key] if v is not None] for r in runs]
+                for curve in curves:
+                    if curve:
+                        ax.plot(*zip(*curve), color=colour, alpha=0.3, linewidth=0.8, linestyle=style)
+                steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves))) if curves else []
+                if steps:
+                    mean = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
+                    ax.plot(steps, mean, color=colour, linewidth=2 if name else 1.2, linestyle=style,
+                            label=f"{name} (n={len(curves)})" if name else None)
         ax.axhline(UNIGRAM_LOSS, color="grey", linestyle="--", linewidth=0.8, label=f"unigram {UNIGRAM_LOSS}")
+        if table.train_loss:  # the training curve starts near ln(vocabulary size): show from the plateau down
+            ax.set_ylim(top=UNIGRAM_LOSS + 0.5)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("eval MLM loss")
+    axes[0][0].set_ylabel("MLM loss: held-out, training dotted" if table.train_loss else "eval MLM loss")
     fig.suptitle(table.title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +209,9 @@ def table_patterns(table: Table, aliases: dict) -> dict[str, list[str]]:
     alias (a run another group or claim already holds)."""
     patterns: dict[str, list[str]] = {}
     for _, size in table.columns:
-        patterns.setdefault(table.claim, []).append(f"{table.claim}/*/{size}/*")
+        # a group that is an alias has no cells of its own (dedupe dropped them, or it names the cells elsewhere)
+        if any((table.claim, variant, size) not in aliases for _, variant in table.rows):
+            patterns.setdefault(table.claim, []).append(f"{table.claim}/*/{size}/*")
         for _, variant in table.rows:
             for claim, other_variant, other_size in table.groups(variant, size, aliases)[1:]:
                 patterns.setdefault(claim, []).append(f"{claim}/{other_variant}/{other_size}/*")
@@ -155,6 +223,12 @@ def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | 
     parts = [f"**{table.title}**", "", render_table(rows, table, aliases)]
     if table.note:
         parts += ["", table.note]
+    if table.screen:
+        sizes = dict(zip(SCREEN_LRS, (size for _, size in table.columns)))
+        picks = [(label, screen_pick(rows, table, variant, sizes, aliases, PENDING_LR))
+                 for label, variant in table.rows]
+        parts += ["", "The rule's pick: " + "; ".join(f"{label} {'pending' if lr is None else f'lr {lr}'}"
+                                                      for label, lr in picks) + "."]
     parts += ["", "Run its cells (those already in the results file are skipped): " + ", ".join(
         f"`nice -n 19 python experiments/{claim}.py " + " ".join(f"--only '{p}'" if i == 0 else f"'{p}'"
                                                                  for i, p in enumerate(patterns)) + "`"
@@ -168,18 +242,51 @@ def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | 
     return "\n".join(parts)
 
 
+def cpu_seconds_per_step(rows: list[dict], preset: str, overrides: dict) -> tuple[float | None, bool]:
+    """(the mean CPU seconds per training step of the finished rows of one model, preset and config overrides
+    whatever the training flags, or None when none has run; whether they are rows made before issue 22, without a
+    tokenizer hash). The newer rows win where there are both: the older ones predicted every position (dense
+    masked-LM prediction), which costs more."""
+    same = [r for r in rows if r.get("cpu_seconds") and r.get("steps")
+            and r.get("config", {}).get("preset") == preset and r["config"].get("overrides") == overrides]
+    newer = [r for r in same if r.get("tokenizer_sha256")]
+    chosen = newer or same
+    if not chosen:
+        return None, False
+    return statistics.fmean(r["cpu_seconds"] / r["steps"] for r in chosen), not newer
+
+
+def estimate_cpu_seconds(cells, rows: list[dict]) -> tuple[float, int]:
+    """(what `cells` would cost: each at the CPU time per step of the rows of its own model, else of every row,
+    times its steps; how many were costed from rows made before issue 22, an overestimate for them)."""
+    per_step = [r["cpu_seconds"] / r["steps"] for r in rows if r.get("cpu_seconds") and r.get("steps")]
+    fallback = statistics.fmean(per_step) if per_step else 0.0
+    total, older = 0.0, 0
+    for c in cells:
+        config = json.loads(json.dumps(c.config))  # tuples as the rows' JSON lists
+        own, old = cpu_seconds_per_step(rows, config["preset"], config["overrides"])
+        total += (fallback if own is None else own) * config["training"]["max_steps"]
+        older += old or own is None
+    return total, older
+
+
 def render_summary(rows: list[dict], claims) -> str:
     defined = cell_ids(claims)
     done = [r for r in rows if r["id"] in defined]
-    pending = len(defined) - len({r["id"] for r in done})
+    done_ids = {r["id"] for r in done}
+    pending = [c for claim in claims for c in claim.CELLS if c.id not in done_ids]
     cpu = [r["cpu_seconds"] for r in done if r.get("cpu_seconds")]
     lines = [f"Cells defined: {len(defined)} "
-             f"({', '.join(f'{m.CLAIM} {len(m.CELLS)}' for m in claims)}); run: {len({r['id'] for r in done})}; "
-             f"pending: {pending}."]
+             f"({', '.join(f'{m.CLAIM} {len(m.CELLS)}' for m in claims)}); run: {len(done_ids)}; "
+             f"pending: {len(pending)}."]
     if cpu:
         mean = statistics.fmean(cpu)
+        estimate, older = estimate_cpu_seconds(pending, done)
         lines.append(f"CPU time so far: {sum(cpu) / 3600:.2f} h (mean {mean / 60:.1f} min per cell, one thread); "
-                     f"the pending cells at that mean: about {pending * mean / 3600:.1f} h of CPU.")
+                     f"the pending cells at the CPU time per step of the cells of the same model so far, times "
+                     f"their steps: about {estimate / 3600:.1f} h of CPU"
+                     + (f" ({older} of them costed from rows made before sparse prediction: an overestimate)"
+                        if older else "") + ".")
     return "\n".join(lines)
 
 

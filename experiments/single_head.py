@@ -38,6 +38,14 @@ Cells (width 256, MLM on the KJV, 128 tokens, batch 16, 400 steps; see runner.TR
    init), beside the search's runs there. Added after the closed-form twin trained at lr 1e-3 (seeds 0 and 1)
    where the other twins stall: does it close the twin's lag at 5e-4, and does it train at 3e-3, where the shallow
    model stalls?
+4. past the plateau (issue 22; with the committed tokenizer, so no cell of this step reads the 400-step rows, which
+   trained with a WordPiece retrained per process): the main table's shallow 4 x 8 model, its 32-layer twin with
+   default init and the twin with Admin's closed form at 1600 steps (3.6 passes), evaluated every 200 steps, three
+   seeds, lr 1e-3 (the main table's, not screened again: (b)'s search chose it). Does the default twin leave the
+   plateau given four times the steps, and does the closed-form twin pull ahead of the shallow model past it?
+   Held-out and training loss are both reported. Not defined: the profiled Admin twin at init 0.07 (where its
+   omegas reach 4) for 1600 steps: beside the shallow model and the default twin at that init it costs about 2.1
+   CPU-hours per seed (6.3 for three, a quarter of the long set again), and at 400 steps all three stalled there.
 
     nice -n 19 python experiments/single_head.py --only 'single_head/*/search-*'
 """
@@ -47,7 +55,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import talking_heads  # noqa: E402
-from runner import Table, cell, dedupe, main  # noqa: E402
+from runner import LONG_TRAINING, Table, cell, dedupe, long_note, main  # noqa: E402
 
 CLAIM = "single_head"
 SEEDS = (0, 1, 2)
@@ -63,6 +71,9 @@ VARIANTS = {
 # variant -> (preset, config fields, run_pretraining flags): the main table's rows beyond the search's
 MAIN_ONLY = {"twin-admin-closed": ("bert-mini-single-head-admin", {}, {"admin_init": "closed_form"})}
 CLOSED_LRS = ("5e-4", "1e-3", "3e-3")  # the closed-form twin's learning rates (h = 8, BERT's init)
+LONG_STEPS = LONG_TRAINING["max_steps"]
+LONG_VARIANTS = ("multi-head", "twin", "twin-admin-closed")  # step 4, at MAIN's heads and learning rate
+LONG_SIZE = f"{MAIN[0]}-lr{MAIN[1]}-steps{LONG_STEPS}"
 
 
 def heads(size: str) -> int:
@@ -100,11 +111,23 @@ def cells() -> list:
     return out
 
 
+def committed_cells() -> list:
+    """Step 4, seed-major."""
+    variants = {**{v: (preset, fields, {}) for v, (preset, fields) in VARIANTS.items()}, **MAIN_ONLY}
+    h, lr = MAIN
+    return [cell(CLAIM, variant, LONG_SIZE, seed, variants[variant][0],
+                 {"num_attention_heads": heads(h), **variants[variant][1]}, learning_rate=lr,
+                 **variants[variant][2], **LONG_TRAINING)
+            for seed in SEEDS for variant in LONG_VARIANTS]
+
+
 # A multi-head cell that claim (a) already runs (same preset, config, training and seed: h = 8 and 16 at lr 1e-3) is
-# read from there, not run twice; claim (a)'s own aliases are followed too.
-_kept, _aliases = dedupe(talking_heads.CELLS + cells())
-CELLS = [c for c in _kept if c.claim == CLAIM]
-ALIASES = {**talking_heads.ALIASES, **_aliases}
+# read from there, not run twice; claim (a)'s own aliases are followed too. The 400-step cells and those with the
+# committed tokenizer are deduplicated apart (see talking_heads.py).
+_kept, _aliases = dedupe(talking_heads.SHORT_CELLS + cells())
+_kept_new, _aliases_new = dedupe(talking_heads.COMMITTED_CELLS + committed_cells())
+CELLS = [c for c in _kept + _kept_new if c.claim == CLAIM]
+ALIASES = {**talking_heads.ALIASES, **_aliases, **_aliases_new}
 ROWS = (("multi-head 4 x h", "multi-head"), ("single-head twin 4h x 1, default init", "twin"),
         ("single-head twin 4h x 1, Admin", "twin-admin"))
 MAIN_ROWS = ROWS + (("single-head twin 4h x 1, Admin, closed-form omega", "twin-admin-closed"),)
@@ -122,6 +145,11 @@ TABLES = [
           tuple((f"lr {lr}", search_size("h8", lr)) for lr in CLOSED_LRS), seeds=(0,),
           note="A screening with one seed, added after the closed-form twin trained at lr 1e-3: it shows no effect "
                "by itself."),
+    Table("sh-long", f"Multi-head vs deep single-head past the plateau, h = {MAIN[0][1:]}, lr {MAIN[1]}, "
+          f"{LONG_STEPS} steps (MLM loss)", CLAIM,
+          tuple(row for row in MAIN_ROWS if row[1] in LONG_VARIANTS),
+          ((f"4 x {MAIN[0][1:]} vs {4 * heads(MAIN[0])} x 1", LONG_SIZE),), SEEDS,
+          note=long_note({v: MAIN[1] for v in LONG_VARIANTS}, {}), train_loss=True),
 ]
 
 if __name__ == "__main__":

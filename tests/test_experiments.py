@@ -412,3 +412,145 @@ def test_report_renders_page_blocks_and_curves(tmp_path, fake_claim):
     assert report.render_page(page, [], [fake_claim], tmp_path / "empty").count("Eval curves: pending.") == 1
     with pytest.raises(ValueError, match="no <!-- BEGIN fake-table -->"):
         report.render_page("<!-- BEGIN summary -->\n<!-- END summary -->\n", rows, [fake_claim], None)
+
+
+# ------------------------------------------------------------------------------------ past the plateau (issue 22)
+def committed_claims():
+    import single_head
+    import synthesizer
+    import talking_heads
+
+    return {"talking_heads": (talking_heads, talking_heads.COMMITTED_CELLS),
+            "single_head": (single_head, [c for c in single_head.CELLS if "steps" in c.size]),
+            "synthesizer": (synthesizer, synthesizer.COMMITTED_CELLS)}
+
+
+def test_long_cells_and_screens():
+    """Every cell with the committed tokenizer is a screen cell (seed 0, TRAINING's 400 steps, one of the three
+    rates) or a long one (1600 steps, eval every 200, three seeds, the claim's long learning rate), screens first,
+    then the long cells seed-major; the issue's contrasts are all there; a screen cell whose configuration equals a
+    400-step cell's is defined again (its old row had another tokenizer), not read through an alias."""
+    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
+    from transformers import HfArgumentParser, TrainingArguments
+
+    parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
+    parser.set_defaults(**DEFAULTS)
+    long_ids = set()
+    for name, (module, cells) in committed_claims().items():
+        kinds = []
+        for c in cells:
+            training = c.config["training"]
+            if c.size.startswith("screen-"):
+                assert (c.seed, training["max_steps"], training["eval_steps"]) == (0, 400, 100), c.id
+                assert training["learning_rate"] in runner.SCREEN_LRS and c.size.endswith(training["learning_rate"])
+                kinds.append((-1, 0))
+            else:
+                assert (training["max_steps"], training["eval_steps"]) == (1600, 200), c.id
+                assert f"-lr{training['learning_rate']}-steps1600" in c.size, c.id
+                kinds.append((c.seed, 1))
+                long_ids.add(c.id)
+        assert kinds == sorted(kinds), name  # screens, then seed 0 of every long cell, then seed 1, ...
+        assert sorted({seed for seed, kind in kinds if kind}) == [0, 1, 2]
+    assert {"talking_heads/dot-product/h16-lr1e-3-steps1600/seed2",
+            "talking_heads/talking-heads/h32-lr1e-3-steps1600/seed0",
+            "talking_heads/th-hk8-h16-hv8/h16-lr1e-3-steps1600/seed1", "single_head/twin/h8-lr1e-3-steps1600/seed0",
+            "single_head/multi-head/h8-lr1e-3-steps1600/seed1",
+            "single_head/twin-admin-closed/h8-lr1e-3-steps1600/seed2",
+            "synthesizer/mixture-random-dot/h4-lr1e-3-steps1600/seed0"} <= long_ids
+    assert len(long_ids) == 3 * (5 + 3 + 4)
+    import synthesizer
+    import talking_heads
+
+    by_id = {c.id: c for m in (talking_heads, synthesizer) for c in m.CELLS}
+    for new, old in (("synthesizer/dense/screen-h4-lr1e-3/seed0", "synthesizer/dense/h4-lr1e-3/seed0"),
+                     ("synthesizer/dot-product/screen-h4-lr1e-3/seed0", "talking_heads/dot-product/h4-lr1e-3/seed0"),
+                     ("talking_heads/th-hk8-h16-hv8/screen-h16-lr1e-3/seed0",
+                      "talking_heads/th-hk8-h16-hv8/h16-lr1e-3/seed0")):
+        a, b = by_id[new], by_id[old]
+        assert (a.preset, a.overrides, a.training, a.seed) == (b.preset, b.overrides, b.training, b.seed)
+    ablation = by_id["talking_heads/th-hk8-h16-hv8/h16-lr1e-3-steps1600/seed1"]
+    model, _, training = parser.parse_args_into_dataclasses(ablation.flags({}, "/tmp/out"))
+    assert (training.max_steps, training.eval_steps, training.learning_rate, training.logging_steps) == \
+        (1600, 200, 1e-3, 25)
+    assert json.loads(model.config_overrides)["talking_heads_num_key_heads"] == 8
+
+
+def test_screen_picks_follow_the_rule():
+    """SCREEN_PICK is what runner.SCREEN_RULE picks from the committed results file: None while a screen rate has
+    no row, the chosen rate once all have (so a finished screen fails this test until its pick is written down, and
+    a pick cannot be written down before the screen has run); the long cells train at it."""
+    rows = runner.load_results(runner.RESULTS)
+    for name, (module, _) in committed_claims().items():
+        if not hasattr(module, "SCREEN_PICK"):
+            continue
+        (table,) = [t for t in module.TABLES if t.screen]
+        sizes = dict(zip(runner.SCREEN_LRS, (size for _, size in table.columns)))
+        for variant, picked in module.SCREEN_PICK.items():
+            rule = report.screen_pick(rows, table, variant, sizes, module.ALIASES, runner.PENDING_LR)
+            assert picked == rule, (name, variant)
+            assert module.LONG_LR[variant] == (runner.PENDING_LR if picked is None else picked)
+            assert any(c.variant == variant and c.size.endswith(f"-lr{module.LONG_LR[variant]}-steps1600")
+                       for c in module.CELLS)
+            note = next(t for t in module.TABLES if t.train_loss and any(v == variant for _, v in t.rows)).note
+            assert ("pending the screen" in note) == (picked is None)
+
+
+def test_screen_pick_rule():
+    table = runner.Table("s", "s", "fake", (("A", "a"),), tuple((lr, f"lr{lr}") for lr in runner.SCREEN_LRS),
+                         seeds=(0,))
+    sizes = {lr: f"lr{lr}" for lr in runner.SCREEN_LRS}
+
+    def pick(*losses):
+        rows = [fake_row("a", f"lr{lr}", 0, loss, diverged=loss is None)
+                for lr, loss in zip(runner.SCREEN_LRS, losses) if loss != "missing"]
+        return report.screen_pick(rows, table, "a", sizes, {}, "fallback")
+
+    assert pick(5.60, 5.55, 5.58) == "1e-3" and pick(5.54, 5.55, 5.85) == "5e-4"
+    assert pick(None, 5.70, 5.85) == "1e-3"  # a diverged run never wins
+    assert pick(None, report.UNIGRAM_LOSS - 0.01, 5.90) == "fallback"  # nor a stalled one
+    assert pick(5.60, "missing", 5.58) is None  # the screen has not finished
+    rows = [fake_row("a", f"lr{lr}", 0, loss) for lr, loss in zip(runner.SCREEN_LRS, (5.60, 5.55, 5.58))]
+    block = report.render_block(rows, runner.Table("s", "s", "fake", (("A", "a"), ("B", "b")), table.columns,
+                                                   seeds=(0,), screen=True), {}, None)
+    assert "The rule's pick: A lr 1e-3; B pending." in block
+
+
+def test_long_table_shows_train_loss_and_rising_runs():
+    table = runner.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1),
+                         train_loss=True)
+    rising = {**fake_row("a", "s", 0, 5.0), "eval_curve": [[200, 5.2], [400, 4.9], [600, 5.0]],
+              "train_curve": [[25 * i, 9.0 - 0.1 * i] for i in range(1, 25)]}  # last 100 steps: 21..24
+    flat = {**fake_row("a", "s", 1, 4.8), "eval_curve": [[200, 5.1], [400, 4.805], [600, 4.8]],
+            "train_curve": [[600, 4.0]]}
+    text = report.render_table([rising, flat], table, {})
+    lines = text.splitlines()
+    assert lines[0] == "| variant | small: held-out | small: train |" and lines[1] == "|---|---:|---:|"
+    train = [statistics.fmean(9.0 - 0.1 * i for i in range(21, 25)), 4.0]
+    assert lines[2] == (f"| A | 4.900 ± {statistics.stdev([5.0, 4.8]):.3f} (n=2, 1 rising) | "
+                        f"{statistics.fmean(train):.3f} ± {statistics.stdev(train):.3f} |")
+    assert lines[3] == "| B | pending | pending |"
+    assert report.final_train_loss(rising) == pytest.approx(train[0])
+    short = runner.Table("short", "t", "fake", (("A", "a"),), (("small", "s"),), seeds=(0, 1))
+    assert report.render_table([rising, flat], short, {}).splitlines()[0] == "| variant | small |"
+
+
+def test_long_note_says_what_is_pending():
+    assert "pending the screen" in runner.long_note({"x": "1e-3"}, {"y": None})
+    picked = runner.long_note({"x": "1e-3"}, {"y": "5e-4"})
+    assert "pending" not in picked and "y 5e-4" in picked and "y: by the screen" in picked
+    assert runner.long_lrs({"x": "1e-3"}, {"y": None, "z": "2e-3"}) == {"x": "1e-3", "y": runner.PENDING_LR,
+                                                                         "z": "2e-3"}
+
+
+def test_pending_cost_is_per_step_of_the_same_model():
+    """The summary's estimate: a pending cell costs its steps times the CPU seconds per step of the finished rows of
+    its own model (preset and overrides, whatever the training), else of every row."""
+    own = runner.cell("fake", "a", "s", 0, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=1600)
+    other = runner.cell("fake", "b", "s", 0, "bert-mini-dot-product", max_steps=400)
+    config = json.loads(json.dumps(own.config))
+    rows = [{"config": config, "cpu_seconds": 400.0, "steps": 400},
+            {"config": {**other.config, "preset": "bert-tiny-dot-product"}, "cpu_seconds": 1200.0, "steps": 400}]
+    assert report.estimate_cpu_seconds([own], rows) == (pytest.approx(1600.0), 1)
+    assert report.estimate_cpu_seconds([other], rows) == (pytest.approx(400 * 2.0), 1)  # mean of 1 and 3 s/step
+    newer = {"config": config, "cpu_seconds": 200.0, "steps": 400, "tokenizer_sha256": "x"}  # sparse prediction
+    assert report.estimate_cpu_seconds([own, own], rows + [newer]) == (pytest.approx(1600.0), 0)
