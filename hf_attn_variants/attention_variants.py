@@ -142,39 +142,6 @@ class VariantAttentionCore(nn.Module):
             value = value_proj(memory).view(b, m, spec.num_value_heads, spec.value_head_size).transpose(1, 2)
         return self.prepare_memory(key, value, memory)
 
-    def project_self(self, x: torch.Tensor, query_proj: nn.Module | None, key_proj: nn.Module | None,
-                     value_proj: nn.Module | None):
-        """Self-attention's query and memory from one input x [b, n, d]: `project_query(x)` and `project_memory(x)`,
-        with the projections the type has computed as one GEMM over their concatenated weights.
-
-        Equal to the three projections up to float rounding, and one pass over x forward and one input gradient
-        backward instead of three: a deep stack of narrow layers (the single-head twins, 64-wide heads) pays that
-        per layer. Fused only where the projections together are no wider than x (where three narrow GEMMs are
-        inefficient): the concatenated weight is kept for backward, which wide layers would pay in memory for little
-        gain. Projections that are not plain, materialised `nn.Linear` layers (adapters, sharded parameters that are
-        gathered in their own forward) run as themselves.
-        """
-        projs = [proj for proj in (query_proj, key_proj, value_proj) if proj is not None]
-        fusable = 1 < len(projs) and sum(proj.out_features for proj in projs) <= x.shape[-1] and all(
-            type(proj) is nn.Linear and proj.weight.shape == (proj.out_features, proj.in_features)
-            and (proj.bias is None) == (projs[0].bias is None) and not proj._forward_hooks
-            and not proj._forward_pre_hooks for proj in projs
-        )
-        if not fusable:
-            return (self.project_query(x, query_proj), *self.project_memory(x, key_proj, value_proj))
-        weight = torch.cat([proj.weight for proj in projs])  # [q + k + v, d]
-        bias = None if projs[0].bias is None else torch.cat([proj.bias for proj in projs])
-        parts = iter(F.linear(x, weight, bias).split([proj.out_features for proj in projs], dim=-1))
-        spec, (b, n) = self.spec, x.shape[:2]
-        query = key = value = None
-        if query_proj is not None:
-            query = next(parts).view(b, n, spec.num_key_heads, spec.key_head_size).transpose(1, 2)  # [b, h_k, n, d_k]
-        if key_proj is not None:
-            key = next(parts).view(b, n, spec.num_key_heads, spec.key_head_size).transpose(1, 2)  # [b, h_k, n, d_k]
-        if value_proj is not None:
-            value = next(parts).view(b, n, spec.num_value_heads, spec.value_head_size).transpose(1, 2)  # [b, h_v, n, d_v]
-        return (query, *self.prepare_memory(key, value, x))
-
     @torch.no_grad()
     def init_variant_weights(self, std: float) -> None:
         """Initialise every parameter the type adds; called by each family's ``_init_weights``, through

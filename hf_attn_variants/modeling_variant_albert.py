@@ -116,7 +116,8 @@ class VariantAlbertAttention(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
         b, n = hidden_states.shape[:2]
-        query, key, value = self.core.project_self(hidden_states, self.query, self.key, self.value)
+        query = self.core.project_query(hidden_states, self.query)
+        key, value = self.core.project_memory(hidden_states, self.key, self.value)
         attn_output, attn_weights = self.core(
             query, key, value, attention_mask, hidden_states,
             attn_implementation=self.config._attn_implementation, **kwargs,

@@ -137,8 +137,8 @@ class _VariantBertAttentionProjections(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, cache=None, **kwargs):
         b, n = hidden_states.shape[:2]
+        query = self.core.project_query(hidden_states, self.query)
         if self.is_cross_attention:
-            query = self.core.project_query(hidden_states, self.query)
             if cache is not None and cache.is_updated.get(self.layer_idx):
                 layer = cache.cross_attention_cache.layers[self.layer_idx]
                 key, value = layer.keys, layer.values
@@ -148,7 +148,7 @@ class _VariantBertAttentionProjections(nn.Module):
                     key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
                     cache.is_updated[self.layer_idx] = True
         else:
-            query, key, value = self.core.project_self(hidden_states, self.query, self.key, self.value)
+            key, value = self._memory(hidden_states)
             if cache is not None:
                 self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
                 key, value = self_cache.update(key, value, self.layer_idx)

@@ -209,23 +209,19 @@ class VariantT5Attention(nn.Module):
     def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None, cache=None, **kwargs):
         b, n = hidden_states.shape[:2]
         past_seen_tokens = cache.get_seq_length(self.layer_idx) if cache is not None else 0
+        query = self.core.project_query(hidden_states, self.q)
         if isinstance(cache, EncoderDecoderCache):
             layer_cache = cache.cross_attention_cache if self.is_cross_attention else cache.self_attention_cache
         else:
             layer_cache = cache
-        if self.is_cross_attention:
-            query = self.core.project_query(hidden_states, self.q)
-            if cache is not None and cache.is_updated.get(self.layer_idx):
-                key, value = layer_cache.layers[self.layer_idx].keys, layer_cache.layers[self.layer_idx].values
-            else:
-                key, value = self._memory(key_value_states)
-                if cache is not None:
-                    key, value = layer_cache.update(key, value, self.layer_idx)
-                    cache.is_updated[self.layer_idx] = True
+        if self.is_cross_attention and cache is not None and cache.is_updated.get(self.layer_idx):
+            key, value = layer_cache.layers[self.layer_idx].keys, layer_cache.layers[self.layer_idx].values
         else:
-            query, key, value = self.core.project_self(hidden_states, self.q, self.k, self.v)
+            key, value = self._memory(key_value_states if self.is_cross_attention else hidden_states)
             if cache is not None:
                 key, value = layer_cache.update(key, value, self.layer_idx)
+                if self.is_cross_attention:
+                    cache.is_updated[self.layer_idx] = True
         if position_bias is None and self.has_relative_attention_bias:
             position_bias = self.compute_bias(n, value.shape[2], hidden_states.device, past_seen_tokens)
         attn_output, attn_weights = self.core(
