@@ -1,7 +1,7 @@
 """Render the results file into docs/research.md: every claim's tables (mean ± std of the final eval MLM loss over
 the seeds, with the number of seeds; "pending" where no run is in yet; a table with `train_loss` has a column of
 the final training loss beside each held-out one) and eval-curve PNGs (docs/research/*.png; such a table's training
-curves dotted). `screen_pick` applies the learning-rate rule of the screening tables (issue 22).
+curves dotted). `screen_pick` applies the learning-rate rule of the screening tables.
 
     python experiments/report.py            # after any cells have run; rewrites only the generated blocks
 
@@ -244,7 +244,7 @@ def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | 
 
 def cpu_seconds_per_step(rows: list[dict], preset: str, overrides: dict) -> tuple[float | None, bool]:
     """(the mean CPU seconds per training step of the finished rows of one model, preset and config overrides
-    whatever the training flags, or None when none has run; whether they are rows made before issue 22, without a
+    whatever the training flags, or None when none has run; whether they are rows made before the tokenizer was committed, without a
     tokenizer hash). The newer rows win where there are both: the older ones predicted every position (dense
     masked-LM prediction), which costs more."""
     same = [r for r in rows if r.get("cpu_seconds") and r.get("steps")
@@ -258,7 +258,7 @@ def cpu_seconds_per_step(rows: list[dict], preset: str, overrides: dict) -> tupl
 
 def estimate_cpu_seconds(cells, rows: list[dict]) -> tuple[float, int]:
     """(what `cells` would cost: each at the CPU time per step of the rows of its own model, else of every row,
-    times its steps; how many were costed from rows made before issue 22, an overestimate for them)."""
+    times its steps; how many were costed from rows made before the tokenizer was committed, an overestimate for them)."""
     per_step = [r["cpu_seconds"] / r["steps"] for r in rows if r.get("cpu_seconds") and r.get("steps")]
     fallback = statistics.fmean(per_step) if per_step else 0.0
     total, older = 0.0, 0

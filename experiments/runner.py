@@ -56,7 +56,7 @@ TRAINING = dict(
     disable_tqdm=True, dataloader_num_workers=0,
 )
 
-# Past the plateau (issue 22): the long cells train 4x as long (3.6 passes over the KJV training chapters: an epoch
+# Past the plateau: the long cells train 4x as long (3.6 passes over the KJV training chapters: an epoch
 # is 442 steps), evaluated every 200 steps for the curve. A variant whose learning rate was inherited (the
 # Synthesizer variants, the talking-heads ablation) is screened first at SCREEN_LRS (one seed, TRAINING's 400
 # steps); SCREEN_RULE picks its long cells' rate (report.screen_pick applies it); a claim script records the pick

@@ -33,12 +33,12 @@ Cells (width 256, MLM on the KJV, 128 tokens, batch 16, 400 steps; see runner.TR
    CPU-hours, and the closed-form twin (3.) showed what Admin does where the twin fails.
 2. main: h = 8 at lr 1e-3 (BERT's init), seeds 0, 1, 2: the cheapest setting where the default-init twin clearly
    lags (seed 0 stalled at 32 and at 64 layers alike, where the shallow model trains), so Admin is shown where the
-   twin fails, as the issue asks (chosen after the search's first columns), with the closed-form row added.
+   twin fails, as planned (chosen after the search's first columns), with the closed-form row added.
 3. closed form across learning rates (one seed): the closed-form twin at lr 5e-4 and 3e-3 too (h = 8, BERT's
    init), beside the search's runs there. Added after the closed-form twin trained at lr 1e-3 (seeds 0 and 1)
    where the other twins stall: does it close the twin's lag at 5e-4, and does it train at 3e-3, where the shallow
    model stalls?
-4. past the plateau (issue 22; with the committed tokenizer, so no cell of this step reads the 400-step rows, which
+4. past the plateau (with the committed tokenizer, so no cell of this step reads the 400-step rows, which
    trained with a WordPiece retrained per process): the main table's shallow 4 x 8 model, its 32-layer twin with
    default init and the twin with Admin's closed form at 1600 steps (3.6 passes), evaluated every 200 steps, three
    seeds, lr 1e-3 (the main table's, not screened again: (b)'s search chose it). Does the default twin leave the

@@ -9,7 +9,7 @@ Random + dot product (learned weights normalised to sum to 1, the paper's form; 
 baseline is the same run as claim (a)'s `talking_heads/dot-product/h4-lr1e-3` cells (identical configuration), so
 it is read from there, not run twice.
 
-Past the plateau (issue 22), with the tokenizer committed beside the corpus (rows record its hash): none of these
+Past the plateau, with the tokenizer committed beside the corpus (rows record its hash): none of these
 cells reads the 400-step rows above, which trained with a WordPiece retrained in each process (unrecorded, and
 moving a loss by 0.03 to 0.06), so a configuration identical to one of them is run again.
 1. learning-rate screen (one seed, 400 steps, lr 5e-4, 1e-3, 2e-3): dot product, Dense, Random and the mixture,

@@ -20,7 +20,7 @@ Cells (width 256, 4 layers, FFN 1024, MLM on the KJV, 128 tokens, batch 16, 400 
    times its own RMS, so the small dynamic weights (RMS ~0.0016) move ~150x less than under AdamW, as in the
    paper's training.
 
-Past the plateau (issue 22): cells run with the tokenizer committed beside the corpus (rows record its hash). The
+Past the plateau: cells run with the tokenizer committed beside the corpus (rows record its hash). The
 400-step cells above ran before it existed, each with a WordPiece retrained in its own process (unrecorded, not
 reproducible, and moving a loss by 0.03 to 0.06, as much as the effects measured): no cell below reads their rows
 (`dedupe` runs over each set apart), so an identical configuration is run again with the committed tokenizer.
