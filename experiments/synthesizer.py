@@ -55,7 +55,7 @@ SHORT_ALIASES = {(CLAIM, "dot-product", SIZE): ("talking_heads", "dot-product", 
 # Past the plateau: SCREEN_PICK holds the rate runner.SCREEN_RULE picked from the screen (None: not yet run; the
 # long cells then train at runner.PENDING_LR and are not to be run). tests/test_experiments.py checks it against
 # the rule applied to the results file (report.screen_pick).
-SCREEN_PICK = {"dot-product": None, "dense": None, "random": None, "mixture-random-dot": None}
+SCREEN_PICK = {"dot-product": "5e-4", "dense": "5e-4", "random": "1e-3", "mixture-random-dot": "1e-3"}  # the screen, 2026-12-01
 LONG_STEPS = LONG_TRAINING["max_steps"]
 LONG_LR = long_lrs({}, SCREEN_PICK)
 LONG_FIELDS = {"dot-product": dict(attention_type="dot_product"),
