@@ -95,7 +95,7 @@ NOT_CODE = ("experiments/results.jsonl", "experiments/runs", "docs", "*.md", "*.
 DEVICES = ("cpu", "cuda")
 
 # run_pretraining flags a cell may add that TRAINING leaves at the script's default
-EXTRA_FLAGS = {"max_train_samples", "admin_init", "t5_adafactor", "dynamic_lr_scale"}
+EXTRA_FLAGS = {"max_train_samples", "admin_init", "t5_adafactor", "dynamic_lr_scale", "sparse_prediction"}
 
 
 @dataclass(frozen=True)

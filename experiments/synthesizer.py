@@ -78,11 +78,19 @@ def long_size(lr: str | None = None) -> str:
     return "h4" + ("" if lr is None else f"-lr{lr}") + f"-steps{LONG_STEPS}"
 
 
+# The screen's dot product stalled at lr 1e-3 where the 400-step rows (dense prediction, another tokenizer) trained:
+# the same cell with the full-vocabulary head tells whether sparse prediction has a part in it.
+DENSE_AB = ("dot-product", "1e-3")
+
+
 def committed_cells() -> list:
-    """The screen first, then the long cells seed-major."""
+    """The screen first (and its dense-prediction twin of one cell), then the long cells seed-major."""
     out = [cell(CLAIM, variant, screen_size(lr), 0, "bert-mini-dot-product",
                 {"num_attention_heads": 4, **LONG_FIELDS[variant]}, learning_rate=lr)
            for lr in SCREEN_LRS for variant in SCREEN_PICK]
+    variant, lr = DENSE_AB
+    out.append(cell(CLAIM, variant, f"screen-h4-dense-prediction-lr{lr}", 0, "bert-mini-dot-product",
+                    {"num_attention_heads": 4, **LONG_FIELDS[variant]}, learning_rate=lr, sparse_prediction=False))
     for seed in SEEDS:
         for variant in SCREEN_PICK:
             out.append(cell(CLAIM, variant, long_size(LONG_LR[variant]), seed, "bert-mini-dot-product",
@@ -107,6 +115,13 @@ TABLES = [
           "steps, committed tokenizer; eval MLM loss)", CLAIM, LONG_ROWS,
           tuple((f"lr {lr}", screen_size(lr)) for lr in SCREEN_LRS), seeds=(0,),
           note=f"A screen with one seed: it picks each variant's long learning rate, {SCREEN_RULE}.", screen=True),
+    Table("syn-dense-ab", f"Sparse vs dense prediction on one stalled screen cell, bert-mini (4 x 4 heads of 64), "
+          f"lr {DENSE_AB[1]}, {TRAINING['max_steps']} steps, seed 0 (eval MLM loss)", CLAIM,
+          ((LONG_ROWS[0][0], DENSE_AB[0]),),
+          (("sparse prediction (the screen)", screen_size(DENSE_AB[1])),
+           ("dense prediction", f"screen-h4-dense-prediction-lr{DENSE_AB[1]}")), seeds=(0,),
+          note="The same cell (seed, masks, data order, init) with the full-vocabulary MLM head: both compute the "
+               "same loss, so a stall in one and not the other would point at the sparse path."),
     Table("syn-long", f"Synthesizer vs dot product past the plateau, bert-mini (4 x 4 heads of 64), {LONG_STEPS} "
           "steps (MLM loss)", CLAIM, LONG_ROWS, (("4 heads of 64", long_size()),), SEEDS,
           note=long_note({}, SCREEN_PICK), train_loss=True),
