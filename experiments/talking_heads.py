@@ -88,7 +88,7 @@ ADAFACTOR_SIZE = "h16-adafactor-lr1e-2"
 # runner.SCREEN_RULE, written down before the screen ran: SCREEN_PICK holds the rate it picked (None: the screen has
 # not run, and the long cells train at the placeholder runner.PENDING_LR, not to be run). tests/test_experiments.py
 # checks SCREEN_PICK against the rule applied to the results file (report.screen_pick).
-SCREEN_PICK = {"th-hk8-h16-hv8": None}
+SCREEN_PICK = {"th-hk8-h16-hv8": "1e-3"}  # the screen, 2026-12-02
 SCREENED = tuple(SCREEN_PICK)
 LONG_STEPS = LONG_TRAINING["max_steps"]
 LONG_FIXED = {"dot-product": SWEEP_LR["dot-product"], "talking-heads": SWEEP_LR["talking-heads"]}  # step 1's
