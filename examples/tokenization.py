@@ -213,17 +213,17 @@ class _Lattices:
         self.src, self.dst, self.piece, self.owner = (np.frombuffer(a, dtype=np.int64) if a else np.zeros(0, np.int64)
                                                       for a in (src, dst, piece, owner))
         self.position = self.dst - self.first[self.owner]  # of each edge's end
+        self.start = self.src - self.first[self.owner]  # of each edge's start
 
     def select(self, alive: np.ndarray, alive_strings: np.ndarray | None = None):
         """Use only the edges of live pieces (and of live strings)."""
         keep = alive[self.piece] if alive_strings is None else alive[self.piece] & alive_strings[self.owner]
-        self.edges = np.flatnonzero(keep)
-        start = self.position - (self.dst - self.src)  # of each edge's start
+        e = self.edges = np.flatnonzero(keep)
         # forward: by end position, end node, then start (longest piece first); backward: by start, descending
-        e = self.edges
         self.forward = self._steps(e[np.lexsort((self.src[e], self.dst[e], self.position[e]))], self.src, self.dst,
                                    self.position)
-        self.backward = self._steps(e[np.lexsort((self.dst[e], self.src[e], -start[e]))], self.dst, self.src, start)
+        self.backward = self._steps(e[np.lexsort((self.dst[e], self.src[e], -self.start[e]))], self.dst, self.src,
+                                    self.start)
 
     def _steps(self, order, source, target, level):
         """The sweep over the edges in `order`, a step per `level` (a position): (the edges, their source nodes,
@@ -312,8 +312,9 @@ def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_l
     counts = np.array([word_counts[w] for w in words], dtype=np.float64)
     chars = sorted({c for w in words for c in w})
     if len(chars) > vocab_size:
-        raise ValueError(f"The text has {len(chars)} distinct characters, more than the vocabulary of {vocab_size} "
-                         "pieces: use a larger vocab_size.")
+        raise ValueError(f"The text has {len(chars)} distinct characters, each of which must be a piece, but only "
+                         f"{vocab_size} pieces were asked for: use a larger vocabulary (--vocab_size, which also "
+                         "holds T5's 103 special tokens).")
     weight = defaultdict(int)  # substring -> occurrences in the distinct words (SentencePiece's suffix array)
     for word in words:
         for i in range(len(word)):

@@ -134,6 +134,8 @@ def test_unigram_em_by_hand():
     assert [piece for piece, _ in vocab] == ["ab", "a", "b"]  # a and b tie: the smaller string first
     np.testing.assert_allclose([score for _, score in vocab], [score_ab, score_a, score_a], atol=1e-6)
     assert vocab == unigram_vocabulary({"ab": 3, "abab": 1}, 3)
+    with pytest.raises(ValueError, match="3 distinct characters, each of which must be a piece, but only 2"):
+        unigram_vocabulary({"abc": 1}, 2)
 
 
 def all_segmentations(word: str, pieces: set[str]) -> list[list[str]]:
