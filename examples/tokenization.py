@@ -215,10 +215,9 @@ class _Lattices:
         self.position = self.dst - self.first[self.owner]  # of each edge's end
         self.start = self.src - self.first[self.owner]  # of each edge's start
 
-    def select(self, alive: np.ndarray, alive_strings: np.ndarray | None = None):
-        """Use only the edges of live pieces (and of live strings)."""
-        keep = alive[self.piece] if alive_strings is None else alive[self.piece] & alive_strings[self.owner]
-        e = self.edges = np.flatnonzero(keep)
+    def select(self, alive: np.ndarray):
+        """Use only the edges of live pieces."""
+        e = self.edges = np.flatnonzero(alive[self.piece])
         # forward: by end position, end node, then start (longest piece first); backward: by start, descending
         self.forward = self._steps(e[np.lexsort((self.src[e], self.dst[e], self.position[e]))], self.src, self.dst,
                                    self.position)
@@ -238,6 +237,8 @@ class _Lattices:
         return steps
 
     def _sweep(self, steps, begin, scores, best_only=False):
+        """Forward (or backward) over `steps` from the nodes `begin`: each node's log-sum over its paths (Viterbi: its
+        best path's score, and the last edge of that path)."""
         values = np.full(self.nodes, -np.inf)
         values[begin] = 0.0
         back = np.zeros(self.nodes, dtype=np.int64)
@@ -262,23 +263,23 @@ class _Lattices:
         return np.bincount(self.piece[e], counts[self.owner[e]] * np.exp(log_marginal), minlength=len(scores))
 
     def viterbi(self, scores: np.ndarray):
-        """(best score of each string, -inf for a string left out, and the best segmentations as (string, start node,
-        piece) arrays, in string order)."""
+        """(best score of each string, -inf for a string left out; the pieces of the best segmentations as (string,
+        piece) arrays, string after string, each left to right)."""
         best, back = self._sweep(self.forward, self.first, scores, best_only=True)
-        owner, start, piece = [], [], []
+        start, owner, piece = [], [], []
         node = self.last.copy()
         todo = np.flatnonzero((node != self.first) & (best[self.last] > -np.inf))  # strings left out: none
         while len(todo):
             e = back[node[todo]]
-            owner.append(todo)
             start.append(self.src[e])
+            owner.append(todo)
             piece.append(self.piece[e])
             node[todo] = self.src[e]
             todo = todo[node[todo] != self.first[todo]]
-        join = (lambda parts: np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
-        owner, start, piece = join(owner), join(start), join(piece)
-        order = np.argsort(start, kind="stable")  # start nodes rise along strings and from string to string
-        return best[self.last], owner[order], start[order], piece[order]
+        if not start:
+            return best[self.last], np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        order = np.argsort(np.concatenate(start), kind="stable")  # nodes rise along a string and string to string
+        return best[self.last], np.concatenate(owner)[order], np.concatenate(piece)[order]
 
 
 def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_length: int = 16,
@@ -334,7 +335,6 @@ def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_l
     name_rank[np.argsort(np.array(pieces, dtype=object), kind="stable")] = np.arange(len(pieces))
     n_chars = len(chars)
     lattices = _Lattices(words, ids, max_piece_length)
-    alternatives = _Lattices(substrings, ids, max_piece_length, whole=False)  # each piece without itself
     alive = np.ones(len(pieces), dtype=bool)
 
     def em():
@@ -347,24 +347,29 @@ def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_l
         """Keep the characters and the most useful substrings: a `shrinking_factor` share of the pieces, fewer
         where fewer are used, never fewer than `floor`."""
         lattices.select(alive)
-        _, owner, _, used = lattices.viterbi(scores)
-        freq = np.bincount(used, counts[owner], minlength=len(pieces))
+        _, owner, piece = lattices.viterbi(scores)
+        freq = np.bincount(piece, counts[owner], minlength=len(pieces))  # occurrences in the Viterbi segmentations
         total = freq.sum()
-        alternatives.select(alive, alive[n_chars:])
-        alt_best, alt_owner, _, alt_piece = alternatives.viterbi(scores)
-        candidates = np.flatnonzero(alive[n_chars:]) + n_chars
-        own = freq[n_chars:]  # occurrences of each substring (its own Viterbi count)
-        splits = np.bincount(alt_owner, minlength=len(substrings))  # pieces of its best alternative
-        with np.errstate(divide="ignore", invalid="ignore"):  # the unused pieces get no loss
-            alt_logprob = np.bincount(alt_owner, np.log(freq[alt_piece] + own[alt_owner])
-                                      - np.log(total + own[alt_owner] * (splits[alt_owner] - 1)),
-                                      minlength=len(substrings))
-            loss = own / counts.sum() * (np.log(own) - np.log(total) - alt_logprob)
-        useful = (own > 0) & (alt_best <= scores[n_chars:])  # used, and its own best segmentation
-        k = candidates - n_chars
-        ranked = candidates[np.lexsort((name_rank[candidates], np.where(useful[k], -loss[k], -scores[candidates]),
-                                        ~useful[k]))]
-        size = max(floor, min(int(alive.sum() * shrinking_factor), n_chars + int(useful[k].sum())))
+        used = np.flatnonzero(alive & (freq > 0))
+        used = used[used >= n_chars]  # the substrings (the characters, never pruned, come first)
+        # each used substring's best segmentation without itself
+        alternatives = _Lattices([pieces[i] for i in used], {pieces[i]: i for i in np.flatnonzero(alive)},
+                                 max_piece_length, whole=False)
+        alternatives.select(alive)
+        alt_best, alt_owner, alt_piece = alternatives.viterbi(scores)
+        own = freq[used]
+        splits = np.bincount(alt_owner, minlength=len(used))
+        alt_logprob = np.bincount(alt_owner, np.log(freq[alt_piece] + own[alt_owner])
+                                  - np.log(total + own[alt_owner] * (splits[alt_owner] - 1)), minlength=len(used))
+        useful = np.zeros(len(pieces), dtype=bool)  # used, and its own best segmentation
+        useful[used] = alt_best <= scores[used]
+        loss = np.zeros(len(pieces))
+        loss[used] = own / counts.sum() * (np.log(own) - np.log(total) - alt_logprob)
+        candidates = np.flatnonzero(alive)[n_chars:]  # the characters are always alive
+        ranked = candidates[np.lexsort((name_rank[candidates],
+                                        np.where(useful[candidates], -loss[candidates], -scores[candidates]),
+                                        ~useful[candidates]))]
+        size = max(floor, min(int(alive.sum() * shrinking_factor), n_chars + int(useful.sum())))
         alive[ranked[size - n_chars:]] = False
 
     em()

@@ -164,7 +164,7 @@ def test_unigram_lattice_against_enumeration():
                 expected[ids[p]] += count * weight / weights.sum()
         best.append(max(paths, key=lambda path: sum(scores[ids[p]] for p in path)))
     np.testing.assert_allclose(lattices.expected_counts(scores, counts), expected, rtol=1e-12)
-    _, owner, _, piece = lattices.viterbi(scores)
+    _, owner, piece = lattices.viterbi(scores)
     assert [[pieces[p] for p in piece[owner == k]] for k in range(len(words))] == best
 
 
@@ -182,7 +182,7 @@ def test_unigram_viterbi_is_tokenizers_own():
     ids = {piece: i for i, (piece, _) in enumerate(vocab)}
     lattices = _Lattices(words, ids, max_length=16)
     lattices.select(np.ones(len(vocab), dtype=bool))
-    _, owner, _, piece = lattices.viterbi(np.array([score for _, score in vocab]))
+    _, owner, piece = lattices.viterbi(np.array([score for _, score in vocab]))
     ours = np.split(piece, np.flatnonzero(np.diff(owner)) + 1)
     assert len(words) > 3000 and len(ours) == len(words)
     for word, path in zip(words, ours):
