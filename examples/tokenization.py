@@ -192,7 +192,7 @@ class _Lattices:
     order in any process. Viterbi ties go to the path whose last piece is longest (as `tokenizers`' Unigram)."""
 
     def __init__(self, strings: list[str], ids: dict[str, int], max_length: int, whole: bool = True):
-        prefixes = {piece[:i] for piece in ids for i in range(1, len(piece) + 1)}
+        table = {piece[:i]: -1 for piece in ids for i in range(1, len(piece))} | ids  # prefix -> piece, or -1
         lengths = np.array([len(s) for s in strings], dtype=np.int64)
         self.first = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)  # node of position 0
         self.last = self.first + lengths  # node of each string's end
@@ -202,27 +202,29 @@ class _Lattices:
             base, n = int(self.first[k]), len(string)
             for i in range(n):
                 for j in range(i + 1, min(n, i + max_length) + 1):
-                    sub = string[i:j]
-                    if sub not in prefixes:
+                    p = table.get(string[i:j])
+                    if p is None:  # no piece starts so
                         break
-                    if sub in ids and (whole or j - i < n):  # whole=False: a string's own piece is left out
+                    if p >= 0 and (whole or j - i < n):  # whole=False: a string's own piece is left out
                         src.append(base + i)
                         dst.append(base + j)
-                        piece.append(ids[sub])
+                        piece.append(p)
                         owner.append(k)
         self.src, self.dst, self.piece, self.owner = (np.frombuffer(a, dtype=np.int64) if a else np.zeros(0, np.int64)
                                                       for a in (src, dst, piece, owner))
         self.position = self.dst - self.first[self.owner]  # of each edge's end
         self.start = self.src - self.first[self.owner]  # of each edge's start
+        # the sweeps' orders: forward by end position, end node, then start (longest piece first); backward by start
+        # position, descending, then start node and end
+        self.forward_order = np.lexsort((self.src, self.dst, self.position))
+        self.backward_order = np.lexsort((self.dst, self.src, -self.start))
 
     def select(self, alive: np.ndarray):
         """Use only the edges of live pieces."""
-        e = self.edges = np.flatnonzero(alive[self.piece])
-        # forward: by end position, end node, then start (longest piece first); backward: by start, descending
-        self.forward = self._steps(e[np.lexsort((self.src[e], self.dst[e], self.position[e]))], self.src, self.dst,
-                                   self.position)
-        self.backward = self._steps(e[np.lexsort((self.dst[e], self.src[e], -self.start[e]))], self.dst, self.src,
-                                    self.start)
+        keep = alive[self.piece]
+        self.edges = np.flatnonzero(keep)
+        self.forward = self._steps(self.forward_order[keep[self.forward_order]], self.src, self.dst, self.position)
+        self.backward = self._steps(self.backward_order[keep[self.backward_order]], self.dst, self.src, self.start)
 
     def _steps(self, order, source, target, level):
         """The sweep over the edges in `order`, a step per `level` (a position): (the edges, their source nodes,
