@@ -194,9 +194,9 @@ class _Lattices:
     def __init__(self, strings: list[str], ids: dict[str, int], max_length: int, whole: bool = True):
         table = {piece[:i]: -1 for piece in ids for i in range(1, len(piece))} | ids  # prefix -> piece, or -1
         lengths = np.array([len(s) for s in strings], dtype=np.int64)
-        self.first = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]]).astype(np.int64)  # node of position 0
+        self.first = np.cumsum(lengths + 1) - (lengths + 1)  # node of each string's position 0
         self.last = self.first + lengths  # node of each string's end
-        self.nodes = int(self.last[-1]) + 1 if strings else 0
+        self.nodes = int(np.sum(lengths + 1))
         src, dst, piece, owner = (array("q") for _ in range(4))  # compact: large texts have millions
         for k, string in enumerate(strings):
             base, n = int(self.first[k]), len(string)
