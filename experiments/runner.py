@@ -3,8 +3,10 @@
 A cell is (claim, variant, size, seed): one run of `examples/run_pretraining.py` (the project's one training path)
 as a subprocess, with flags that the cell alone decides. Its results row (one JSON line in experiments/results.jsonl)
 records the command that re-runs it. Cells are resumable: a cell whose id is already in the results file is skipped,
-and a row is appended only when a run has finished, so a killed or failed run leaves no row (its output folder is
-cleared when it is run again). Several runners may work on the same list at once (one per core): a cell being run
+and a row is appended only when a run has finished, so a killed or failed run leaves no row; it leaves its newest
+checkpoint (one every eval_steps, see `checkpointing`), from which the cell's next attempt continues as if it had
+never stopped (the same run: flags, text and code; anything else starts afresh), its row counting the cost of every
+attempt (see `run_cell`). Several runners may work on the same list at once (one per core): a cell being run
 holds a lock (`fcntl.flock`, released when its runner dies), and the others pass over it; `--parallel N` runs N
 cells at once from one runner (on one GPU with `--device cuda`, or on N cores).
 
@@ -169,16 +171,20 @@ class RunnerArguments:
         "help": "List the selected cells, each marked done or pending; run nothing."})
     results: str = field(default=str(RESULTS), metadata={"help": "The JSON-lines results file."})
     runs_dir: str = field(default=str(RUNS), metadata={
-        "help": "Where each cell's output folder goes (runs_dir/<cell id>): logs and metrics; models are deleted "
-                "unless --keep_models."})
-    keep_models: bool = field(default=False, metadata={"help": "Keep each cell's saved model and tokenizer."})
+        "help": "Where each cell's output folder goes (runs_dir/<cell id>): logs, metrics, attempts.json and, "
+                "while the cell is unfinished, its newest checkpoint (a killed cell resumes from it); a finished "
+                "cell's model and checkpoints are deleted unless --keep_models."})
+    keep_models: bool = field(default=False, metadata={
+        "help": "Keep each finished cell's saved model, tokenizer and last checkpoint."})
     max_cells: int | None = field(default=None, metadata={"help": "Run at most this many cells, then stop."})
     stop_after_minutes: float | None = field(default=None, metadata={
         "help": "Start no new cell after this many minutes (a running cell finishes). Creating the file "
-                "<runs_dir>/STOP also stops every runner before its next cell."})
+                "<runs_dir>/STOP also stops every runner before its next cell. A runner killed instead loses at "
+                "most its cells' work since their last checkpoint (eval_steps)."})
     cell_timeout_minutes: float = field(default=240.0, metadata={
-        "help": "Kill a cell that runs longer than this, wall clock (it leaves no row): a guard against a hung run. "
-                "On a shared machine a 10-minute cell can take 40 minutes; keep it generous."})
+        "help": "Kill an attempt at a cell that runs longer than this, wall clock (it leaves no row; the next "
+                "attempt resumes from its checkpoint): a guard against a hung run. On a shared machine a 10-minute "
+                "cell can take 40 minutes; keep it generous."})
     train_file: str | None = field(default=None, metadata={
         "help": "Train on this file instead of the KJV training chapters (tests, other corpora); recorded as given."})
     validation_file: str | None = field(default=None, metadata={
@@ -380,9 +386,10 @@ def train_command(cell: Cell, recorded_data: dict[str, str], output_dir: str, ex
 def checkpointing(cell: Cell) -> dict:
     """The flags the runner adds to every cell (not part of its config or its `train_command`): a checkpoint every
     `eval_steps`, only the newest kept, so a killed cell resumes from its last evaluation. Every cell, not only the
-    long ones: a checkpoint of these models is a few tens of MB written in well under a second, every 100 or 200
-    steps, and one rule leaves no cell that a stopped session runs again from step 0. Saving reads the RNG states
-    without drawing from them, so the run is the one `train_command` makes (checked by test_experiments)."""
+    long ones: a checkpoint of these models (at most 6.4M parameters, with AdamW's two moments) is under 80 MB,
+    written in about 0.2 s, every 100 or 200 steps of a cell of 5 to 65 CPU-minutes; one rule leaves no cell that a
+    stopped session runs again from step 0. Saving reads the RNG states without drawing from them, so the run is
+    the one `train_command` makes (checked by test_experiments)."""
     return {"save_strategy": "steps", "save_steps": cell.config["training"]["eval_steps"], "save_total_limit": 1}
 
 
@@ -465,7 +472,7 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
     flags = [*cell.flags(actual, str(output_dir), **checkpointing(cell)), *device_flags(args)]
-    texts = {f"{name}_text_sha256": sha256(actual[name]) for name in ("train_file", "validation_file")}
+    texts = {f"{split}_text_sha256": sha256(actual[f"{split}_file"]) for split in ("train", "validation")}
     identity = {"id": cell.id, "flags": flags, **texts, "code": code_state()}
     machine, commit = hardware(args.device), git_commit()  # as the run starts: the code it runs
     record, checkpoint = earlier_attempts(output_dir, identity)

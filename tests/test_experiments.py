@@ -1,8 +1,9 @@
-"""experiments/: the KJV loader, the cell runner (row format, resumability, no row for a failed or killed run), the
-commands of every defined cell, and the report's aggregation (mean ± std, seed counts, pending, aliases).
+"""experiments/: the KJV loader, the cell runner (row format, resumability, no row for a failed or killed run, a
+killed cell resumed from its checkpoint), the commands of every defined cell, and the report's aggregation (mean ±
+std, seed counts, pending, aliases).
 
-One real run only: a bert-tiny cell of 2 steps on a slice of the KJV (about 10 s); everything else is offline and
-synthetic."""
+Real runs of bert-tiny cells on a slice of the KJV: one of 2 steps (about 10 s), and one of 8 steps run in one go,
+killed and resumed, and from its train_command (about 40 s); everything else is offline and synthetic."""
 
 import gzip
 import hashlib
