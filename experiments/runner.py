@@ -486,7 +486,7 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
     write_json(output_dir / ATTEMPTS, record)
     if checkpoint is not None:
         print(f"  {cell.id}: resuming from {checkpoint.name}", flush=True)
-        flags += ["--resume_from_checkpoint", str(checkpoint)]
+        flags = [*flags, "--resume_from_checkpoint", str(checkpoint)]  # a new list: the record keeps the run's
     start, timed_out, ended = time.time(), threading.Event(), threading.Event()
     with open(output_dir / "log.txt", "a") as log:
         log.write(f"=== attempt {len(record['attempts'])}, from step {step}\n")
