@@ -3,8 +3,10 @@
 A cell is (claim, variant, size, seed): one run of `examples/run_pretraining.py` (the project's one training path)
 as a subprocess, with flags that the cell alone decides. Its results row (one JSON line in experiments/results.jsonl)
 records the command that re-runs it. Cells are resumable: a cell whose id is already in the results file is skipped,
-and a row is appended only when a run has finished, so a killed or failed run leaves no row (its output folder is
-cleared when it is run again). Several runners may work on the same list at once (one per core): a cell being run
+and a row is appended only when a run has finished, so a killed or failed run leaves no row; it leaves its newest
+checkpoint (one every eval_steps, see `checkpointing`), from which the cell's next attempt continues as if it had
+never stopped (the same run: flags, text and code; anything else starts afresh), its row counting the cost of every
+attempt (see `run_cell`). Several runners may work on the same list at once (one per core): a cell being run
 holds a lock (`fcntl.flock`, released when its runner dies), and the others pass over it; `--parallel N` runs N
 cells at once from one runner (on one GPU with `--device cuda`, or on N cores).
 
@@ -120,12 +122,13 @@ class Cell:
         return {"preset": self.preset, "overrides": dict(self.overrides),
                 "training": {**TRAINING, **dict(self.training)}}
 
-    def flags(self, data: dict[str, str], output_dir: str) -> list[str]:
-        """run_pretraining's arguments; `data` maps train_file/validation_file to a path (or a shell expression)."""
+    def flags(self, data: dict[str, str], output_dir: str, **replaced) -> list[str]:
+        """run_pretraining's arguments; `data` maps train_file/validation_file to a path (or a shell expression);
+        `replaced` overrides training flags in place (the runner's checkpointing, see `checkpointing`)."""
         flags = {"preset": self.preset, **data}
         if self.overrides:
             flags["config_overrides"] = json.dumps(dict(self.overrides), separators=(",", ":"))
-        flags.update({**TRAINING, **dict(self.training), "seed": self.seed, "output_dir": output_dir})
+        flags.update({**TRAINING, **dict(self.training), "seed": self.seed, "output_dir": output_dir, **replaced})
         argv = []
         for name, value in flags.items():
             argv += [f"--{name}", str(value)]
@@ -168,16 +171,20 @@ class RunnerArguments:
         "help": "List the selected cells, each marked done or pending; run nothing."})
     results: str = field(default=str(RESULTS), metadata={"help": "The JSON-lines results file."})
     runs_dir: str = field(default=str(RUNS), metadata={
-        "help": "Where each cell's output folder goes (runs_dir/<cell id>): logs and metrics; models are deleted "
-                "unless --keep_models."})
-    keep_models: bool = field(default=False, metadata={"help": "Keep each cell's saved model and tokenizer."})
+        "help": "Where each cell's output folder goes (runs_dir/<cell id>): logs, metrics, attempts.json and, "
+                "while the cell is unfinished, its newest checkpoint (a killed cell resumes from it); a finished "
+                "cell's model and checkpoints are deleted unless --keep_models."})
+    keep_models: bool = field(default=False, metadata={
+        "help": "Keep each finished cell's saved model, tokenizer and last checkpoint."})
     max_cells: int | None = field(default=None, metadata={"help": "Run at most this many cells, then stop."})
     stop_after_minutes: float | None = field(default=None, metadata={
         "help": "Start no new cell after this many minutes (a running cell finishes). Creating the file "
-                "<runs_dir>/STOP also stops every runner before its next cell."})
+                "<runs_dir>/STOP also stops every runner before its next cell. A runner killed instead loses at "
+                "most its cells' work since their last checkpoint (eval_steps)."})
     cell_timeout_minutes: float = field(default=240.0, metadata={
-        "help": "Kill a cell that runs longer than this, wall clock (it leaves no row): a guard against a hung run. "
-                "On a shared machine a 10-minute cell can take 40 minutes; keep it generous."})
+        "help": "Kill an attempt at a cell that runs longer than this, wall clock (it leaves no row; the next "
+                "attempt resumes from its checkpoint): a guard against a hung run. On a shared machine a 10-minute "
+                "cell can take 40 minutes; keep it generous."})
     train_file: str | None = field(default=None, metadata={
         "help": "Train on this file instead of the KJV training chapters (tests, other corpora); recorded as given."})
     validation_file: str | None = field(default=None, metadata={
@@ -351,6 +358,17 @@ def read_outcome(output_dir: Path) -> dict:
     }
 
 
+def whole_run_train_loss(curve: list) -> float | None:
+    """The mean training loss over the logged steps of a whole run, from its curve ([[step, loss], ...]; each
+    logged loss is the mean since the previous log): what Trainer's train_loss is for a run in one go (when the
+    last step is logged), which for a resumed run covers the last attempt's steps alone. None when a logged loss is
+    not finite."""
+    if not curve or any(loss is None for _, loss in curve):
+        return None
+    steps = [step for step, _ in curve]
+    return sum(loss * (step - before) for (step, loss), before in zip(curve, [0, *steps])) / steps[-1]
+
+
 # --------------------------------------------------------------------------------------------------- running
 def rerun_command(claim_script: str, cell: Cell) -> str:
     return f"python {claim_script} --only {shlex.quote(cell.id)}"
@@ -365,49 +383,160 @@ def train_command(cell: Cell, recorded_data: dict[str, str], output_dir: str, ex
     return f"OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python {SCRIPT} " + " ".join(words)
 
 
+def checkpointing(cell: Cell) -> dict:
+    """The flags the runner adds to every cell (not part of its config or its `train_command`): a checkpoint every
+    `eval_steps`, only the newest kept, so a killed cell resumes from its last evaluation. Every cell, not only the
+    long ones: a checkpoint of these models (at most 6.4M parameters, with AdamW's two moments) is under 80 MB,
+    written in about 0.2 s, every 100 or 200 steps of a cell of 5 to 65 CPU-minutes; one rule leaves no cell that a
+    stopped session runs again from step 0. Saving reads the RNG states without drawing from them, so the run is
+    the one `train_command` makes (checked by test_experiments)."""
+    return {"save_strategy": "steps", "save_steps": cell.config["training"]["eval_steps"], "save_total_limit": 1}
+
+
+ATTEMPTS = "attempts.json"  # in a cell's run folder: what the checkpoints there are of, and every attempt's cost
+HEARTBEAT_SECONDS = 30.0  # how often a running attempt's cost is written there (all a killed runner leaves)
+
+
+def code_state() -> str | None:
+    """A hash of the tracked code as it is in the working tree (the index's blobs and the unstaged changes,
+    NOT_CODE left out): equal only when the code is, whatever was committed to results or docs in between."""
+    spec = ["--", ".", *(f":(exclude){path}" for path in NOT_CODE)]
+    digest = hashlib.sha256()
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        for command in (["git", "ls-files", "-s", *spec], ["git", "diff", "--binary", *spec]):
+            digest.update(subprocess.run(command, cwd=ROOT, capture_output=True, check=True).stdout)
+        return digest.hexdigest()
+    return None
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a running process and its waited-for children (Linux /proc; None elsewhere)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return None
+
+
+def last_checkpoint(output_dir: Path) -> Path | None:
+    """The newest complete checkpoint-N (Trainer writes trainer_state.json last); incomplete newer ones, which a kill
+    during a save leaves, are removed."""
+    found = sorted((int(d.name.split("-")[1]), d) for d in output_dir.glob("checkpoint-*")
+                   if d.is_dir() and d.name.split("-")[1].isdigit())
+    for _, folder in reversed(found):
+        with contextlib.suppress(OSError, json.JSONDecodeError):
+            json.loads((folder / "trainer_state.json").read_text())
+            return folder
+        shutil.rmtree(folder)
+    return None
+
+
+def write_json(path: Path, value: dict) -> None:
+    """Write whole or not at all (a kill mid-write leaves the previous file)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value, indent=1) + "\n")
+    os.replace(partial, path)
+
+
+def earlier_attempts(output_dir: Path, identity: dict) -> tuple[dict | None, Path | None]:
+    """(record, checkpoint) of earlier attempts at the same run in `output_dir` (see `run_cell`): (None, None) when
+    there were none, or they were of another run (other flags, data or code: their folder is cleared)."""
+    path = output_dir / ATTEMPTS
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        record = json.loads(path.read_text())
+        differs = [key for key, value in identity.items() if record.get(key) != value]
+        if not differs:
+            return record, last_checkpoint(output_dir)
+        print(f"  {identity['id']}: {output_dir} holds an attempt at another run (its {', '.join(differs)} "
+              "differ); starting afresh", file=sys.stderr)
+    return None, None
+
+
 def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[dict, dict]) -> dict | None:
-    """Run one cell and append its row; None (and no row) when the run failed or was killed."""
+    """Run one cell and append its row; None (and no row) when the run failed or was killed.
+
+    The run folder keeps what a killed attempt leaves: the newest checkpoint (see `checkpointing`) and ATTEMPTS, which
+    says what run it is of (the flags as run, the training and validation text, `code_state`) and what each attempt
+    cost (its wall and CPU seconds, written every HEARTBEAT_SECONDS while it runs). An attempt at the same run
+    resumes from the newest complete checkpoint (`--resume_from_checkpoint`: Trainer restores the weights,
+    optimizer, schedule, RNG states and skips the batches already seen; the masks depend only on each example, the
+    seed and the epoch); anything else starts afresh in a cleared folder. The row's wall and CPU seconds are those of
+    every attempt, `resumed_from_step` the step each later attempt started from ([] for a run in one go), and
+    `git_commit` the first attempt's (the code is the same in all); its train_runtime and train_seconds_per_step
+    are of the attempt that finished, its train_loss of the whole run (from the logged curve)."""
     recorded, actual = data
     runs_dir = Path(args.runs_dir)
     output_dir = runs_dir / cell.id
     inside = output_dir.resolve().is_relative_to(ROOT)
     relative = os.path.relpath(output_dir.resolve(), ROOT) if inside else str(output_dir)
-    shutil.rmtree(output_dir, ignore_errors=True)  # what a killed earlier attempt left
-    output_dir.mkdir(parents=True)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
            "TOKENIZERS_PARALLELISM": "false"}
-    argv = [args.python, str(ROOT / SCRIPT), *cell.flags(actual, str(output_dir)), *device_flags(args)]
+    flags = [*cell.flags(actual, str(output_dir), **checkpointing(cell)), *device_flags(args)]
+    texts = {f"{split}_text_sha256": sha256(actual[f"{split}_file"]) for split in ("train", "validation")}
+    identity = {"id": cell.id, "flags": flags, **texts, "code": code_state()}
     machine, commit = hardware(args.device), git_commit()  # as the run starts: the code it runs
-    start, timed_out = time.time(), threading.Event()
-    with open(output_dir / "log.txt", "w") as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    record, checkpoint = earlier_attempts(output_dir, identity)
+    if checkpoint is None:  # nothing to resume: a fresh folder (the cost of an attempt at the same run still counts)
+        shutil.rmtree(output_dir, ignore_errors=True)
+        output_dir.mkdir(parents=True)
+    record = record or {**identity, "git_commit": commit, "attempts": []}
+    step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] if checkpoint else 0
+    attempt = {"from_step": step, "wall_seconds": 0.0, "cpu_seconds": 0.0}
+    record["attempts"].append(attempt)
+    write_json(output_dir / ATTEMPTS, record)
+    if checkpoint is not None:
+        print(f"  {cell.id}: resuming from {checkpoint.name}", flush=True)
+        flags = [*flags, "--resume_from_checkpoint", str(checkpoint)]  # a new list: the record keeps the run's
+    start, timed_out, ended = time.time(), threading.Event(), threading.Event()
+    with open(output_dir / "log.txt", "a") as log:
+        log.write(f"=== attempt {len(record['attempts'])}, from step {step}\n")
+        log.flush()
+        proc = subprocess.Popen([args.python, str(ROOT / SCRIPT), *flags], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+
+        def heartbeat() -> None:
+            while not ended.wait(HEARTBEAT_SECONDS):
+                attempt["wall_seconds"] = round(time.time() - start, 1)
+                cpu = process_cpu_seconds(proc.pid)
+                attempt["cpu_seconds"] = attempt["cpu_seconds"] if cpu is None else round(cpu, 1)
+                write_json(output_dir / ATTEMPTS, record)
+
+        beats = threading.Thread(target=heartbeat, daemon=True)
+        beats.start()
         timer = threading.Timer(args.cell_timeout_minutes * 60, lambda: (timed_out.set(), proc.kill()))
         timer.start()
         try:  # wait4: this cell's own CPU time, even while other cells (--parallel) end
             _, status, usage = os.wait4(proc.pid, 0)
         finally:
             timer.cancel()
+            ended.set()
+            beats.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
+    # the cell's CPU time: independent of how busy the machine was
+    attempt.update(wall_seconds=round(time.time() - start, 1), cpu_seconds=round(usage.ru_utime + usage.ru_stime, 1))
+    write_json(output_dir / ATTEMPTS, record)
     if timed_out.is_set():
         print(f"  {cell.id}: killed after {args.cell_timeout_minutes} min; no row", file=sys.stderr)
         return None
-    wall = time.time() - start
-    cpu = usage.ru_utime + usage.ru_stime  # the cell's CPU time: independent of how busy the machine was
     if proc.returncode != 0:
         tail = (output_dir / "log.txt").read_text()[-2000:]
         print(f"  {cell.id}: failed (exit {proc.returncode}); no row. Log tail:\n{tail}", file=sys.stderr)
         return None
+    outcome = read_outcome(output_dir)
+    resumed = [a["from_step"] for a in record["attempts"][1:]]
+    if resumed:  # Trainer's train_loss covers the last attempt's steps alone
+        outcome["train_loss"] = whole_run_train_loss(outcome["train_curve"])
     row = {
         "id": cell.id, "claim": cell.claim, "variant": cell.variant, "size": cell.size, "seed": cell.seed,
-        "config": cell.config, "steps": None, **read_outcome(output_dir),
-        "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1), "hardware": machine,
+        "config": cell.config, "steps": None, **outcome,
+        "wall_seconds": round(sum(a["wall_seconds"] for a in record["attempts"]), 1),
+        "cpu_seconds": round(sum(a["cpu_seconds"] for a in record["attempts"]), 1),
+        "resumed_from_step": resumed, "hardware": machine,
         "command": rerun_command(claim_script, cell),
         "train_command": train_command(cell, recorded, relative, device_flags(args)),
         # what it was made from: the tokenizer as the run saved it (byte-identical to the one it loaded), the text
-        "tokenizer_sha256": sha256(output_dir / "tokenizer.json"),
-        "train_text_sha256": sha256(actual["train_file"]), "validation_text_sha256": sha256(actual["validation_file"]),
-        "git_commit": commit, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "tokenizer_sha256": sha256(output_dir / "tokenizer.json"), **texts,
+        "git_commit": record["git_commit"], "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     row["steps"] = json.loads((output_dir / "trainer_state.json").read_text())["global_step"]
     row["hardware"]["load_average_1min_end"] = round(os.getloadavg()[0], 2)
@@ -415,6 +544,8 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
         for pattern in ("*.safetensors", "*.bin", "tokenizer*", "vocab.txt", "special_tokens_map.json"):
             for path in output_dir.glob(pattern):
                 path.unlink()
+        for folder in output_dir.glob("checkpoint-*"):
+            shutil.rmtree(folder)
     append_row(args.results, row)
     return row
 

@@ -1,13 +1,15 @@
-"""experiments/: the KJV loader, the cell runner (row format, resumability, no row for a failed or killed run), the
-commands of every defined cell, and the report's aggregation (mean ± std, seed counts, pending, aliases).
+"""experiments/: the KJV loader, the cell runner (row format, resumability, no row for a failed or killed run, a
+killed cell resumed from its checkpoint), the commands of every defined cell, and the report's aggregation (mean ±
+std, seed counts, pending, aliases).
 
-One real run only: a bert-tiny cell of 2 steps on a slice of the KJV (about 10 s); everything else is offline and
-synthetic."""
+Real runs of bert-tiny cells on a slice of the KJV: one of 2 steps (about 10 s), and one of 8 steps run in one go,
+killed and resumed, and from its train_command (about 40 s); everything else is offline and synthetic."""
 
 import gzip
 import hashlib
 import json
 import math
+import os
 import shlex
 import statistics
 import subprocess
@@ -27,7 +29,7 @@ import runner  # noqa: E402
 
 ROW_KEYS = {"id", "claim", "variant", "size", "seed", "config", "steps", "eval_loss", "eval_perplexity", "diverged",
             "eval_curve", "train_curve", "train_loss", "train_seconds_per_step", "train_runtime", "num_parameters",
-            "wall_seconds", "cpu_seconds", "hardware", "command", "train_command", "git_commit", "finished_at",
+            "wall_seconds", "cpu_seconds", "resumed_from_step", "hardware", "command", "train_command", "git_commit", "finished_at",
             "tokenizer_sha256", "train_text_sha256", "validation_text_sha256"}
 
 
@@ -159,6 +161,146 @@ def test_parallel_runs_cells_at_once(tmp_path, tiny_data):
                                           .read_text().splitlines()]
     assert max(a_start, b_start) < min(a_end, b_end)  # the two runs overlapped
     assert runner.main([tiny_cell(0), tiny_cell(1)], "experiments/test_claim.py", argv)["skipped"] == 2
+
+
+KILLED_RUN = """#!{python}
+# run_pretraining, killed (SIGKILL, as a stopped session kills it) as it logs step {step}
+import os, runpy, signal, sys
+from transformers import Trainer
+log = Trainer.log
+def log_then_die(self, logs, *args, **kwargs):
+    log(self, logs, *args, **kwargs)
+    if self.state.global_step == {step}:
+        os.kill(os.getpid(), signal.SIGKILL)
+Trainer.log = log_then_die
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_killed_cell_resumes_as_if_never_killed(tmp_path, tiny_data, monkeypatch):
+    """A cell killed at step 5 (after checkpoint-4) and run again resumes from checkpoint-4 and ends as the same
+    cell run in one go: the same eval and training curves from step 0 (8 steps, 3 per epoch: the resumed epoch's
+    masks and order, dropout), its cost that of both attempts. The one-go run with the runner's checkpoints is the
+    run its train_command (no checkpoints) makes."""
+    import reproduce
+
+    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "cache"))
+    cell = runner.cell("test", "tiny", "t", 0, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=8,
+                       eval_steps=2, logging_steps=1, max_seq_length=32, max_eval_samples=8,
+                       per_device_train_batch_size=4, max_train_samples=12)
+    runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path / "whole", tiny_data))
+    (whole,) = runner.load_results(tmp_path / "whole" / "results.jsonl")
+
+    killed = tmp_path / "killed-python"
+    killed.write_text(KILLED_RUN.format(python=sys.executable, step=5))
+    killed.chmod(0o755)
+    argv = runner_argv(tmp_path / "resumed", tiny_data)
+    with pytest.raises(SystemExit):
+        runner.main([cell], "experiments/test_claim.py", [*argv, "--python", str(killed)])
+    run_dir = tmp_path / "resumed" / "runs" / cell.id
+    assert [d.name for d in run_dir.glob("checkpoint-*")] == ["checkpoint-4"]  # only the newest is kept
+    assert runner.load_results(tmp_path / "resumed" / "results.jsonl") == []
+    runner.main([cell], "experiments/test_claim.py", argv)
+    (resumed,) = runner.load_results(tmp_path / "resumed" / "results.jsonl")
+    assert "=== attempt 2, from step 4" in (run_dir / "log.txt").read_text()
+    assert resumed["resumed_from_step"] == [4] and whole["resumed_from_step"] == []
+    assert [s for s, _ in resumed["eval_curve"]] == [s for s, _ in whole["eval_curve"]] == [2, 4, 6, 8]
+    assert [s for s, _ in resumed["train_curve"]] == [s for s, _ in whole["train_curve"]] == list(range(1, 9))
+    for key in ("eval_curve", "train_curve"):
+        assert [v for _, v in resumed[key]] == pytest.approx([v for _, v in whole[key]], abs=1e-5), key
+    assert resumed["eval_loss"] == pytest.approx(whole["eval_loss"], abs=1e-5)
+    assert resumed["train_loss"] == pytest.approx(whole["train_loss"], abs=1e-5)  # Trainer's; the curve's mean
+    # non-vacuity: the steps after the checkpoint move the loss far beyond the tolerance (and a resume without the
+    # dropout RNG states moved the step-6 eval loss by 2e-4; one without skipping the seen batches, 1e-2)
+    assert abs(whole["eval_curve"][-1][1] - whole["eval_curve"][1][1]) > 1e-2
+    # the cost of both attempts; the command that makes the cell from scratch
+    attempts = json.loads((run_dir / runner.ATTEMPTS).read_text())["attempts"]
+    assert [a["from_step"] for a in attempts] == [0, 4] and all(a["cpu_seconds"] > 0 for a in attempts)
+    assert resumed["cpu_seconds"] == pytest.approx(sum(a["cpu_seconds"] for a in attempts), abs=0.1)
+    assert resumed["wall_seconds"] == pytest.approx(sum(a["wall_seconds"] for a in attempts), abs=0.1)
+    assert resumed["train_command"] == whole["train_command"].replace(str(tmp_path / "whole"),
+                                                                      str(tmp_path / "resumed"))
+    assert "--save_strategy no" in whole["train_command"] and "checkpoint" not in whole["train_command"]
+    assert not list(run_dir.glob("checkpoint-*")) and not list(run_dir.rglob("*.safetensors"))
+
+    scratch = tmp_path / "from-scratch"
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # `python`: this one
+    subprocess.run(["bash", "-c", reproduce.reproduce_command(whole, scratch)], cwd=ROOT, check=True,
+                   capture_output=True, env={**os.environ, "PATH": path})
+    assert not list(scratch.glob("checkpoint-*"))
+    from_scratch = runner.read_outcome(scratch)
+    for key in ("eval_curve", "train_curve"):
+        assert [s for s, _ in from_scratch[key]] == [s for s, _ in whole[key]], key
+        assert [v for _, v in from_scratch[key]] == pytest.approx([v for _, v in whole[key]], abs=1e-5), key
+
+
+ATTEMPTED_RUN = """#!{python}
+# a fake run_pretraining: FAKE_DIE leaves checkpoint-2 and a checkpoint-4 killed while being saved, and fails;
+# otherwise it burns CPU, keeps what the runner's heartbeat wrote meanwhile, and finishes at step 4
+import json, os, sys, time
+from pathlib import Path
+argv = sys.argv[1:]
+out = Path(argv[argv.index("--output_dir") + 1])
+with open(out.parent / "argv.jsonl", "a") as handle:
+    handle.write(json.dumps(argv) + "\\n")
+if os.environ.get("FAKE_DIE"):
+    for step in (2, 4):
+        (out / f"checkpoint-{{step}}").mkdir()
+    (out / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({{"global_step": 2}}))
+    sys.exit(1)
+start = time.process_time()
+while time.process_time() - start < 0.6:
+    pass
+time.sleep(0.3)
+(out.parent / "heartbeat.json").write_text((out / "attempts.json").read_text())
+(out / "all_results.json").write_text(json.dumps({{"eval_mlm_loss": 5.0, "train_loss": 9.0}}))
+(out / "trainer_state.json").write_text(json.dumps({{"global_step": 4, "log_history": [
+    {{"step": 2, "loss": 6.0}}, {{"step": 4, "loss": 5.0}}, {{"step": 4, "eval_mlm_loss": 5.0}}]}}))
+(out / "tokenizer.json").write_text("{{}}")
+"""
+
+
+def test_resume_only_the_same_run(tmp_path, tiny_data, monkeypatch):
+    """An attempt at the same cell resumes from the newest complete checkpoint (one killed while being saved is
+    removed) and the row counts both attempts; the heartbeat records a running attempt's cost; a folder whose
+    attempts were of another run (other flags) is cleared and the cell starts afresh."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(ATTEMPTED_RUN.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setattr(runner, "HEARTBEAT_SECONDS", 0.1)
+    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake))
+    run_dir, cell = tmp_path / "runs" / tiny_cell().id, tiny_cell()
+    monkeypatch.setenv("FAKE_DIE", "1")
+    with pytest.raises(SystemExit):
+        runner.main([cell], "experiments/test_claim.py", argv)
+    monkeypatch.delenv("FAKE_DIE")
+    runner.main([cell], "experiments/test_claim.py", argv)
+    first, second = [json.loads(line) for line in (run_dir.parent / "argv.jsonl").read_text().splitlines()]
+    assert "--resume_from_checkpoint" not in first
+    assert second[second.index("--resume_from_checkpoint") + 1] == str(run_dir / "checkpoint-2")
+    assert second[second.index("--save_strategy") + 1] == "steps" and second.count("--save_strategy") == 1
+    assert second[second.index("--save_steps") + 1] == "1"  # the cell's eval_steps
+    (row,) = runner.load_results(tmp_path / "results.jsonl")
+    attempts = json.loads((run_dir / runner.ATTEMPTS).read_text())["attempts"]
+    assert row["resumed_from_step"] == [2] and [a["from_step"] for a in attempts] == [0, 2]
+    assert row["wall_seconds"] == pytest.approx(sum(a["wall_seconds"] for a in attempts), abs=0.11)
+    assert row["wall_seconds"] >= 0.9  # the second attempt alone: 0.6 s of CPU, 0.3 s asleep
+    assert row["cpu_seconds"] >= 0.6 and row["train_loss"] == 5.5  # the curve's, not the last attempt's 9.0
+    beat = json.loads((run_dir.parent / "heartbeat.json").read_text())["attempts"][-1]
+    assert 0.6 <= beat["wall_seconds"] and 0.4 <= beat["cpu_seconds"] <= row["cpu_seconds"] + 0.1
+    assert not list(run_dir.glob("checkpoint-*"))
+
+    # another run's attempt: nothing of it is resumed or counted
+    record = json.loads((run_dir / runner.ATTEMPTS).read_text())
+    record["flags"] = [*record["flags"], "--learning_rate", "1"]
+    (run_dir / runner.ATTEMPTS).write_text(json.dumps(record))
+    (run_dir / "checkpoint-3").mkdir()
+    (run_dir / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    runner.main([cell], "experiments/test_claim.py", ["--results", str(tmp_path / "again.jsonl"), *argv[2:]])
+    (row,) = runner.load_results(tmp_path / "again.jsonl")
+    assert "--resume_from_checkpoint" not in json.loads((run_dir.parent / "argv.jsonl").read_text().splitlines()[-1])
+    assert row["resumed_from_step"] == [] and len(json.loads((run_dir / runner.ATTEMPTS).read_text())["attempts"]) == 1
 
 
 def test_device_and_parallel_are_checked(tmp_path, tiny_data):
