@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "experiments"))
 
 import kjv  # noqa: E402
-from tokenization import _Lattices, project_tokenizer, unigram_vocabulary, wordpiece_vocabulary  # noqa: E402
+from tokenization import project_tokenizer  # noqa: E402
+from vocabularies import _Lattices, unigram_vocabulary, wordpiece_vocabulary  # noqa: E402
 
 TRAIN = """
 import sys
