@@ -16,9 +16,9 @@ Cells (width 256, 4 layers, FFN 1024, MLM on the KJV, 128 tokens, batch 16, 400 
    defect, or do the dynamic maps need a smaller step (the original code warns that large ones train badly)?
 5. the dynamic maps under T5's Adafactor (run_pretraining --t5_adafactor: parameter-scaled steps, T5's constant
    relative step 1e-2 below 10k steps, no weight decay), beside the dot product and static talking heads under it
-   (one seed, a screen; three seeds once the dynamic maps trained there). Under AdamW every weight moves by about the learning rate; under Adafactor by the step
-   times its own RMS, so the small dynamic weights (RMS ~0.0016) move ~150x less than under AdamW, as in the
-   paper's training.
+   (one seed, a screen; three seeds once the dynamic maps trained there). Under AdamW every weight moves by about
+   the learning rate; under Adafactor by the step times its own RMS, so the small dynamic weights (RMS ~0.0016)
+   move ~150x less than under AdamW, as in the paper's training.
 
 Past the plateau: cells run with the tokenizer committed beside the corpus (rows record its hash). The
 400-step cells above ran before it existed, each with a WordPiece retrained in its own process (unrecorded, not
