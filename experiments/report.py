@@ -15,6 +15,7 @@ import math
 import re
 import statistics
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,7 +189,7 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     axes[0][0].set_ylabel("MLM loss: held-out, training dotted" if table.train_loss else "eval MLM loss")
-    fig.suptitle(table.title, fontsize=9)
+    fig.suptitle(textwrap.fill(table.title, width=int(13 * 4.2 * len(panels))), fontsize=9)  # within the figure
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)

@@ -23,6 +23,7 @@ The claim scripts (talking_heads.py, single_head.py, synthesizer.py) define thei
 """
 
 import contextlib
+import ctypes
 import fcntl
 import fnmatch
 import hashlib
@@ -32,6 +33,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -451,6 +453,26 @@ def earlier_attempts(output_dir: Path, identity: dict) -> tuple[dict | None, Pat
     return None, None
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
+
+def die_with(parent: int):
+    """A `preexec_fn` that makes the cell's process get SIGKILL when the runner thread that started it dies (Linux;
+    elsewhere None: a killed runner's child trains on). Without it a runner killed alone leaves its cell training
+    with no runner to write its row, and a later runner could resume into the folder it still writes. `parent` is
+    the runner's pid: a runner that died before the call is caught by the check that follows it."""
+    if _PRCTL is None:
+        return None
+
+    def preexec() -> None:
+        _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
+
+
 def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[dict, dict]) -> dict | None:
     """Run one cell and append its row; None (and no row) when the run failed or was killed.
 
@@ -492,7 +514,7 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
         log.write(f"=== attempt {len(record['attempts'])}, from step {step}\n")
         log.flush()
         proc = subprocess.Popen([args.python, str(ROOT / SCRIPT), *flags], cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, preexec_fn=die_with(os.getpid()))
 
         def heartbeat() -> None:
             while not ended.wait(HEARTBEAT_SECONDS):

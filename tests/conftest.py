@@ -12,11 +12,14 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# The datasets cache of this test session (set before anything imports datasets; subprocesses inherit it): the
-# example scripts' preparation lands here, not in the user's ~/.cache/huggingface/datasets.
-if "HF_DATASETS_CACHE" not in os.environ:
-    os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="hav-datasets-")
-    atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
+# The caches of this test session (set before anything imports datasets; subprocesses inherit them): the example
+# scripts' preparation lands in a datasets cache of its own, not the user's ~/.cache/huggingface/datasets, and the
+# project's (tokenizers trained from text, the KJV files) in one of its own, not ~/.cache/hf_attn_variants, which
+# research runs on the same machine read while the suite runs.
+for variable, prefix in (("HF_DATASETS_CACHE", "hav-datasets-"), ("HF_ATTN_VARIANTS_CACHE", "hav-cache-")):
+    if variable not in os.environ:
+        os.environ[variable] = tempfile.mkdtemp(prefix=prefix)
+        atexit.register(shutil.rmtree, os.environ[variable], ignore_errors=True)
 
 # The one device switch of the suite: HAV_TEST_DEVICE=cpu, cuda or cuda:N (default: cuda when there is one). Test
 # modules marked `pytestmark = pytest.mark.device` run there: `build` puts their models on it, `head_inputs`,

@@ -14,6 +14,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -126,6 +127,48 @@ def test_failed_or_killed_cell_leaves_no_row(tmp_path, tiny_data, script, timeou
         runner.main([tiny_cell()], "experiments/test_claim.py", argv)
     assert runner.load_results(tmp_path / "results.jsonl") == []
     assert runner.done_ids(tmp_path / "results.jsonl") == set()
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_killed_runner_takes_its_cell_with_it(tmp_path, tiny_data):
+    """A runner killed alone (SIGKILL) takes its cell's process with it: none trains on without a runner to write its
+    row (a fake run_pretraining that records its pid and sleeps; without `die_with` it outlives the runner)."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'child.pid'}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake))
+    program = (f"import sys; sys.path.insert(0, {str(ROOT / 'experiments')!r})\n"
+               "import runner\n"
+               "cell = runner.cell('test', 'tiny', 't', 0, 'bert-tiny-dot-product', {}, max_steps=2)\n"
+               f"runner.main([cell], 'experiments/test_claim.py', {argv!r})\n")
+    runner_proc = subprocess.Popen([sys.executable, "-c", program], cwd=ROOT)
+    try:
+        for _ in range(600):  # the cell has started once its process has written its pid
+            if (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip():
+                break
+            assert runner_proc.poll() is None, "the runner ended before its cell started"
+            time.sleep(0.1)
+        child = int((tmp_path / "child.pid").read_text())
+        assert alive(child)  # while its runner is
+    finally:
+        runner_proc.kill()
+        runner_proc.wait()
+    for _ in range(100):
+        if not alive(child):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        pytest.fail("the cell's process outlived its killed runner")
+    assert runner.load_results(tmp_path / "results.jsonl") == []
 
 
 FAKE_RUN = """#!{python}
