@@ -154,9 +154,23 @@ def screen_pick(rows: list[dict], table: Table, variant: str, sizes: dict[str, s
     return min(losses, key=losses.get) if losses else fallback
 
 
+def paired_differences(baseline: list[dict], runs: list[dict]) -> dict[int, list[float]]:
+    """Each eval step's held-out loss of `runs` minus that of the `baseline` run of the same seed (the same data
+    order and masks), for the seeds both have: {step: [difference per seed]}, the steps every pair shares."""
+    base = {r["seed"]: dict(p for p in r["eval_curve"] if p[1] is not None) for r in baseline}
+    pairs = [(dict(p for p in r["eval_curve"] if p[1] is not None), base[r["seed"]]) for r in runs
+             if r["seed"] in base]
+    if not pairs:
+        return {}
+    steps = sorted(set.intersection(*(set(curve) & set(ref) for curve, ref in pairs)))
+    return {step: [curve[step] - ref[step] for curve, ref in pairs] for step in steps}
+
+
 def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bool:
-    """One panel per column, one colour per variant: each seed's eval curve thin, their mean thick. False (and no
-    file) when the table has no runs yet."""
+    """One panel per column, one colour per variant: each seed's eval curve thin, their mean thick. A table with
+    `train_loss` (the long runs, whose differences at the end are small beside the curves' range) has a second row
+    of panels: each variant's held-out loss minus the first row's (the baseline), paired by seed, thin per seed and
+    thick for the mean. False (and no file) when the table has no runs yet."""
     panels = [[(label, entry_rows(rows, table, variant, size, aliases)) for label, variant in table.rows]
               for _, size in table.columns]
     if not any(runs for panel in panels for _, runs in panel):
@@ -166,7 +180,9 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False, sharey=True)
+    grid = 2 if table.train_loss else 1
+    fig, axes = plt.subplots(grid, len(panels), figsize=(4.2 * len(panels), 3.4 * grid), squeeze=False,
+                             sharey="row")
     for ax, (title, _), panel in zip(axes[0], table.columns, panels):
         for index, (label, runs) in enumerate(panel):
             colour = f"C{index}"
@@ -189,6 +205,27 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     axes[0][0].set_ylabel("MLM loss: held-out, training dotted" if table.train_loss else "eval MLM loss")
+    if grid == 2:
+        baseline_label = table.rows[0][0]
+        for ax, (title, _), panel in zip(axes[1], table.columns, panels):
+            (_, baseline), *others = panel
+            for index, (label, runs) in enumerate(others, start=1):
+                differences = paired_differences(baseline, runs)
+                if not differences:
+                    continue
+                steps = list(differences)
+                for seed_index in range(len(differences[steps[0]])):
+                    ax.plot(steps, [differences[s][seed_index] for s in steps], color=f"C{index}", alpha=0.3,
+                            linewidth=0.8)
+                ax.plot(steps, [statistics.fmean(differences[s]) for s in steps], color=f"C{index}", linewidth=2,
+                        marker=".", label=f"{label} (n={len(differences[steps[0]])} pairs)")
+            ax.axhline(0, color="C0", linewidth=1)
+            ax.set_title(f"{title}: minus {baseline_label}, paired by seed", fontsize=9)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
+        axes[1][0].set_ylabel("held-out loss difference (below 0: ahead)")
     fig.suptitle(textwrap.fill(table.title, width=int(13 * 4.2 * len(panels))), fontsize=9)  # within the figure
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

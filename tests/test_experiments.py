@@ -719,6 +719,25 @@ def test_long_table_shows_train_loss_and_rising_runs():
     assert report.render_table([rising, flat], short, {}).splitlines()[0] == "| variant | small |"
 
 
+def test_long_curves_pair_each_variant_with_the_baseline_by_seed(tmp_path):
+    def run(variant, seed, losses):
+        return {**fake_row(variant, "s", seed, losses[-1]), "eval_curve": [[200 * (i + 1), v]
+                                                                          for i, v in enumerate(losses)],
+                "train_curve": [[100, 7.0], [200, 6.0]]}
+
+    base = [run("a", 0, [6.0, 5.5, 5.2]), run("a", 1, [6.1, 5.6, 5.3])]
+    other = [run("b", 1, [6.0, 5.65, 5.4]), run("b", 2, [5.0, 4.0, 3.0]),  # seed 2: no baseline to pair with
+             {**run("b", 0, [5.9, 5.5, 5.1]), "eval_curve": [[200, 5.9], [400, None], [600, 5.1]]}]
+    differences = report.paired_differences(base, other)
+    assert list(differences) == [200, 600]  # the steps every pair has
+    assert differences[200] == pytest.approx([-0.1, -0.1]) and differences[600] == pytest.approx([0.1, -0.1])
+    assert report.paired_differences(base, [run("b", 5, [5.0])]) == {}
+    table = runner.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1, 2),
+                         train_loss=True)
+    assert report.plot_curves(base + other, table, {}, tmp_path / "long.png")
+    assert (tmp_path / "long.png").stat().st_size > 1000
+
+
 def test_long_note_says_what_is_pending():
     assert "pending the screen" in runner.long_note({"x": "1e-3"}, {"y": None})
     picked = runner.long_note({"x": "1e-3"}, {"y": "5e-4"})
