@@ -220,7 +220,7 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
                 ax.plot(steps, [statistics.fmean(differences[s]) for s in steps], color=f"C{index}", linewidth=2,
                         marker=".", label=f"{label} (n={len(differences[steps[0]])} pairs)")
             ax.axhline(0, color="C0", linewidth=1)
-            ax.set_title(f"{title}: minus {baseline_label}, paired by seed", fontsize=9)
+            ax.set_title(textwrap.fill(f"{title}: minus {baseline_label}, paired by seed", 55), fontsize=9)
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
