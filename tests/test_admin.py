@@ -108,9 +108,13 @@ with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
                "model": [m.admin_omega.tolist() for m in model.modules() if getattr(m, "admin_omega", None) is not None]}, f)
 # Leave together and take the process group down before the interpreter does: a rank that exits while the other
 # still holds its gloo connections can make that one abort in its teardown ("terminate called without an active
-# exception"), after its work is done.
+# exception"), after its work is done. That abort was seen once more even so (torch 2.13, a loaded 2-core machine),
+# from C++ destructors at interpreter exit: with the results written and closed, leave without running them.
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 """
 
 
