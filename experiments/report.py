@@ -181,8 +181,8 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
     import matplotlib.pyplot as plt
 
     grid = 2 if table.train_loss else 1
-    fig, axes = plt.subplots(grid, len(panels), figsize=(4.2 * len(panels), 3.4 * grid), squeeze=False,
-                             sharey="row")
+    width = max(4.2 * len(panels), 6.4)  # one panel of four variants' legends needs more than 4.2 inches
+    fig, axes = plt.subplots(grid, len(panels), figsize=(width, 3.4 * grid), squeeze=False, sharey="row")
     for ax, (title, _), panel in zip(axes[0], table.columns, panels):
         for index, (label, runs) in enumerate(panel):
             colour = f"C{index}"
@@ -226,7 +226,7 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
         axes[1][0].set_ylabel("held-out loss difference (below 0: ahead)")
-    fig.suptitle(textwrap.fill(table.title, width=int(13 * 4.2 * len(panels))), fontsize=9)  # within the figure
+    fig.suptitle(textwrap.fill(table.title, width=int(13 * width)), fontsize=9)  # within the figure
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
