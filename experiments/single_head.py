@@ -121,7 +121,7 @@ def cells() -> list:
 
 
 def committed_cells() -> list:
-    """Step 4, seed-major."""
+    """Step 4, seed-major, then step 5."""
     variants = {**{v: (preset, fields, {}) for v, (preset, fields) in VARIANTS.items()}, **MAIN_ONLY}
     h, lr = MAIN
     return [cell(CLAIM, variant, LONG_SIZE, seed, variants[variant][0],
