@@ -320,11 +320,13 @@ def render_summary(rows: list[dict], claims) -> str:
     if cpu:
         mean = statistics.fmean(cpu)
         estimate, older = estimate_cpu_seconds(pending, done)
-        lines.append(f"CPU time so far: {sum(cpu) / 3600:.2f} h (mean {mean / 60:.1f} min per cell, one thread); "
-                     f"the pending cells at the CPU time per step of the cells of the same model so far, times "
+        line = f"CPU time so far: {sum(cpu) / 3600:.2f} h (mean {mean / 60:.1f} min per cell, one thread)"
+        if pending:
+            line += (f"; the pending cells at the CPU time per step of the cells of the same model so far, times "
                      f"their steps: about {estimate / 3600:.1f} h of CPU"
                      + (f" ({older} of them costed from rows made before sparse prediction: an overestimate)"
-                        if older else "") + ".")
+                        if older else ""))
+        lines.append(line + ".")
     return "\n".join(lines)
 
 

@@ -758,3 +758,14 @@ def test_pending_cost_is_per_step_of_the_same_model():
     assert report.estimate_cpu_seconds([other], rows) == (pytest.approx(400 * 2.0), 1)  # mean of 1 and 3 s/step
     newer = {"config": config, "cpu_seconds": 200.0, "steps": 400, "tokenizer_sha256": "x"}  # sparse prediction
     assert report.estimate_cpu_seconds([own, own], rows + [newer]) == (pytest.approx(1600.0), 0)
+
+
+def test_summary_costs_pending_cells_only_while_some_are_pending():
+    a = runner.cell("fake", "a", "s", 0, "bert-tiny-dot-product", max_steps=400)
+    b = runner.cell("fake", "b", "s", 0, "bert-tiny-dot-product", max_steps=400)
+    claim = types.SimpleNamespace(CLAIM="fake", CELLS=[a, b])
+    row = {"id": a.id, "config": json.loads(json.dumps(a.config)), "cpu_seconds": 720.0, "steps": 400}
+    half = report.render_summary([row], [claim])
+    assert "run: 1; pending: 1." in half and "about 0.2 h of CPU" in half
+    whole = report.render_summary([row, {**row, "id": b.id}], [claim])
+    assert "run: 2; pending: 0." in whole and "CPU time so far: 0.40 h" in whole and "pending cells" not in whole
