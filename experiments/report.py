@@ -319,9 +319,9 @@ def render_summary(rows: list[dict], claims) -> str:
              f"pending: {len(pending)}."]
     if cpu:
         mean = statistics.fmean(cpu)
-        estimate, older = estimate_cpu_seconds(pending, done)
         line = f"CPU time so far: {sum(cpu) / 3600:.2f} h (mean {mean / 60:.1f} min per cell, one thread)"
         if pending:
+            estimate, older = estimate_cpu_seconds(pending, done)
             line += (f"; the pending cells at the CPU time per step of the cells of the same model so far, times "
                      f"their steps: about {estimate / 3600:.1f} h of CPU"
                      + (f" ({older} of them costed from rows made before sparse prediction: an overestimate)"
