@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from runner import PENDING_LR, RESULTS, ROOT, SCREEN_LRS, Table, load_results  # noqa: E402
 from unigram import UNIGRAM_LOSS  # noqa: E402
 
-CLAIMS = ("talking_heads", "single_head", "synthesizer")
+CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend")
 PAGE = ROOT / "docs" / "research.md"
 FIGURES = "research"  # docs/research/<table>.png, linked relative to the page
 

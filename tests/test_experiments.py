@@ -769,3 +769,59 @@ def test_summary_costs_pending_cells_only_while_some_are_pending():
     assert "run: 1; pending: 1." in half and "about 0.2 h of CPU" in half
     whole = report.render_summary([row, {**row, "id": b.id}], [claim])
     assert "run: 2; pending: 0." in whole and "CPU time so far: 0.40 h" in whole and "pending cells" not in whole
+
+
+# ------------------------------------------------------------------------------------- across width (issue 33)
+def test_width_trend_cells():
+    """The width trend's cells: the screens first (width 128's before width 384's: the cheaper), then the long cells
+    seed-major; every width has 64 units per layer and an FFN of 4x the width, (a) 16 heads (head size 8 / 24), (c)
+    4 heads; each variant has the config fields of its width-256 rows, whose long cells the tables read."""
+    import width_trend
+
+    from hf_attn_variants.presets import preset_config
+
+    screens = [c for c in width_trend.CELLS if c.size.startswith("screen-")]
+    long = [c for c in width_trend.CELLS if not c.size.startswith("screen-")]
+    assert width_trend.CELLS == screens + long and len(screens) == 2 * 3 * 4 and len(long) == 3 * 2 * 4
+    assert [c.size.startswith("screen-w128") for c in screens] == [True] * 12 + [False] * 12
+    assert [c.seed for c in long] == sorted(c.seed for c in long) and {c.seed for c in screens} == {0}
+    for c in width_trend.CELLS:
+        training, fields = c.config["training"], dict(c.overrides)
+        width, h = fields["hidden_size"], fields["num_attention_heads"]
+        config = preset_config(c.preset, **fields)
+        assert (config.num_hidden_layers, config.intermediate_size) == (width // 64, 4 * width), c.id
+        assert f"w{width}-h{h}-lr{training['learning_rate']}" in c.size, c.id
+        if c in screens:
+            assert (training["max_steps"], training["learning_rate"]) == (400, c.size.rsplit("-lr", 1)[1])
+        else:
+            assert (training["max_steps"], training["eval_steps"]) == (1600, 200)
+    by_id = {c.id: c for c in width_trend.CELLS}
+    th = by_id["width_trend/talking-heads/screen-w384-h16-lr1e-3/seed0"]
+    assert dict(th.overrides)["hidden_size"] // 16 == 24
+    import talking_heads
+
+    assert {k: v for k, v in th.overrides if k not in ("hidden_size", "num_hidden_layers", "intermediate_size")} == \
+        dict(next(c for c in talking_heads.CELLS if c.id == "talking_heads/talking-heads/h16-lr1e-3-steps1600/seed0")
+             .overrides)
+    tables = {t.name: t for t in width_trend.TABLES}
+    assert tables["width-long-a"].groups("talking-heads", "w256-h16-steps1600", width_trend.ALIASES)[-1] == \
+        ("talking_heads", "talking-heads", "h16-lr1e-3-steps1600")
+    assert tables["width-long-c"].groups("dot-product", "w256-h4-steps1600", width_trend.ALIASES)[-1] == \
+        ("synthesizer", "dot-product", "h4-lr5e-4-steps1600")
+
+
+def test_width_trend_screen_picks_follow_the_rule():
+    """As test_screen_picks_follow_the_rule, per (width, claim): SCREEN_PICK is what the rule picks from the
+    committed results (None while a rate has no row); the long cells train at it."""
+    import width_trend
+
+    rows = runner.load_results(runner.RESULTS)
+    for (width, claim), picks in width_trend.SCREEN_PICK.items():
+        table = next(t for t in width_trend.TABLES if t.name == f"width-screen-{claim}-w{width}")
+        sizes = dict(zip(runner.SCREEN_LRS, (size for _, size in table.columns)))
+        for variant, picked in picks.items():
+            rule = report.screen_pick(rows, table, variant, sizes, width_trend.ALIASES, runner.PENDING_LR)
+            assert picked == rule, (width, claim, variant)
+            lr = runner.PENDING_LR if picked is None else picked
+            assert any(c.variant == variant and c.size == width_trend.long_size(width, claim, lr)
+                       for c in width_trend.CELLS)
