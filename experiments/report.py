@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runner import PENDING_LR, RESULTS, ROOT, SCREEN_LRS, Table, load_results  # noqa: E402
+from cells import PENDING_LR, SCREEN_LRS, Table  # noqa: E402
+from provenance import ROOT  # noqa: E402
+from results_file import RESULTS, load_results  # noqa: E402
 from unigram import UNIGRAM_LOSS  # noqa: E402
 
 CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend")

@@ -24,7 +24,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runner import RESULTS, ROOT, load_results, sha256  # noqa: E402
+from provenance import ROOT, sha256  # noqa: E402
+from results_file import RESULTS, load_results  # noqa: E402
 
 _OUTPUT_DIR = re.compile(r"--output_dir ('[^']*'|\S+)")
 

@@ -10,7 +10,7 @@ CPU where the default-init twin fails: deeper (64 layers), larger learning rates
 there too (5.861, the first search cell run), so lr 1e-2 is not tried and 3e-3 asks only whether Admin trains where
 the shallow model does not.
 
-Cells (width 256, MLM on the KJV, 128 tokens, batch 16, 400 steps; see runner.TRAINING), three variants each:
+Cells (width 256, MLM on the KJV, 128 tokens, batch 16, 400 steps; see cells.TRAINING), three variants each:
   multi-head     bert-mini with h heads (4 x h, head size 256/h); where claim (a) runs the same model (h = 8 and
                  16 at lr 1e-3), its runs are read from there
   twin           its deep single-head twin (4h x 1), Post-LN, default init  (preset bert-mini-single-head-admin,
@@ -62,7 +62,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import talking_heads  # noqa: E402
-from runner import LONG_TRAINING, Table, cell, dedupe, long_note, main  # noqa: E402
+from cells import LONG_TRAINING, Table, cell, dedupe, long_note  # noqa: E402
+from runner import main  # noqa: E402
 
 CLAIM = "single_head"
 SEEDS = (0, 1, 2)

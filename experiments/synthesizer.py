@@ -4,7 +4,7 @@ The paper: synthetic attention (no query-key interaction) is competitive with do
 margin, Dense close; and a mixture of a synthesizer with dot product is at least as good as dot product alone.
 
 Cells (bert-mini: width 256, 4 layers, 4 heads of 64, MLM on the KJV, 128 tokens, batch 16, 400 steps, lr 1e-3;
-see runner.TRAINING), three seeds each: Dense, Random (trainable), Factorized Random (rank 8), and the mixture
+see cells.TRAINING), three seeds each: Dense, Random (trainable), Factorized Random (rank 8), and the mixture
 Random + dot product (learned weights normalised to sum to 1, the paper's form; uniform start). The dot-product
 baseline is the same run as claim (a)'s `talking_heads/dot-product/h4-lr1e-3` cells (identical configuration), so
 it is read from there, not run twice.
@@ -15,8 +15,8 @@ moving a loss by 0.03 to 0.06), so a configuration identical to one of them is r
 1. learning-rate screen (one seed, 400 steps, lr 5e-4, 1e-3, 2e-3): dot product, Dense, Random and the mixture,
    at 4 heads of 64. Every one inherited lr 1e-3 from claim (a)'s study at h = 16 without a screen at this shape.
 2. the long cells: the same four at 1600 steps (3.6 passes), evaluated every 200 steps, three seeds, each at the
-   learning rate the screen picks by runner.SCREEN_RULE (written down before the screen ran). Until the screen has
-   run, SCREEN_PICK holds None and the long cells are defined at the placeholder lr 1e-3 (runner.PENDING_LR): do
+   learning rate the screen picks by cells.SCREEN_RULE (written down before the screen ran). Until the screen has
+   run, SCREEN_PICK holds None and the long cells are defined at the placeholder lr 1e-3 (cells.PENDING_LR): do
    not run them before it. Held-out and training loss are both reported. Factorized Random is left out (it trailed
    in every seed at 400 steps; the paper offers it to save parameters).
 
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runner import (  # noqa: E402
+from cells import (  # noqa: E402
     LONG_TRAINING,
     SCREEN_LRS,
     SCREEN_RULE,
@@ -38,8 +38,8 @@ from runner import (  # noqa: E402
     dedupe,
     long_lrs,
     long_note,
-    main,
 )
+from runner import main  # noqa: E402
 
 CLAIM = "synthesizer"
 SEEDS = (0, 1, 2)
@@ -52,8 +52,8 @@ VARIANTS = {
 }
 # The baseline: claim (a)'s dot product at h = 4, lr 1e-3 (same preset, overrides and training).
 SHORT_ALIASES = {(CLAIM, "dot-product", SIZE): ("talking_heads", "dot-product", SIZE)}
-# Past the plateau: SCREEN_PICK holds the rate runner.SCREEN_RULE picked from the screen (None: not yet run; the
-# long cells then train at runner.PENDING_LR and are not to be run). tests/test_experiments.py checks it against
+# Past the plateau: SCREEN_PICK holds the rate cells.SCREEN_RULE picked from the screen (None: not yet run; the
+# long cells then train at cells.PENDING_LR and are not to be run). tests/test_experiments.py checks it against
 # the rule applied to the results file (report.screen_pick).
 SCREEN_PICK = {"dot-product": "5e-4", "dense": "5e-4", "random": "1e-3", "mixture-random-dot": "1e-3"}  # the screen, 2026-12-01
 LONG_STEPS = LONG_TRAINING["max_steps"]

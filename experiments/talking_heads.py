@@ -4,7 +4,7 @@ Shazeer et al. (2020) report that talking heads improves masked-LM perplexity ov
 the number of heads h grows (and the heads get narrower); that both maps (before and after the softmax) help; that
 separate head counts h_k, h, h_v give the largest gains; and that dynamic projections lower pretraining perplexity.
 
-Cells (width 256, 4 layers, FFN 1024, MLM on the KJV, 128 tokens, batch 16, 400 steps; see runner.TRAINING):
+Cells (width 256, 4 layers, FFN 1024, MLM on the KJV, 128 tokens, batch 16, 400 steps; see cells.TRAINING):
 1. lr/init study at h = 16 (the issue's setting, where talking heads with the paper's init trailed): dot product,
    talking heads with the paper's init and with the identity init, each at learning rates 5e-4, 1e-3 and 2e-3;
    one seed (a screening; the chosen point gets three seeds in the sweep).
@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from runner import (  # noqa: E402
+from cells import (  # noqa: E402
     LONG_TRAINING,
     SCREEN_LRS,
     SCREEN_RULE,
@@ -50,8 +50,8 @@ from runner import (  # noqa: E402
     dedupe,
     long_lrs,
     long_note,
-    main,
 )
+from runner import main  # noqa: E402
 
 CLAIM = "talking_heads"
 SEEDS = (0, 1, 2)
@@ -85,8 +85,8 @@ ADAFACTOR_SIZE = "h16-adafactor-lr1e-2"
 
 
 # Past the plateau (steps 6 and 7), with the committed tokenizer. The screened variants' long learning rate follows
-# runner.SCREEN_RULE, written down before the screen ran: SCREEN_PICK holds the rate it picked (None: the screen has
-# not run, and the long cells train at the placeholder runner.PENDING_LR, not to be run). tests/test_experiments.py
+# cells.SCREEN_RULE, written down before the screen ran: SCREEN_PICK holds the rate it picked (None: the screen has
+# not run, and the long cells train at the placeholder cells.PENDING_LR, not to be run). tests/test_experiments.py
 # checks SCREEN_PICK against the rule applied to the results file (report.screen_pick).
 SCREEN_PICK = {"th-hk8-h16-hv8": "1e-3"}  # the screen, 2026-12-02
 SCREENED = tuple(SCREEN_PICK)

@@ -21,9 +21,9 @@ Variants, each as at width 256 (the same config fields, read from the claim scri
 
 1. learning-rate screens at widths 128 and 384 (one seed, 400 steps, lr 5e-4, 1e-3 and 2e-3; width 128 first, the
    cheaper), every variant: a learning rate screened at width 256 need not be the best at another width. Each
-   variant's long learning rate follows runner.SCREEN_RULE (written before any of these screens ran): SCREEN_PICK
+   variant's long learning rate follows cells.SCREEN_RULE (written before any of these screens ran): SCREEN_PICK
    records it per width and heads (None while the screen has not run: the long cells are then defined at the
-   placeholder runner.PENDING_LR and are NOT to be run; tests/test_experiments.py fails while a finished screen's
+   placeholder cells.PENDING_LR and are NOT to be run; tests/test_experiments.py fails while a finished screen's
    pick is not written down).
 2. the long cells: 1600 steps (3.6 passes), evaluated every 200 steps, three seeds, seed-major (width 128's cells
    of a seed before width 384's). Held-out and training loss are both reported.
@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import synthesizer  # noqa: E402
 import talking_heads  # noqa: E402
-from runner import (  # noqa: E402
+from cells import (  # noqa: E402
     LONG_TRAINING,
     SCREEN_LRS,
     SCREEN_RULE,
@@ -48,8 +48,8 @@ from runner import (  # noqa: E402
     dedupe,
     long_lrs,
     long_note,
-    main,
 )
+from runner import main  # noqa: E402
 
 CLAIM = "width_trend"
 SEEDS = (0, 1, 2)
@@ -70,7 +70,7 @@ LR_256 = {"a": {v: talking_heads.LONG_LR[v] for v in VARIANTS["a"]},
 ROWS_256 = {"a": {v: ("talking_heads", v, talking_heads.long_size(16, lr)) for v, lr in LR_256["a"].items()},
             "c": {v: ("synthesizer", v, synthesizer.long_size(lr)) for v, lr in LR_256["c"].items()}}
 
-# What runner.SCREEN_RULE picked from each screen, by (width, claim); None: the screen has not run.
+# What cells.SCREEN_RULE picked from each screen, by (width, claim); None: the screen has not run.
 SCREEN_PICK = {
     (128, "a"): {"dot-product": None, "talking-heads": None},
     (128, "c"): {"dot-product": None, "mixture-random-dot": None},

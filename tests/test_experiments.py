@@ -1,6 +1,8 @@
-"""experiments/: the KJV loader, the cell runner (row format, resumability, no row for a failed or killed run, a
-killed cell resumed from its checkpoint), the commands of every defined cell, and the report's aggregation (mean ±
-std, seed counts, pending, aliases).
+"""experiments/: the KJV loader; the cells and tables (cells.py: the commands of every defined cell); provenance
+(provenance.py: "+dirty" for code only); the results file (results_file.py); the runner (runner.py: row format, skipped
+when done, --parallel, --device, the STOP file); attempts and resume (attempts.py: no row for a failed or killed run,
+a killed cell resumed from its checkpoint); reproduce.py; and the report's aggregation (mean ± std, seed counts,
+pending, aliases), the screens and the long cells.
 
 Real runs of bert-tiny cells on a slice of the KJV: one of 2 steps (about 10 s), and one of 8 steps run in one go,
 killed and resumed, and from its train_command (about 40 s); everything else is offline and synthetic."""
@@ -24,8 +26,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 sys.path.insert(0, str(ROOT / "examples"))
 
+import attempts  # noqa: E402
+import cells  # noqa: E402
 import kjv  # noqa: E402
+import provenance  # noqa: E402
 import report  # noqa: E402
+import results_file  # noqa: E402
 import runner  # noqa: E402
 
 ROW_KEYS = {"id", "claim", "variant", "size", "seed", "config", "steps", "eval_loss", "eval_perplexity", "diverged",
@@ -34,7 +40,7 @@ ROW_KEYS = {"id", "claim", "variant", "size", "seed", "config", "steps", "eval_l
             "tokenizer_sha256", "train_text_sha256", "validation_text_sha256"}
 
 
-# ------------------------------------------------------------------------------------------------------ corpus
+# ------------------------------------------------------------------------------------------------------------ corpus
 def test_kjv_split_holds_out_every_20th_chapter(tmp_path):
     chapters = [f"chapter {i} verse one.\nchapter {i} verse two." for i in range(45)]
     archive = tmp_path / "tiny.txt.gz"
@@ -59,409 +65,24 @@ def test_shipped_corpus_is_the_kjv():
     assert kjv.ARCHIVE.stat().st_size < 2_000_000
 
 
-# ------------------------------------------------------------------------------------------------------ runner
-@pytest.fixture
-def tiny_data(tmp_path):
-    chapters = kjv.split_documents(gzip.decompress(kjv.ARCHIVE.read_bytes()).decode())["all"]
-    train, validation = tmp_path / "train.txt", tmp_path / "validation.txt"
-    train.write_text("\n\n".join(chapters[:12]) + "\n")
-    validation.write_text("\n\n".join(chapters[12:15]) + "\n")
-    return train, validation
-
-
+# --------------------------------------------------------------------------------------- cells and tables (cells.py)
 def tiny_cell(seed=0):
-    return runner.cell("test", "tiny", "t", seed, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=2,
-                       eval_steps=1, logging_steps=1, max_seq_length=32, max_eval_samples=8,
+    return cells.cell("test", "tiny", "t", seed, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=2,
+                      eval_steps=1, logging_steps=1, max_seq_length=32, max_eval_samples=8,
                        per_device_train_batch_size=4)
-
-
-def runner_argv(tmp_path, data, *extra):
-    train, validation = data
-    return ["--results", str(tmp_path / "results.jsonl"), "--runs_dir", str(tmp_path / "runs"),
-            "--train_file", str(train), "--validation_file", str(validation), *extra]
-
-
-def test_tiny_cell_row_then_skipped(tmp_path, tiny_data, monkeypatch):
-    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "cache"))
-    cell = tiny_cell()
-    counts = runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
-    assert counts == {"run": 1, "skipped": 0, "failed": 0, "busy": 0}
-    (row,) = runner.load_results(tmp_path / "results.jsonl")
-    assert set(row) == ROW_KEYS
-    assert (row["id"], row["claim"], row["variant"], row["size"], row["seed"]) == ("test/tiny/t/seed0", "test",
-                                                                                   "tiny", "t", 0)
-    assert row["steps"] == 2 and row["diverged"] is False
-    assert 0 < row["eval_loss"] < 20 and row["eval_perplexity"] == pytest.approx(2.718281828 ** row["eval_loss"])
-    assert [step for step, _ in row["eval_curve"]] == [1, 2]  # the final evaluation is not a second point
-    assert row["eval_curve"][-1][1] == pytest.approx(row["eval_loss"])
-    assert row["config"]["overrides"] == {"num_attention_heads": 2}
-    assert row["config"]["training"]["max_steps"] == 2 and row["config"]["training"]["max_seq_length"] == 32
-    assert row["command"] == "python experiments/test_claim.py --only test/tiny/t/seed0"
-    words = shlex.split(row["train_command"])
-    assert words[:4] == ["OMP_NUM_THREADS=1", "HF_HUB_OFFLINE=1", "python", "examples/run_pretraining.py"]
-    assert words[words.index("--seed") + 1] == "0" and words[words.index("--train_file") + 1] == str(tiny_data[0])
-    assert row["wall_seconds"] > 0 and row["cpu_seconds"] > 0 and row["hardware"]["torch"]
-    assert row["hardware"]["device"] == "cpu" and "--use_cpu" in words and row["hardware"]["transformers"]
-    # provenance: the tokenizer it trained with (the project WordPiece of the training file, in the run's cache)
-    # and the text; hashes of the files themselves, not of anything the runner wrote
-    (trained,) = (tmp_path / "cache" / "tokenizers").glob("wordpiece-*/tokenizer.json")
-    assert row["tokenizer_sha256"] == hashlib.sha256(trained.read_bytes()).hexdigest()
-    assert row["train_text_sha256"] == hashlib.sha256(tiny_data[0].read_bytes()).hexdigest()
-    assert row["validation_text_sha256"] == hashlib.sha256(tiny_data[1].read_bytes()).hexdigest()
-    assert not list((tmp_path / "runs").rglob("*.safetensors"))  # models are not kept by default
-
-    # resumable: a second invocation runs nothing (no subprocess at all) and writes no row
-    monkeypatch.setattr(runner.subprocess, "run", lambda *a, **k: pytest.fail("a finished cell was run again"))
-    counts = runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
-    assert counts["skipped"] == 1 and counts["run"] == 0
-    assert len(runner.load_results(tmp_path / "results.jsonl")) == 1
-
-
-@pytest.mark.parametrize("script,timeout", [("exit 3", 20.0), ("exec sleep 30", 0.02)], ids=["fails", "killed"])
-def test_failed_or_killed_cell_leaves_no_row(tmp_path, tiny_data, script, timeout):
-    fake = tmp_path / "fake-python"
-    fake.write_text(f"#!/bin/sh\n{script}\n")
-    fake.chmod(0o755)
-    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake), "--cell_timeout_minutes", str(timeout))
-    with pytest.raises(SystemExit):
-        runner.main([tiny_cell()], "experiments/test_claim.py", argv)
-    assert runner.load_results(tmp_path / "results.jsonl") == []
-    assert runner.done_ids(tmp_path / "results.jsonl") == set()
-
-
-def alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_killed_runner_takes_its_cell_with_it(tmp_path, tiny_data):
-    """A runner killed alone (SIGKILL) takes its cell's process with it: none trains on without a runner to write its
-    row (a fake run_pretraining that records its pid and sleeps; without `die_with` it outlives the runner)."""
-    fake = tmp_path / "fake-python"
-    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'child.pid'}\nexec sleep 60\n")
-    fake.chmod(0o755)
-    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake))
-    program = (f"import sys; sys.path.insert(0, {str(ROOT / 'experiments')!r})\n"
-               "import runner\n"
-               "cell = runner.cell('test', 'tiny', 't', 0, 'bert-tiny-dot-product', {}, max_steps=2)\n"
-               f"runner.main([cell], 'experiments/test_claim.py', {argv!r})\n")
-    runner_proc = subprocess.Popen([sys.executable, "-c", program], cwd=ROOT)
-    try:
-        for _ in range(600):  # the cell has started once its process has written its pid
-            if (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip():
-                break
-            assert runner_proc.poll() is None, "the runner ended before its cell started"
-            time.sleep(0.1)
-        child = int((tmp_path / "child.pid").read_text())
-        assert alive(child)  # while its runner is
-    finally:
-        runner_proc.kill()
-        runner_proc.wait()
-    for _ in range(100):
-        if not alive(child):
-            break
-        time.sleep(0.1)
-    else:
-        os.kill(child, 9)
-        pytest.fail("the cell's process outlived its killed runner")
-    assert runner.load_results(tmp_path / "results.jsonl") == []
-
-
-FAKE_RUN = """#!{python}
-import json, sys, time
-from pathlib import Path
-out = Path(sys.argv[sys.argv.index("--output_dir") + 1])
-start = time.time()
-time.sleep(2)
-with open(out.parent / "spans.txt", "a") as handle:
-    handle.write(f"{{start}} {{time.time()}}\\n")
-(out / "all_results.json").write_text(json.dumps({{"eval_mlm_loss": 5.0, "train_loss": 5.5}}))
-(out / "trainer_state.json").write_text(json.dumps({{"global_step": 2, "log_history": [
-    {{"step": 2, "loss": 5.5}}, {{"step": 2, "eval_mlm_loss": 5.0}}]}}))
-(out / "tokenizer.json").write_text("{{}}")
-"""
-
-
-def test_parallel_runs_cells_at_once(tmp_path, tiny_data):
-    """--parallel 2: two cells (a fake run_pretraining that sleeps 2 s) whose runs overlap in time, one row each;
-    a third runner pass finds both done."""
-    fake = tmp_path / "fake-python"
-    fake.write_text(FAKE_RUN.format(python=sys.executable))
-    fake.chmod(0o755)
-    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake), "--parallel", "2")
-    counts = runner.main([tiny_cell(0), tiny_cell(1)], "experiments/test_claim.py", argv)
-    assert counts == {"run": 2, "skipped": 0, "failed": 0, "busy": 0}
-    rows = runner.load_results(tmp_path / "results.jsonl")
-    assert sorted(r["id"] for r in rows) == ["test/tiny/t/seed0", "test/tiny/t/seed1"]
-    assert all(r["tokenizer_sha256"] == hashlib.sha256(b"{}").hexdigest() for r in rows)
-    assert all(r["wall_seconds"] >= 2 for r in rows)
-    (a_start, a_end), (b_start, b_end) = [map(float, line.split())
-                                          for line in (tmp_path / "runs" / "test" / "tiny" / "t" / "spans.txt")
-                                          .read_text().splitlines()]
-    assert max(a_start, b_start) < min(a_end, b_end)  # the two runs overlapped
-    assert runner.main([tiny_cell(0), tiny_cell(1)], "experiments/test_claim.py", argv)["skipped"] == 2
-
-
-KILLED_RUN = """#!{python}
-# run_pretraining, killed (SIGKILL, as a stopped session kills it) as it logs step {step}
-import os, runpy, signal, sys
-from transformers import Trainer
-log = Trainer.log
-def log_then_die(self, logs, *args, **kwargs):
-    log(self, logs, *args, **kwargs)
-    if self.state.global_step == {step}:
-        os.kill(os.getpid(), signal.SIGKILL)
-Trainer.log = log_then_die
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
-def test_killed_cell_resumes_as_if_never_killed(tmp_path, tiny_data, monkeypatch):
-    """A cell killed at step 5 (after checkpoint-4) and run again resumes from checkpoint-4 and ends as the same
-    cell run in one go: the same eval and training curves from step 0 (8 steps, 3 per epoch: the resumed epoch's
-    masks and order, dropout), its cost that of both attempts. The one-go run with the runner's checkpoints is the
-    run its train_command (no checkpoints) makes."""
-    import reproduce
-
-    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "cache"))
-    cell = runner.cell("test", "tiny", "t", 0, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=8,
-                       eval_steps=2, logging_steps=1, max_seq_length=32, max_eval_samples=8,
-                       per_device_train_batch_size=4, max_train_samples=12)
-    runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path / "whole", tiny_data))
-    (whole,) = runner.load_results(tmp_path / "whole" / "results.jsonl")
-
-    killed = tmp_path / "killed-python"
-    killed.write_text(KILLED_RUN.format(python=sys.executable, step=5))
-    killed.chmod(0o755)
-    argv = runner_argv(tmp_path / "resumed", tiny_data)
-    with pytest.raises(SystemExit):
-        runner.main([cell], "experiments/test_claim.py", [*argv, "--python", str(killed)])
-    run_dir = tmp_path / "resumed" / "runs" / cell.id
-    assert [d.name for d in run_dir.glob("checkpoint-*")] == ["checkpoint-4"]  # only the newest is kept
-    assert runner.load_results(tmp_path / "resumed" / "results.jsonl") == []
-    runner.main([cell], "experiments/test_claim.py", argv)
-    (resumed,) = runner.load_results(tmp_path / "resumed" / "results.jsonl")
-    assert "=== attempt 2, from step 4" in (run_dir / "log.txt").read_text()
-    assert resumed["resumed_from_step"] == [4] and whole["resumed_from_step"] == []
-    assert [s for s, _ in resumed["eval_curve"]] == [s for s, _ in whole["eval_curve"]] == [2, 4, 6, 8]
-    assert [s for s, _ in resumed["train_curve"]] == [s for s, _ in whole["train_curve"]] == list(range(1, 9))
-    for key in ("eval_curve", "train_curve"):
-        assert [v for _, v in resumed[key]] == pytest.approx([v for _, v in whole[key]], abs=1e-5), key
-    assert resumed["eval_loss"] == pytest.approx(whole["eval_loss"], abs=1e-5)
-    assert resumed["train_loss"] == pytest.approx(whole["train_loss"], abs=1e-5)  # Trainer's; the curve's mean
-    # non-vacuity: the steps after the checkpoint move the loss far beyond the tolerance (and a resume without the
-    # dropout RNG states moved the step-6 eval loss by 2e-4; one without skipping the seen batches, 1e-2)
-    assert abs(whole["eval_curve"][-1][1] - whole["eval_curve"][1][1]) > 1e-2
-    # the cost of both attempts; the command that makes the cell from scratch
-    attempts = json.loads((run_dir / runner.ATTEMPTS).read_text())["attempts"]
-    assert [a["from_step"] for a in attempts] == [0, 4] and all(a["cpu_seconds"] > 0 for a in attempts)
-    assert resumed["cpu_seconds"] == pytest.approx(sum(a["cpu_seconds"] for a in attempts), abs=0.1)
-    assert resumed["wall_seconds"] == pytest.approx(sum(a["wall_seconds"] for a in attempts), abs=0.1)
-    assert resumed["train_command"] == whole["train_command"].replace(str(tmp_path / "whole"),
-                                                                      str(tmp_path / "resumed"))
-    assert "--save_strategy no" in whole["train_command"] and "checkpoint" not in whole["train_command"]
-    assert not list(run_dir.glob("checkpoint-*")) and not list(run_dir.rglob("*.safetensors"))
-
-    scratch = tmp_path / "from-scratch"
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # `python`: this one
-    subprocess.run(["bash", "-c", reproduce.reproduce_command(whole, scratch)], cwd=ROOT, check=True,
-                   capture_output=True, env={**os.environ, "PATH": path})
-    assert not list(scratch.glob("checkpoint-*"))
-    from_scratch = runner.read_outcome(scratch)
-    for key in ("eval_curve", "train_curve"):
-        assert [s for s, _ in from_scratch[key]] == [s for s, _ in whole[key]], key
-        assert [v for _, v in from_scratch[key]] == pytest.approx([v for _, v in whole[key]], abs=1e-5), key
-
-
-ATTEMPTED_RUN = """#!{python}
-# a fake run_pretraining: FAKE_DIE leaves checkpoint-2 and a checkpoint-4 killed while being saved, and fails;
-# otherwise it burns CPU, keeps what the runner's heartbeat wrote meanwhile, and finishes at step 4
-import json, os, sys, time
-from pathlib import Path
-argv = sys.argv[1:]
-out = Path(argv[argv.index("--output_dir") + 1])
-with open(out.parent / "argv.jsonl", "a") as handle:
-    handle.write(json.dumps(argv) + "\\n")
-if os.environ.get("FAKE_DIE"):
-    for step in (2, 4):
-        (out / f"checkpoint-{{step}}").mkdir()
-    (out / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({{"global_step": 2}}))
-    sys.exit(1)
-start = time.process_time()
-while time.process_time() - start < 0.6:
-    pass
-time.sleep(0.3)
-(out.parent / "heartbeat.json").write_text((out / "attempts.json").read_text())
-(out / "all_results.json").write_text(json.dumps({{"eval_mlm_loss": 5.0, "train_loss": 9.0}}))
-(out / "trainer_state.json").write_text(json.dumps({{"global_step": 4, "log_history": [
-    {{"step": 2, "loss": 6.0}}, {{"step": 4, "loss": 5.0}}, {{"step": 4, "eval_mlm_loss": 5.0}}]}}))
-(out / "tokenizer.json").write_text("{{}}")
-"""
-
-
-def test_resume_only_the_same_run(tmp_path, tiny_data, monkeypatch):
-    """An attempt at the same cell resumes from the newest complete checkpoint (one killed while being saved is
-    removed) and the row counts both attempts; the heartbeat records a running attempt's cost; a folder whose
-    attempts were of another run (other flags) is cleared and the cell starts afresh."""
-    fake = tmp_path / "fake-python"
-    fake.write_text(ATTEMPTED_RUN.format(python=sys.executable))
-    fake.chmod(0o755)
-    monkeypatch.setattr(runner, "HEARTBEAT_SECONDS", 0.1)
-    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake))
-    run_dir, cell = tmp_path / "runs" / tiny_cell().id, tiny_cell()
-    monkeypatch.setenv("FAKE_DIE", "1")
-    with pytest.raises(SystemExit):
-        runner.main([cell], "experiments/test_claim.py", argv)
-    monkeypatch.delenv("FAKE_DIE")
-    runner.main([cell], "experiments/test_claim.py", argv)
-    first, second = [json.loads(line) for line in (run_dir.parent / "argv.jsonl").read_text().splitlines()]
-    assert "--resume_from_checkpoint" not in first
-    assert second[second.index("--resume_from_checkpoint") + 1] == str(run_dir / "checkpoint-2")
-    assert second[second.index("--save_strategy") + 1] == "steps" and second.count("--save_strategy") == 1
-    assert second[second.index("--save_steps") + 1] == "1"  # the cell's eval_steps
-    (row,) = runner.load_results(tmp_path / "results.jsonl")
-    attempts = json.loads((run_dir / runner.ATTEMPTS).read_text())["attempts"]
-    assert row["resumed_from_step"] == [2] and [a["from_step"] for a in attempts] == [0, 2]
-    assert row["wall_seconds"] == pytest.approx(sum(a["wall_seconds"] for a in attempts), abs=0.11)
-    assert row["wall_seconds"] >= 0.9  # the second attempt alone: 0.6 s of CPU, 0.3 s asleep
-    assert row["cpu_seconds"] >= 0.6 and row["train_loss"] == 5.5  # the curve's, not the last attempt's 9.0
-    beat = json.loads((run_dir.parent / "heartbeat.json").read_text())["attempts"][-1]
-    assert 0.6 <= beat["wall_seconds"] and 0.4 <= beat["cpu_seconds"] <= row["cpu_seconds"] + 0.1
-    assert not list(run_dir.glob("checkpoint-*"))
-
-    # another run's attempt: nothing of it is resumed or counted
-    record = json.loads((run_dir / runner.ATTEMPTS).read_text())
-    record["flags"] = [*record["flags"], "--learning_rate", "1"]
-    (run_dir / runner.ATTEMPTS).write_text(json.dumps(record))
-    (run_dir / "checkpoint-3").mkdir()
-    (run_dir / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
-    runner.main([cell], "experiments/test_claim.py", ["--results", str(tmp_path / "again.jsonl"), *argv[2:]])
-    (row,) = runner.load_results(tmp_path / "again.jsonl")
-    assert "--resume_from_checkpoint" not in json.loads((run_dir.parent / "argv.jsonl").read_text().splitlines()[-1])
-    assert row["resumed_from_step"] == [] and len(json.loads((run_dir / runner.ATTEMPTS).read_text())["attempts"]) == 1
-
-
-def test_device_and_parallel_are_checked(tmp_path, tiny_data):
-    import torch
-
-    with pytest.raises(ValueError, match="--device must be one of cpu, cuda"):
-        runner.main([tiny_cell()], "x.py", runner_argv(tmp_path, tiny_data, "--device", "tpu"))
-    with pytest.raises(ValueError, match="--parallel must be at least 1"):
-        runner.main([tiny_cell()], "x.py", runner_argv(tmp_path, tiny_data, "--parallel", "0"))
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="torch sees no CUDA device"):
-            runner.main([tiny_cell()], "x.py", runner_argv(tmp_path, tiny_data, "--device", "cuda"))
-    assert runner.device_flags(runner.RunnerArguments(device="cuda")) == []
-    assert not (tmp_path / "results.jsonl").exists()
-
-
-def test_dirty_counts_code_only(tmp_path, monkeypatch):
-    """A row's "+dirty" says the code differs from the commit: results, run folders, docs and Markdown do not."""
-    def git(*args):
-        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
-
-    git("init", "-q")
-    for path in ("code.py", "experiments/results.jsonl", "docs/page.md", "README.md"):
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text("one\n")
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
-    monkeypatch.setattr(runner, "ROOT", tmp_path)
-    for path in ("experiments/results.jsonl", "docs/page.md", "README.md"):
-        (tmp_path / path).write_text("two\n")
-    assert not runner.git_commit().endswith("+dirty")
-    (tmp_path / "code.py").write_text("two\n")
-    assert runner.git_commit().endswith("+dirty")
-
-
-def test_kjv_cells_use_the_committed_tokenizer():
-    recorded, actual = runner.data_flags(runner.RunnerArguments())
-    assert recorded["tokenizer_name"] == "examples/data/kjv-wordpiece-8000"
-    assert Path(actual["tokenizer_name"]) == kjv.TOKENIZER
-    command = runner.train_command(tiny_cell(), recorded, "out", ["--use_cpu", "true"])
-    assert "--tokenizer_name examples/data/kjv-wordpiece-8000" in command and command.endswith("--use_cpu true")
-    assert '--train_file "$(python experiments/kjv.py --split train)"' in command
-
-
-# --------------------------------------------------------------------------------------------------- reproduce
-def test_reproduce_command_replaces_the_output_folder():
-    import reproduce
-
-    row = {"id": "c/v/s/seed0", "train_command": "OMP_NUM_THREADS=1 python examples/run_pretraining.py "
-           '--train_file "$(python experiments/kjv.py --split train)" --output_dir experiments/runs/c/v/s/seed0 '
-           "--seed 0"}
-    command = reproduce.reproduce_command(row, "/tmp/scratch dir/output")
-    assert command == ("OMP_NUM_THREADS=1 python examples/run_pretraining.py "
-                       "--train_file \"$(python experiments/kjv.py --split train)\" "
-                       "--output_dir '/tmp/scratch dir/output' --seed 0")
-    assert reproduce.reproduce_command({"train_command": command}, "x").endswith("--output_dir x --seed 0")
-    with pytest.raises(ValueError, match="cannot be re-run"):
-        reproduce.reproduce_command({"id": "old"}, "x")
-    with pytest.raises(ValueError, match="No results row has id"):
-        reproduce.find_row([row], "c/v/s/seed1")
-    assert reproduce.find_row([row, {**row, "eval_loss": 2.0}], "c/v/s/seed0")["eval_loss"] == 2.0  # the newest
-
-
-def test_reproduce_reruns_in_a_scratch_cache(tmp_path, capsys, monkeypatch):
-    """A row whose command is a fake run: it must run from the repository root with both caches pointed into the
-    scratch folder, and the report gives the recorded and new loss and their difference."""
-    import reproduce
-
-    seen = tmp_path / "seen.json"
-    script = ("import json, os, sys; from pathlib import Path; "
-              "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); (out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': 5.25})); "
-              "(out / 'tokenizer.json').write_text('{}'); "
-              f"Path({str(seen)!r}).write_text(json.dumps([os.getcwd(), os.environ['HF_ATTN_VARIANTS_CACHE'], "
-              "os.environ['HF_DATASETS_CACHE']]))")
-    row = {"id": "c/v/s/seed0", "eval_loss": 5.5, "tokenizer_sha256": hashlib.sha256(b"{}").hexdigest(),
-           "hardware": {"cpu": "a CPU"},
-           "train_command": f"OMP_NUM_THREADS=1 python -c {shlex.quote(script)} --output_dir recorded/out --seed 0"}
-    results = tmp_path / "results.jsonl"
-    runner.append_row(results, row)
-    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "my-cache"))
-    result = reproduce.main(["c/v/s/seed0", "--results", str(results)])
-    assert result["new_eval_loss"] == 5.25 and result["difference"] == pytest.approx(-0.25)
-    cwd, cache, datasets = json.loads(seen.read_text())
-    assert Path(cwd) == ROOT
-    assert cache != str(tmp_path / "my-cache") and Path(cache).parent == Path(datasets).parent
-    assert not Path(cache).parent.exists()  # the scratch folder is removed
-    out = capsys.readouterr().out
-    assert "recorded eval loss 5.5, new 5.25, difference -0.2500" in out and "tokenizer: the same" in out
-
-
-def test_stop_file_stops_before_the_next_cell(tmp_path, tiny_data):
-    (tmp_path / "runs").mkdir()
-    (tmp_path / "runs" / "STOP").touch()
-    counts = runner.main([tiny_cell()], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
-    assert counts["run"] == counts["failed"] == 0 and not (tmp_path / "results.jsonl").exists()
-
-
-def test_load_results_skips_a_torn_line(tmp_path, capsys):
-    path = tmp_path / "results.jsonl"
-    runner.append_row(path, {"id": "a"})
-    with open(path, "a") as handle:
-        handle.write('{"id": "b", "eval_lo')  # a writer killed mid-line
-    runner.append_row(path, {"id": "c"})
-    assert [r["id"] for r in runner.load_results(path)] == ["a", "c"]
-    assert "not a JSON line" in capsys.readouterr().err
 
 
 def test_cells_are_checked():
     with pytest.raises(ValueError, match="unknown training flag"):
-        runner.cell("c", "v", "s", 0, "bert-mini-dot-product", max_step=3)
+        cells.cell("c", "v", "s", 0, "bert-mini-dot-product", max_step=3)
     with pytest.raises(ValueError, match="Duplicate cell ids"):
         runner.run_cells([tiny_cell(), tiny_cell()], runner.RunnerArguments(), "x.py")
     with pytest.raises(ValueError, match="No cell matches"):
-        runner.select([tiny_cell()], ["nothing/*"])
-    twin = runner.cell("test", "other-name", "t", 0, "bert-tiny-dot-product", {"num_attention_heads": 2},
-                       max_steps=2, eval_steps=1, logging_steps=1, max_seq_length=32, max_eval_samples=8,
+        cells.select([tiny_cell()], ["nothing/*"])
+    twin = cells.cell("test", "other-name", "t", 0, "bert-tiny-dot-product", {"num_attention_heads": 2},
+                      max_steps=2, eval_steps=1, logging_steps=1, max_seq_length=32, max_eval_samples=8,
                        per_device_train_batch_size=4)
-    kept, aliases = runner.dedupe([tiny_cell(), twin, tiny_cell(1)])
+    kept, aliases = cells.dedupe([tiny_cell(), twin, tiny_cell(1)])
     assert [c.id for c in kept] == ["test/tiny/t/seed0", "test/tiny/t/seed1"]
     assert aliases == {("test", "other-name", "t"): ("test", "tiny", "t")}
 
@@ -527,14 +148,413 @@ def test_claims_share_identical_runs():
     shared = {c.seed: c for c in talking_heads.CELLS if (c.claim, c.variant, c.size) in groups}
     assert sorted(shared) == [0, 1, 2]
     preset, fields = single_head.VARIANTS["multi-head"]
-    own = runner.cell("single_head", "multi-head", "h8-lr1e-3", 1, preset, {"num_attention_heads": 8, **fields},
-                      learning_rate="1e-3")
+    own = cells.cell("single_head", "multi-head", "h8-lr1e-3", 1, preset, {"num_attention_heads": 8, **fields},
+                     learning_rate="1e-3")
     assert (own.preset, own.overrides, own.training) == (shared[1].preset, shared[1].overrides, shared[1].training)
-    loop = runner.Table("t", "t", "x", (("A", "a"),), (("s", "s"),))
+    loop = cells.Table("t", "t", "x", (("A", "a"),), (("s", "s"),))
     assert loop.groups("a", "s", {("x", "a", "s"): ("y", "b", "s"), ("y", "b", "s"): ("x", "a", "s")}) == \
         [("x", "a", "s"), ("y", "b", "s")]
 
 
+def test_long_note_says_what_is_pending():
+    assert "pending the screen" in cells.long_note({"x": "1e-3"}, {"y": None})
+    picked = cells.long_note({"x": "1e-3"}, {"y": "5e-4"})
+    assert "pending" not in picked and "y 5e-4" in picked and "y: by the screen" in picked
+    assert cells.long_lrs({"x": "1e-3"}, {"y": None, "z": "2e-3"}) == {"x": "1e-3", "y": cells.PENDING_LR,
+                                                                       "z": "2e-3"}
+
+
+# ---------------------------------------------------------------------------------------- provenance (provenance.py)
+def test_dirty_counts_code_only(tmp_path, monkeypatch):
+    """A row's "+dirty" says the code differs from the commit: results, run folders, docs and Markdown do not."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    for path in ("code.py", "experiments/results.jsonl", "docs/page.md", "README.md"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("one\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    monkeypatch.setattr(provenance, "ROOT", tmp_path)
+    for path in ("experiments/results.jsonl", "docs/page.md", "README.md"):
+        (tmp_path / path).write_text("two\n")
+    assert not provenance.git_commit().endswith("+dirty")
+    (tmp_path / "code.py").write_text("two\n")
+    assert provenance.git_commit().endswith("+dirty")
+
+
+# --------------------------------------------------------------------------------------------------- results_file.py
+def test_load_results_skips_a_torn_line(tmp_path, capsys):
+    path = tmp_path / "results.jsonl"
+    results_file.append_row(path, {"id": "a"})
+    with open(path, "a") as handle:
+        handle.write('{"id": "b", "eval_lo')  # a writer killed mid-line
+    results_file.append_row(path, {"id": "c"})
+    assert [r["id"] for r in results_file.load_results(path)] == ["a", "c"]
+    assert "not a JSON line" in capsys.readouterr().err
+
+
+# -------------------------------------------------------------------------------------------- the runner (runner.py)
+@pytest.fixture
+def tiny_data(tmp_path):
+    chapters = kjv.split_documents(gzip.decompress(kjv.ARCHIVE.read_bytes()).decode())["all"]
+    train, validation = tmp_path / "train.txt", tmp_path / "validation.txt"
+    train.write_text("\n\n".join(chapters[:12]) + "\n")
+    validation.write_text("\n\n".join(chapters[12:15]) + "\n")
+    return train, validation
+
+
+def runner_argv(tmp_path, data, *extra):
+    train, validation = data
+    return ["--results", str(tmp_path / "results.jsonl"), "--runs_dir", str(tmp_path / "runs"),
+            "--train_file", str(train), "--validation_file", str(validation), *extra]
+
+
+def test_tiny_cell_row_then_skipped(tmp_path, tiny_data, monkeypatch):
+    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "cache"))
+    cell = tiny_cell()
+    counts = runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
+    assert counts == {"run": 1, "skipped": 0, "failed": 0, "busy": 0}
+    (row,) = results_file.load_results(tmp_path / "results.jsonl")
+    assert set(row) == ROW_KEYS
+    assert (row["id"], row["claim"], row["variant"], row["size"], row["seed"]) == ("test/tiny/t/seed0", "test",
+                                                                                   "tiny", "t", 0)
+    assert row["steps"] == 2 and row["diverged"] is False
+    assert 0 < row["eval_loss"] < 20 and row["eval_perplexity"] == pytest.approx(2.718281828 ** row["eval_loss"])
+    assert [step for step, _ in row["eval_curve"]] == [1, 2]  # the final evaluation is not a second point
+    assert row["eval_curve"][-1][1] == pytest.approx(row["eval_loss"])
+    assert row["config"]["overrides"] == {"num_attention_heads": 2}
+    assert row["config"]["training"]["max_steps"] == 2 and row["config"]["training"]["max_seq_length"] == 32
+    assert row["command"] == "python experiments/test_claim.py --only test/tiny/t/seed0"
+    words = shlex.split(row["train_command"])
+    assert words[:4] == ["OMP_NUM_THREADS=1", "HF_HUB_OFFLINE=1", "python", "examples/run_pretraining.py"]
+    assert words[words.index("--seed") + 1] == "0" and words[words.index("--train_file") + 1] == str(tiny_data[0])
+    assert row["wall_seconds"] > 0 and row["cpu_seconds"] > 0 and row["hardware"]["torch"]
+    assert row["hardware"]["device"] == "cpu" and "--use_cpu" in words and row["hardware"]["transformers"]
+    # provenance: the tokenizer it trained with (the project WordPiece of the training file, in the run's cache)
+    # and the text; hashes of the files themselves, not of anything the runner wrote
+    (trained,) = (tmp_path / "cache" / "tokenizers").glob("wordpiece-*/tokenizer.json")
+    assert row["tokenizer_sha256"] == hashlib.sha256(trained.read_bytes()).hexdigest()
+    assert row["train_text_sha256"] == hashlib.sha256(tiny_data[0].read_bytes()).hexdigest()
+    assert row["validation_text_sha256"] == hashlib.sha256(tiny_data[1].read_bytes()).hexdigest()
+    assert not list((tmp_path / "runs").rglob("*.safetensors"))  # models are not kept by default
+
+    # resumable: a second invocation runs nothing (no subprocess at all) and writes no row
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("a finished cell was run again"))
+    counts = runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
+    assert counts["skipped"] == 1 and counts["run"] == 0
+    assert len(results_file.load_results(tmp_path / "results.jsonl")) == 1
+
+
+FAKE_RUN = """#!{python}
+import json, sys, time
+from pathlib import Path
+out = Path(sys.argv[sys.argv.index("--output_dir") + 1])
+start = time.time()
+time.sleep(2)
+with open(out.parent / "spans.txt", "a") as handle:
+    handle.write(f"{{start}} {{time.time()}}\\n")
+(out / "all_results.json").write_text(json.dumps({{"eval_mlm_loss": 5.0, "train_loss": 5.5}}))
+(out / "trainer_state.json").write_text(json.dumps({{"global_step": 2, "log_history": [
+    {{"step": 2, "loss": 5.5}}, {{"step": 2, "eval_mlm_loss": 5.0}}]}}))
+(out / "tokenizer.json").write_text("{{}}")
+"""
+
+
+def test_parallel_runs_cells_at_once(tmp_path, tiny_data):
+    """--parallel 2: two cells (a fake run_pretraining that sleeps 2 s) whose runs overlap in time, one row each;
+    a third runner pass finds both done."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(FAKE_RUN.format(python=sys.executable))
+    fake.chmod(0o755)
+    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake), "--parallel", "2")
+    counts = runner.main([tiny_cell(0), tiny_cell(1)], "experiments/test_claim.py", argv)
+    assert counts == {"run": 2, "skipped": 0, "failed": 0, "busy": 0}
+    rows = results_file.load_results(tmp_path / "results.jsonl")
+    assert sorted(r["id"] for r in rows) == ["test/tiny/t/seed0", "test/tiny/t/seed1"]
+    assert all(r["tokenizer_sha256"] == hashlib.sha256(b"{}").hexdigest() for r in rows)
+    assert all(r["wall_seconds"] >= 2 for r in rows)
+    (a_start, a_end), (b_start, b_end) = [map(float, line.split())
+                                          for line in (tmp_path / "runs" / "test" / "tiny" / "t" / "spans.txt")
+                                          .read_text().splitlines()]
+    assert max(a_start, b_start) < min(a_end, b_end)  # the two runs overlapped
+    assert runner.main([tiny_cell(0), tiny_cell(1)], "experiments/test_claim.py", argv)["skipped"] == 2
+
+
+def test_device_and_parallel_are_checked(tmp_path, tiny_data):
+    import torch
+
+    with pytest.raises(ValueError, match="--device must be one of cpu, cuda"):
+        runner.main([tiny_cell()], "x.py", runner_argv(tmp_path, tiny_data, "--device", "tpu"))
+    with pytest.raises(ValueError, match="--parallel must be at least 1"):
+        runner.main([tiny_cell()], "x.py", runner_argv(tmp_path, tiny_data, "--parallel", "0"))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="torch sees no CUDA device"):
+            runner.main([tiny_cell()], "x.py", runner_argv(tmp_path, tiny_data, "--device", "cuda"))
+    assert runner.device_flags(runner.RunnerArguments(device="cuda")) == []
+    assert not (tmp_path / "results.jsonl").exists()
+
+
+def test_stop_file_stops_before_the_next_cell(tmp_path, tiny_data):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "STOP").touch()
+    counts = runner.main([tiny_cell()], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
+    assert counts["run"] == counts["failed"] == 0 and not (tmp_path / "results.jsonl").exists()
+
+
+def test_kjv_cells_use_the_committed_tokenizer():
+    recorded, actual = runner.data_flags(runner.RunnerArguments())
+    assert recorded["tokenizer_name"] == "examples/data/kjv-wordpiece-8000"
+    assert Path(actual["tokenizer_name"]) == kjv.TOKENIZER
+    command = cells.train_command(tiny_cell(), recorded, "out", ["--use_cpu", "true"])
+    assert "--tokenizer_name examples/data/kjv-wordpiece-8000" in command and command.endswith("--use_cpu true")
+    assert '--train_file "$(python experiments/kjv.py --split train)"' in command
+
+
+# --------------------------------------------------------------------------------- attempts and resume (attempts.py)
+@pytest.mark.parametrize("script,timeout", [("exit 3", 20.0), ("exec sleep 30", 0.02)], ids=["fails", "killed"])
+def test_failed_or_killed_cell_leaves_no_row(tmp_path, tiny_data, script, timeout):
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!/bin/sh\n{script}\n")
+    fake.chmod(0o755)
+    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake), "--cell_timeout_minutes", str(timeout))
+    with pytest.raises(SystemExit):
+        runner.main([tiny_cell()], "experiments/test_claim.py", argv)
+    assert results_file.load_results(tmp_path / "results.jsonl") == []
+    assert results_file.done_ids(tmp_path / "results.jsonl") == set()
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_killed_runner_takes_its_cell_with_it(tmp_path, tiny_data):
+    """A runner killed alone (SIGKILL) takes its cell's process with it: none trains on without a runner to write its
+    row (a fake run_pretraining that records its pid and sleeps; without `die_with` it outlives the runner)."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'child.pid'}\nexec sleep 60\n")
+    fake.chmod(0o755)
+    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake))
+    program = (f"import sys; sys.path.insert(0, {str(ROOT / 'experiments')!r})\n"
+               "import cells, runner\n"
+               "cell = cells.cell('test', 'tiny', 't', 0, 'bert-tiny-dot-product', {}, max_steps=2)\n"
+               f"runner.main([cell], 'experiments/test_claim.py', {argv!r})\n")
+    runner_proc = subprocess.Popen([sys.executable, "-c", program], cwd=ROOT)
+    try:
+        for _ in range(600):  # the cell has started once its process has written its pid
+            if (tmp_path / "child.pid").exists() and (tmp_path / "child.pid").read_text().strip():
+                break
+            assert runner_proc.poll() is None, "the runner ended before its cell started"
+            time.sleep(0.1)
+        child = int((tmp_path / "child.pid").read_text())
+        assert alive(child)  # while its runner is
+    finally:
+        runner_proc.kill()
+        runner_proc.wait()
+    for _ in range(100):
+        if not alive(child):
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, 9)
+        pytest.fail("the cell's process outlived its killed runner")
+    assert results_file.load_results(tmp_path / "results.jsonl") == []
+
+
+KILLED_RUN = """#!{python}
+# run_pretraining, killed (SIGKILL, as a stopped session kills it) as it logs step {step}
+import os, runpy, signal, sys
+from transformers import Trainer
+log = Trainer.log
+def log_then_die(self, logs, *args, **kwargs):
+    log(self, logs, *args, **kwargs)
+    if self.state.global_step == {step}:
+        os.kill(os.getpid(), signal.SIGKILL)
+Trainer.log = log_then_die
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_killed_cell_resumes_as_if_never_killed(tmp_path, tiny_data, monkeypatch):
+    """A cell killed at step 5 (after checkpoint-4) and run again resumes from checkpoint-4 and ends as the same
+    cell run in one go: the same eval and training curves from step 0 (8 steps, 3 per epoch: the resumed epoch's
+    masks and order, dropout), its cost that of both attempts. The one-go run with the runner's checkpoints is the
+    run its train_command (no checkpoints) makes."""
+    import reproduce
+
+    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "cache"))
+    cell = cells.cell("test", "tiny", "t", 0, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=8,
+                      eval_steps=2, logging_steps=1, max_seq_length=32, max_eval_samples=8,
+                       per_device_train_batch_size=4, max_train_samples=12)
+    runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path / "whole", tiny_data))
+    (whole,) = results_file.load_results(tmp_path / "whole" / "results.jsonl")
+
+    killed = tmp_path / "killed-python"
+    killed.write_text(KILLED_RUN.format(python=sys.executable, step=5))
+    killed.chmod(0o755)
+    argv = runner_argv(tmp_path / "resumed", tiny_data)
+    with pytest.raises(SystemExit):
+        runner.main([cell], "experiments/test_claim.py", [*argv, "--python", str(killed)])
+    run_dir = tmp_path / "resumed" / "runs" / cell.id
+    assert [d.name for d in run_dir.glob("checkpoint-*")] == ["checkpoint-4"]  # only the newest is kept
+    assert results_file.load_results(tmp_path / "resumed" / "results.jsonl") == []
+    runner.main([cell], "experiments/test_claim.py", argv)
+    (resumed,) = results_file.load_results(tmp_path / "resumed" / "results.jsonl")
+    assert "=== attempt 2, from step 4" in (run_dir / "log.txt").read_text()
+    assert resumed["resumed_from_step"] == [4] and whole["resumed_from_step"] == []
+    assert [s for s, _ in resumed["eval_curve"]] == [s for s, _ in whole["eval_curve"]] == [2, 4, 6, 8]
+    assert [s for s, _ in resumed["train_curve"]] == [s for s, _ in whole["train_curve"]] == list(range(1, 9))
+    for key in ("eval_curve", "train_curve"):
+        assert [v for _, v in resumed[key]] == pytest.approx([v for _, v in whole[key]], abs=1e-5), key
+    assert resumed["eval_loss"] == pytest.approx(whole["eval_loss"], abs=1e-5)
+    assert resumed["train_loss"] == pytest.approx(whole["train_loss"], abs=1e-5)  # Trainer's; the curve's mean
+    # non-vacuity: the steps after the checkpoint move the loss far beyond the tolerance (and a resume without the
+    # dropout RNG states moved the step-6 eval loss by 2e-4; one without skipping the seen batches, 1e-2)
+    assert abs(whole["eval_curve"][-1][1] - whole["eval_curve"][1][1]) > 1e-2
+    # the cost of both attempts; the command that makes the cell from scratch
+    tried = json.loads((run_dir / attempts.ATTEMPTS).read_text())["attempts"]
+    assert [a["from_step"] for a in tried] == [0, 4] and all(a["cpu_seconds"] > 0 for a in tried)
+    assert resumed["cpu_seconds"] == pytest.approx(sum(a["cpu_seconds"] for a in tried), abs=0.1)
+    assert resumed["wall_seconds"] == pytest.approx(sum(a["wall_seconds"] for a in tried), abs=0.1)
+    assert resumed["train_command"] == whole["train_command"].replace(str(tmp_path / "whole"),
+                                                                      str(tmp_path / "resumed"))
+    assert "--save_strategy no" in whole["train_command"] and "checkpoint" not in whole["train_command"]
+    assert not list(run_dir.glob("checkpoint-*")) and not list(run_dir.rglob("*.safetensors"))
+
+    scratch = tmp_path / "from-scratch"
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # `python`: this one
+    subprocess.run(["bash", "-c", reproduce.reproduce_command(whole, scratch)], cwd=ROOT, check=True,
+                   capture_output=True, env={**os.environ, "PATH": path})
+    assert not list(scratch.glob("checkpoint-*"))
+    from_scratch = results_file.read_outcome(scratch)
+    for key in ("eval_curve", "train_curve"):
+        assert [s for s, _ in from_scratch[key]] == [s for s, _ in whole[key]], key
+        assert [v for _, v in from_scratch[key]] == pytest.approx([v for _, v in whole[key]], abs=1e-5), key
+
+
+ATTEMPTED_RUN = """#!{python}
+# a fake run_pretraining: FAKE_DIE leaves checkpoint-2 and a checkpoint-4 killed while being saved, and fails;
+# otherwise it burns CPU, keeps what the runner's heartbeat wrote meanwhile, and finishes at step 4
+import json, os, sys, time
+from pathlib import Path
+argv = sys.argv[1:]
+out = Path(argv[argv.index("--output_dir") + 1])
+with open(out.parent / "argv.jsonl", "a") as handle:
+    handle.write(json.dumps(argv) + "\\n")
+if os.environ.get("FAKE_DIE"):
+    for step in (2, 4):
+        (out / f"checkpoint-{{step}}").mkdir()
+    (out / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({{"global_step": 2}}))
+    sys.exit(1)
+start = time.process_time()
+while time.process_time() - start < 0.6:
+    pass
+time.sleep(0.3)
+(out.parent / "heartbeat.json").write_text((out / "attempts.json").read_text())
+(out / "all_results.json").write_text(json.dumps({{"eval_mlm_loss": 5.0, "train_loss": 9.0}}))
+(out / "trainer_state.json").write_text(json.dumps({{"global_step": 4, "log_history": [
+    {{"step": 2, "loss": 6.0}}, {{"step": 4, "loss": 5.0}}, {{"step": 4, "eval_mlm_loss": 5.0}}]}}))
+(out / "tokenizer.json").write_text("{{}}")
+"""
+
+
+def test_resume_only_the_same_run(tmp_path, tiny_data, monkeypatch):
+    """An attempt at the same cell resumes from the newest complete checkpoint (one killed while being saved is
+    removed) and the row counts both attempts; the heartbeat records a running attempt's cost; a folder whose
+    attempts were of another run (other flags) is cleared and the cell starts afresh."""
+    fake = tmp_path / "fake-python"
+    fake.write_text(ATTEMPTED_RUN.format(python=sys.executable))
+    fake.chmod(0o755)
+    monkeypatch.setattr(attempts, "HEARTBEAT_SECONDS", 0.1)
+    argv = runner_argv(tmp_path, tiny_data, "--python", str(fake))
+    run_dir, cell = tmp_path / "runs" / tiny_cell().id, tiny_cell()
+    monkeypatch.setenv("FAKE_DIE", "1")
+    with pytest.raises(SystemExit):
+        runner.main([cell], "experiments/test_claim.py", argv)
+    monkeypatch.delenv("FAKE_DIE")
+    runner.main([cell], "experiments/test_claim.py", argv)
+    first, second = [json.loads(line) for line in (run_dir.parent / "argv.jsonl").read_text().splitlines()]
+    assert "--resume_from_checkpoint" not in first
+    assert second[second.index("--resume_from_checkpoint") + 1] == str(run_dir / "checkpoint-2")
+    assert second[second.index("--save_strategy") + 1] == "steps" and second.count("--save_strategy") == 1
+    assert second[second.index("--save_steps") + 1] == "1"  # the cell's eval_steps
+    (row,) = results_file.load_results(tmp_path / "results.jsonl")
+    tried = json.loads((run_dir / attempts.ATTEMPTS).read_text())["attempts"]
+    assert row["resumed_from_step"] == [2] and [a["from_step"] for a in tried] == [0, 2]
+    assert row["wall_seconds"] == pytest.approx(sum(a["wall_seconds"] for a in tried), abs=0.11)
+    assert row["wall_seconds"] >= 0.9  # the second attempt alone: 0.6 s of CPU, 0.3 s asleep
+    assert row["cpu_seconds"] >= 0.6 and row["train_loss"] == 5.5  # the curve's, not the last attempt's 9.0
+    beat = json.loads((run_dir.parent / "heartbeat.json").read_text())["attempts"][-1]
+    assert 0.6 <= beat["wall_seconds"] and 0.4 <= beat["cpu_seconds"] <= row["cpu_seconds"] + 0.1
+    assert not list(run_dir.glob("checkpoint-*"))
+
+    # another run's attempt: nothing of it is resumed or counted
+    record = json.loads((run_dir / attempts.ATTEMPTS).read_text())
+    record["flags"] = [*record["flags"], "--learning_rate", "1"]
+    (run_dir / attempts.ATTEMPTS).write_text(json.dumps(record))
+    (run_dir / "checkpoint-3").mkdir()
+    (run_dir / "checkpoint-3" / "trainer_state.json").write_text(json.dumps({"global_step": 3}))
+    runner.main([cell], "experiments/test_claim.py", ["--results", str(tmp_path / "again.jsonl"), *argv[2:]])
+    (row,) = results_file.load_results(tmp_path / "again.jsonl")
+    assert "--resume_from_checkpoint" not in json.loads((run_dir.parent / "argv.jsonl").read_text().splitlines()[-1])
+    assert row["resumed_from_step"] == []
+    assert len(json.loads((run_dir / attempts.ATTEMPTS).read_text())["attempts"]) == 1
+
+
+# --------------------------------------------------------------------------------------------------------- reproduce
+def test_reproduce_command_replaces_the_output_folder():
+    import reproduce
+
+    row = {"id": "c/v/s/seed0", "train_command": "OMP_NUM_THREADS=1 python examples/run_pretraining.py "
+           '--train_file "$(python experiments/kjv.py --split train)" --output_dir experiments/runs/c/v/s/seed0 '
+           "--seed 0"}
+    command = reproduce.reproduce_command(row, "/tmp/scratch dir/output")
+    assert command == ("OMP_NUM_THREADS=1 python examples/run_pretraining.py "
+                       "--train_file \"$(python experiments/kjv.py --split train)\" "
+                       "--output_dir '/tmp/scratch dir/output' --seed 0")
+    assert reproduce.reproduce_command({"train_command": command}, "x").endswith("--output_dir x --seed 0")
+    with pytest.raises(ValueError, match="cannot be re-run"):
+        reproduce.reproduce_command({"id": "old"}, "x")
+    with pytest.raises(ValueError, match="No results row has id"):
+        reproduce.find_row([row], "c/v/s/seed1")
+    assert reproduce.find_row([row, {**row, "eval_loss": 2.0}], "c/v/s/seed0")["eval_loss"] == 2.0  # the newest
+
+
+def test_reproduce_reruns_in_a_scratch_cache(tmp_path, capsys, monkeypatch):
+    """A row whose command is a fake run: it must run from the repository root with both caches pointed into the
+    scratch folder, and the report gives the recorded and new loss and their difference."""
+    import reproduce
+
+    seen = tmp_path / "seen.json"
+    script = ("import json, os, sys; from pathlib import Path; "
+              "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); (out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': 5.25})); "
+              "(out / 'tokenizer.json').write_text('{}'); "
+              f"Path({str(seen)!r}).write_text(json.dumps([os.getcwd(), os.environ['HF_ATTN_VARIANTS_CACHE'], "
+              "os.environ['HF_DATASETS_CACHE']]))")
+    row = {"id": "c/v/s/seed0", "eval_loss": 5.5, "tokenizer_sha256": hashlib.sha256(b"{}").hexdigest(),
+           "hardware": {"cpu": "a CPU"},
+           "train_command": f"OMP_NUM_THREADS=1 python -c {shlex.quote(script)} --output_dir recorded/out --seed 0"}
+    results = tmp_path / "results.jsonl"
+    results_file.append_row(results, row)
+    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "my-cache"))
+    result = reproduce.main(["c/v/s/seed0", "--results", str(results)])
+    assert result["new_eval_loss"] == 5.25 and result["difference"] == pytest.approx(-0.25)
+    cwd, cache, datasets = json.loads(seen.read_text())
+    assert Path(cwd) == ROOT
+    assert cache != str(tmp_path / "my-cache") and Path(cache).parent == Path(datasets).parent
+    assert not Path(cache).parent.exists()  # the scratch folder is removed
+    out = capsys.readouterr().out
+    assert "recorded eval loss 5.5, new 5.25, difference -0.2500" in out and "tokenizer: the same" in out
+
+
+# ------------------------------------------------------------------------------------------------------------ report
 def test_unigram_reference_point():
     """Add-one smoothed unigram cross-entropy, against a hand count: train tokens 0, 0, 1 over a vocabulary of 3
     give p = 3/6, 2/6, 1/6."""
@@ -546,7 +566,6 @@ def test_unigram_reference_point():
         unigram.unigram_cross_entropy([[0]], [[]], vocab_size=3)
 
 
-# ------------------------------------------------------------------------------------------------------ report
 def fake_row(variant, size, seed, loss, diverged=False, claim="fake"):
     return {"id": f"{claim}/{variant}/{size}/seed{seed}", "claim": claim, "variant": variant, "size": size,
             "seed": seed, "eval_loss": None if diverged else loss, "diverged": diverged, "cpu_seconds": 60.0,
@@ -555,11 +574,11 @@ def fake_row(variant, size, seed, loss, diverged=False, claim="fake"):
 
 @pytest.fixture
 def fake_claim():
-    table = runner.Table("fake-table", "A fake table", "fake", (("A", "a"), ("B", "b"), ("C", "c"), ("D", "d")),
-                         (("small", "s"), ("large", "l")), seeds=(0, 1, 2))
-    cells = [runner.cell("fake", v, s, seed, "bert-tiny-dot-product") for v in "abcd" for s in "sl"
-             for seed in range(3)]
-    return types.SimpleNamespace(CLAIM="fake", CELLS=cells, TABLES=[table],
+    table = cells.Table("fake-table", "A fake table", "fake", (("A", "a"), ("B", "b"), ("C", "c"), ("D", "d")),
+                        (("small", "s"), ("large", "l")), seeds=(0, 1, 2))
+    defined = [cells.cell("fake", v, s, seed, "bert-tiny-dot-product") for v in "abcd" for s in "sl"
+               for seed in range(3)]
+    return types.SimpleNamespace(CLAIM="fake", CELLS=defined, TABLES=[table],
                                  ALIASES={("fake", "d", "s"): ("other", "base", "s")})
 
 
@@ -599,7 +618,7 @@ def test_report_renders_page_blocks_and_curves(tmp_path, fake_claim):
         report.render_page("<!-- BEGIN summary -->\n<!-- END summary -->\n", rows, [fake_claim], None)
 
 
-# ------------------------------------------------------------------------------------ past the plateau (issue 22)
+# --------------------------------------------------------------------------------------- past the plateau (issue 22)
 def committed_claims():
     import single_head
     import synthesizer
@@ -621,13 +640,13 @@ def test_long_cells_and_screens():
     parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
     long_ids = set()
-    for name, (module, cells) in committed_claims().items():
+    for name, (module, defined) in committed_claims().items():
         kinds = []
-        for c in cells:
+        for c in defined:
             training = c.config["training"]
             if c.size.startswith("screen-"):
                 assert (c.seed, training["max_steps"], training["eval_steps"]) == (0, 400, 100), c.id
-                assert training["learning_rate"] in runner.SCREEN_LRS and c.size.endswith(training["learning_rate"])
+                assert training["learning_rate"] in cells.SCREEN_LRS and c.size.endswith(training["learning_rate"])
                 kinds.append((-1, 0))
             else:
                 assert (training["max_steps"], training["eval_steps"]) == (1600, 200), c.id
@@ -661,19 +680,19 @@ def test_long_cells_and_screens():
 
 
 def test_screen_picks_follow_the_rule():
-    """SCREEN_PICK is what runner.SCREEN_RULE picks from the committed results file: None while a screen rate has
+    """SCREEN_PICK is what cells.SCREEN_RULE picks from the committed results file: None while a screen rate has
     no row, the chosen rate once all have (so a finished screen fails this test until its pick is written down, and
     a pick cannot be written down before the screen has run); the long cells train at it."""
-    rows = runner.load_results(runner.RESULTS)
+    rows = results_file.load_results(results_file.RESULTS)
     for name, (module, _) in committed_claims().items():
         if not hasattr(module, "SCREEN_PICK"):
             continue
         (table,) = [t for t in module.TABLES if t.screen]
-        sizes = dict(zip(runner.SCREEN_LRS, (size for _, size in table.columns)))
+        sizes = dict(zip(cells.SCREEN_LRS, (size for _, size in table.columns)))
         for variant, picked in module.SCREEN_PICK.items():
-            rule = report.screen_pick(rows, table, variant, sizes, module.ALIASES, runner.PENDING_LR)
+            rule = report.screen_pick(rows, table, variant, sizes, module.ALIASES, cells.PENDING_LR)
             assert picked == rule, (name, variant)
-            assert module.LONG_LR[variant] == (runner.PENDING_LR if picked is None else picked)
+            assert module.LONG_LR[variant] == (cells.PENDING_LR if picked is None else picked)
             assert any(c.variant == variant and c.size.endswith(f"-lr{module.LONG_LR[variant]}-steps1600")
                        for c in module.CELLS)
             note = next(t for t in module.TABLES if t.train_loss and any(v == variant for _, v in t.rows)).note
@@ -681,28 +700,28 @@ def test_screen_picks_follow_the_rule():
 
 
 def test_screen_pick_rule():
-    table = runner.Table("s", "s", "fake", (("A", "a"),), tuple((lr, f"lr{lr}") for lr in runner.SCREEN_LRS),
-                         seeds=(0,))
-    sizes = {lr: f"lr{lr}" for lr in runner.SCREEN_LRS}
+    table = cells.Table("s", "s", "fake", (("A", "a"),), tuple((lr, f"lr{lr}") for lr in cells.SCREEN_LRS),
+                        seeds=(0,))
+    sizes = {lr: f"lr{lr}" for lr in cells.SCREEN_LRS}
 
     def pick(*losses):
         rows = [fake_row("a", f"lr{lr}", 0, loss, diverged=loss is None)
-                for lr, loss in zip(runner.SCREEN_LRS, losses) if loss != "missing"]
+                for lr, loss in zip(cells.SCREEN_LRS, losses) if loss != "missing"]
         return report.screen_pick(rows, table, "a", sizes, {}, "fallback")
 
     assert pick(5.60, 5.55, 5.58) == "1e-3" and pick(5.54, 5.55, 5.85) == "5e-4"
     assert pick(None, 5.70, 5.85) == "1e-3"  # a diverged run never wins
     assert pick(None, report.UNIGRAM_LOSS - 0.01, 5.90) == "fallback"  # nor a stalled one
     assert pick(5.60, "missing", 5.58) is None  # the screen has not finished
-    rows = [fake_row("a", f"lr{lr}", 0, loss) for lr, loss in zip(runner.SCREEN_LRS, (5.60, 5.55, 5.58))]
-    block = report.render_block(rows, runner.Table("s", "s", "fake", (("A", "a"), ("B", "b")), table.columns,
-                                                   seeds=(0,), screen=True), {}, None)
+    rows = [fake_row("a", f"lr{lr}", 0, loss) for lr, loss in zip(cells.SCREEN_LRS, (5.60, 5.55, 5.58))]
+    block = report.render_block(rows, cells.Table("s", "s", "fake", (("A", "a"), ("B", "b")), table.columns,
+                                                  seeds=(0,), screen=True), {}, None)
     assert "The rule's pick: A lr 1e-3; B pending." in block
 
 
 def test_long_table_shows_train_loss_and_rising_runs():
-    table = runner.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1),
-                         train_loss=True)
+    table = cells.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1),
+                        train_loss=True)
     rising = {**fake_row("a", "s", 0, 5.0), "eval_curve": [[200, 5.2], [400, 4.9], [600, 5.0]],
               "train_curve": [[25 * i, 9.0 - 0.1 * i] for i in range(1, 25)]}  # last 100 steps: 21..24
     flat = {**fake_row("a", "s", 1, 4.8), "eval_curve": [[200, 5.1], [400, 4.805], [600, 4.8]],
@@ -715,7 +734,7 @@ def test_long_table_shows_train_loss_and_rising_runs():
                         f"{statistics.fmean(train):.3f} ± {statistics.stdev(train):.3f} |")
     assert lines[3] == "| B | pending | pending |"
     assert report.final_train_loss(rising) == pytest.approx(train[0])
-    short = runner.Table("short", "t", "fake", (("A", "a"),), (("small", "s"),), seeds=(0, 1))
+    short = cells.Table("short", "t", "fake", (("A", "a"),), (("small", "s"),), seeds=(0, 1))
     assert report.render_table([rising, flat], short, {}).splitlines()[0] == "| variant | small |"
 
 
@@ -732,25 +751,17 @@ def test_long_curves_pair_each_variant_with_the_baseline_by_seed(tmp_path):
     assert list(differences) == [200, 600]  # the steps every pair has
     assert differences[200] == pytest.approx([-0.1, -0.1]) and differences[600] == pytest.approx([0.1, -0.1])
     assert report.paired_differences(base, [run("b", 5, [5.0])]) == {}
-    table = runner.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1, 2),
-                         train_loss=True)
+    table = cells.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1, 2),
+                        train_loss=True)
     assert report.plot_curves(base + other, table, {}, tmp_path / "long.png")
     assert (tmp_path / "long.png").stat().st_size > 1000
-
-
-def test_long_note_says_what_is_pending():
-    assert "pending the screen" in runner.long_note({"x": "1e-3"}, {"y": None})
-    picked = runner.long_note({"x": "1e-3"}, {"y": "5e-4"})
-    assert "pending" not in picked and "y 5e-4" in picked and "y: by the screen" in picked
-    assert runner.long_lrs({"x": "1e-3"}, {"y": None, "z": "2e-3"}) == {"x": "1e-3", "y": runner.PENDING_LR,
-                                                                         "z": "2e-3"}
 
 
 def test_pending_cost_is_per_step_of_the_same_model():
     """The summary's estimate: a pending cell costs its steps times the CPU seconds per step of the finished rows of
     its own model (preset and overrides, whatever the training), else of every row."""
-    own = runner.cell("fake", "a", "s", 0, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=1600)
-    other = runner.cell("fake", "b", "s", 0, "bert-mini-dot-product", max_steps=400)
+    own = cells.cell("fake", "a", "s", 0, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=1600)
+    other = cells.cell("fake", "b", "s", 0, "bert-mini-dot-product", max_steps=400)
     config = json.loads(json.dumps(own.config))
     rows = [{"config": config, "cpu_seconds": 400.0, "steps": 400},
             {"config": {**other.config, "preset": "bert-tiny-dot-product"}, "cpu_seconds": 1200.0, "steps": 400}]
@@ -761,8 +772,8 @@ def test_pending_cost_is_per_step_of_the_same_model():
 
 
 def test_summary_costs_pending_cells_only_while_some_are_pending():
-    a = runner.cell("fake", "a", "s", 0, "bert-tiny-dot-product", max_steps=400)
-    b = runner.cell("fake", "b", "s", 0, "bert-tiny-dot-product", max_steps=400)
+    a = cells.cell("fake", "a", "s", 0, "bert-tiny-dot-product", max_steps=400)
+    b = cells.cell("fake", "b", "s", 0, "bert-tiny-dot-product", max_steps=400)
     claim = types.SimpleNamespace(CLAIM="fake", CELLS=[a, b])
     row = {"id": a.id, "config": json.loads(json.dumps(a.config)), "cpu_seconds": 720.0, "steps": 400}
     half = report.render_summary([row], [claim])
@@ -771,7 +782,7 @@ def test_summary_costs_pending_cells_only_while_some_are_pending():
     assert "run: 2; pending: 0." in whole and "CPU time so far: 0.40 h" in whole and "pending cells" not in whole
 
 
-# ------------------------------------------------------------------------------------- across width (issue 33)
+# ------------------------------------------------------------------------------------------- across width (issue 33)
 def test_width_trend_cells():
     """The width trend's cells: the screens first (width 128's before width 384's: the cheaper), then the long cells
     seed-major; every width has 64 units per layer and an FFN of 4x the width, (a) 16 heads (head size 8 / 24), (c)
@@ -815,13 +826,13 @@ def test_width_trend_screen_picks_follow_the_rule():
     committed results (None while a rate has no row); the long cells train at it."""
     import width_trend
 
-    rows = runner.load_results(runner.RESULTS)
+    rows = results_file.load_results(results_file.RESULTS)
     for (width, claim), picks in width_trend.SCREEN_PICK.items():
         table = next(t for t in width_trend.TABLES if t.name == f"width-screen-{claim}-w{width}")
-        sizes = dict(zip(runner.SCREEN_LRS, (size for _, size in table.columns)))
+        sizes = dict(zip(cells.SCREEN_LRS, (size for _, size in table.columns)))
         for variant, picked in picks.items():
-            rule = report.screen_pick(rows, table, variant, sizes, width_trend.ALIASES, runner.PENDING_LR)
+            rule = report.screen_pick(rows, table, variant, sizes, width_trend.ALIASES, cells.PENDING_LR)
             assert picked == rule, (width, claim, variant)
-            lr = runner.PENDING_LR if picked is None else picked
+            lr = cells.PENDING_LR if picked is None else picked
             assert any(c.variant == variant and c.size == width_trend.long_size(width, claim, lr)
                        for c in width_trend.CELLS)
