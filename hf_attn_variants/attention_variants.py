@@ -24,6 +24,7 @@ recomputation and the memory as it is cached. Shapes: b batch, n query length, m
 and value heads, d_k/d_v head sizes.
 """
 
+import importlib.util
 from collections.abc import Callable
 
 import torch
@@ -34,6 +35,7 @@ from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_variant_attention import ATTENTION_TYPES, AttentionSpec
+from .talking_heads_blockwise import talking_heads_blockwise
 
 # synthesizer components that fold into one SDPA call (see synthesizer_sdpa)
 _SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
@@ -99,6 +101,31 @@ def mix_heads_(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = 
         x.add_(bias)
     return x
 
+
+
+def talking_heads_triton(*args, **kwargs) -> torch.Tensor:
+    """`talking_heads_triton.talking_heads_triton`, imported on first use: triton is needed only by this algorithm."""
+    from .talking_heads_triton import talking_heads_triton as kernel
+
+    return kernel(*args, **kwargs)
+
+
+# attention_algorithm -> the function computing talking heads' formula (talking_heads_blockwise's docstring)
+TALKING_HEADS_ALGORITHMS: dict[str, Callable[..., torch.Tensor]] = {
+    "blockwise": talking_heads_blockwise,
+    "triton": talking_heads_triton,
+}
+
+
+def talking_heads_algorithm(name: str, device: torch.device) -> str:
+    """The algorithm `attention_algorithm`=name runs on `device`: "auto" takes the Triton kernel on a CUDA device
+    where triton is installed, else the blockwise core while gradients are recorded (it saves no n x m tensor) and the
+    eager path without them (in place, one n x m buffer: no recomputation to pay for)."""
+    if name != "auto":
+        return name
+    if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
+        return "triton"
+    return "blockwise" if torch.is_grad_enabled() else "eager"
 
 
 class VariantAttentionCore(nn.Module):
@@ -273,6 +300,40 @@ class TalkingHeadsAttention(VariantAttentionCore):
             dyn = (memory @ self.dynamic_m2w.to(memory.dtype)).view(b, m, self.spec.num_heads, -1)
             value = torch.cat([value, dyn.permute(0, 3, 1, 2)], dim=-1)  # [b, h_v, m, d_v + h]
         return key, value
+
+    def fused(self, query, key, value, attention_mask, hidden_states, position_bias, dropout, attn_implementation,
+              output_attentions, kwargs):
+        """The blockwise or Triton algorithm (`attention_algorithm`), unless the weights are asked for."""
+        algorithm = talking_heads_algorithm(self.spec.algorithm, query.device)
+        if output_attentions or algorithm == "eager":
+            return None
+        n = hidden_states.shape[1]
+        causal = attention_mask is None and self.spec.is_causal and n > 1  # built per block, never n x m
+        bias = additive_mask(attention_mask, value.dtype)
+        if position_bias is not None:
+            bias = position_bias if bias is None else bias + position_bias
+        key, value, maps = self.formula_arguments(key, value, hidden_states)
+        out = TALKING_HEADS_ALGORITHMS[algorithm](query, key, value, bias, **maps, scaling=self.scaling, causal=causal,
+                                                  dropout=dropout)  # [b, h_v, n, d_v]
+        return out.transpose(1, 2).contiguous(), None  # [b, n, h_v, d_v]
+
+    def formula_arguments(self, key, value, x):
+        """key, value, and the maps of `talking_heads_blockwise`'s formula: P_l, P_w and the dynamic maps as
+        [b, n or m, h_in, h_out]."""
+        spec = self.spec
+        b, n = x.shape[:2]
+        d_k, d_v, h_k, h, h_v = spec.key_head_size, spec.value_head_size, spec.num_key_heads, spec.num_heads, spec.num_value_heads
+        maps = dict(pre_proj=getattr(self, "pre_softmax_proj", None), post_proj=getattr(self, "post_softmax_proj", None))
+        if "x2l" in spec.dynamic:
+            maps["x2l"] = (x @ self.dynamic_x2l.to(x.dtype)).view(b, n, h_k, h)
+        if "m2l" in spec.dynamic:
+            maps["m2l"] = key[..., d_k:].transpose(1, 2)  # [b, m, h_k, h]
+        if "x2w" in spec.dynamic:
+            maps["x2w"] = (x @ self.dynamic_x2w.to(x.dtype)).view(b, n, h, h_v)
+        if "m2w" in spec.dynamic:
+            maps["m2w"] = value[..., d_v:].permute(0, 2, 3, 1)  # [b, m, h, h_v]
+        maps = {name: t if t is None or t.dtype == value.dtype else t.to(value.dtype) for name, t in maps.items()}
+        return key[..., :d_k], value[..., :d_v], maps
 
     def attention_weights(self, query, key, value, bias, x):
         spec = self.spec

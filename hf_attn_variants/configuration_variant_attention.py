@@ -44,6 +44,7 @@ from dataclasses import dataclass, fields  # noqa: E402
 SYNTHESIZER_COMPONENTS = ("dot_product", "dense", "random", "factorized_dense", "factorized_random")
 DYNAMIC_PROJECTIONS = ("x2l", "m2l", "x2w", "m2w")
 TALKING_HEADS_INITS = ("identity", "paper")
+ATTENTION_ALGORITHMS = ("auto", "eager", "blockwise", "triton")
 MIXTURE_INITS = ("uniform", "dot_product")
 PLACES = ("encoder", "decoder", "cross")  # where an encoder-decoder family may choose the attention per place
 
@@ -60,6 +61,15 @@ class VariantAttentionFields:
         attention_recompute (`bool`, defaults to `False`):
             Recompute the attention core (logits, softmax, head maps) in the backward pass instead of storing it:
             less activation memory for some extra compute. Talking heads and eager synthesizers.
+        attention_algorithm (`str`, defaults to `"auto"`):
+            How talking-heads attention is computed (the same function, to float rounding): `"eager"` materialises
+            the [batch, heads, n, m] logits and weights, as the other types do; `"blockwise"` runs one block of
+            queries at a time in forward and again in backward, so no n x m tensor outlives its block (PyTorch, any
+            device; O(n) activation memory); `"triton"` is the same algorithm as a fused Triton kernel (needs the
+            `triton` package and a GPU, or `TRITON_INTERPRET=1`); `"auto"` takes `"triton"` on a CUDA device where
+            triton is installed, else `"blockwise"` while training and `"eager"` without gradients. Returning the
+            attention weights (`output_attentions=True`) always runs the eager path. A value other than `"auto"`
+            needs talking heads in some place of the model.
         talking_heads_num_key_heads (`int`, *optional*):
             h_k, the query/key heads. Defaults to `num_attention_heads` (h, the logits/softmax heads).
         talking_heads_num_value_heads (`int`, *optional*):
@@ -102,6 +112,7 @@ class VariantAttentionFields:
     attention_type: str = "dot_product"
     attention_head_size: int | None = None
     attention_recompute: bool = False
+    attention_algorithm: str = "auto"
     talking_heads_num_key_heads: int | None = None
     talking_heads_num_value_heads: int | None = None
     talking_heads_pre_softmax: bool = True
@@ -161,6 +172,7 @@ class AttentionSpec:
     is_causal: bool
     scaling: float | None = None
     recompute: bool = False
+    algorithm: str = "auto"
 
     # which projections the family's attention module builds (transformers' names: query/key/value, T5's q/k/v)
     has_query = True
@@ -369,6 +381,8 @@ class AttentionType:
     field_prefix: the prefix of the config fields only this type reads (None: it has none).
     exclusive_fields: fields whose non-empty value needs this type in some place of the model (refused otherwise).
     length_field: the config field that bounds the sequence length it attends over (None: no bound of its own).
+    algorithms: the values of `attention_algorithm` beyond "auto" that it computes with (empty: the field does not
+        apply; dot product follows `attn_implementation`).
     """
 
     name: str
@@ -385,6 +399,7 @@ class AttentionType:
     field_prefix: str | None = None
     exclusive_fields: tuple[str, ...] = ()
     length_field: str | None = None
+    algorithms: tuple[str, ...] = ()
 
     @property
     def config_fields(self) -> tuple[str, ...]:
@@ -414,7 +429,7 @@ ATTENTION_REGISTRY: dict[str, AttentionType] = {
             card_key="talking-heads", paper=_TALKING_HEADS_PAPER,
             warm_start={"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
             warm_start_help="identity head maps", field_prefix="talking_heads_",
-            exclusive_fields=("talking_heads_dynamic",),
+            exclusive_fields=("talking_heads_dynamic",), algorithms=ATTENTION_ALGORITHMS[1:],
         ),
         AttentionType(
             "synthesizer", "Synthesizer attention, weights synthesized without query-key dot products or mixed with "
@@ -503,6 +518,15 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
                     f"{_field(config, 'attention_type')!r}); set `{name}`={VARIANT_CONFIG_DEFAULTS[name]!r} or switch "
                     "the attention type."
                 )
+    algorithm = _field(config, "attention_algorithm")
+    _choice("attention_algorithm", algorithm, ATTENTION_ALGORITHMS)
+    if algorithm != "auto" and not any(algorithm in getattr(ATTENTION_REGISTRY.get(t), "algorithms", ()) for t in used):
+        takers = [name for name, entry in ATTENTION_REGISTRY.items() if algorithm in entry.algorithms]
+        raise ValueError(
+            f"`attention_algorithm`={algorithm!r} applies to attention_type {', '.join(map(repr, takers))}, which no "
+            f"place of this model uses (got {_field(config, 'attention_type')!r}); set `attention_algorithm`='auto' "
+            "(dot product chooses its kernel by `attn_implementation`)."
+        )
     dynamic = tuple(_field(config, "talking_heads_dynamic") or ())
     for name in dynamic:
         _choice("talking_heads_dynamic", name, DYNAMIC_PROJECTIONS)
@@ -516,7 +540,7 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
         raise ValueError(f"`attention_head_size` must be a positive integer or None, got {head_size!r}.")
     common = dict(attention_type=attention_type, hidden_size=config.hidden_size, num_heads=heads,
                   dropout=config.attention_probs_dropout_prob, is_causal=is_causal, scaling=scaling,
-                  recompute=bool(_field(config, "attention_recompute")))
+                  recompute=bool(_field(config, "attention_recompute")), algorithm=algorithm)
     entry = ATTENTION_REGISTRY[attention_type]
     return entry.spec(**common, **entry.resolve(config, common))
 

@@ -29,7 +29,7 @@ class VariantBertConfig(PretrainedConfig):
             its gradients are the dense model's. Without `labels` (fill-mask, pipelines) the logits are full `[batch,
             seq, vocab_size]`, so a checkpoint trained with it serves fill-mask unchanged. `False`: transformers'
             behaviour, full logits always.
-        attention_type, attention_head_size, attention_recompute, talking_heads_*, synthesizer_*:
+        attention_type, attention_head_size, attention_recompute, attention_algorithm, talking_heads_*, synthesizer_*:
             The attention variant: see below.
     """
 

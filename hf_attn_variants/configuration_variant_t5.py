@@ -38,7 +38,7 @@ class VariantT5Config(PretrainedConfig):
             The attention of each place; each defaults to `attention_type`, except that a synthesizer model's
             cross-attention is dot-product (a synthetic alignment between two sequences of unrelated lengths has no
             meaning): a self-attention-only type is refused as `cross_attention_type` (`cross_attention_type()`).
-        attention_type, attention_recompute, talking_heads_*, synthesizer_*:
+        attention_type, attention_recompute, attention_algorithm, talking_heads_*, synthesizer_*:
             The attention variant: see below. T5 has no length limit of its own, so `synthesizer_max_position`
             defaults to 512 here.
     """

@@ -17,6 +17,7 @@ from hf_attn_variants.isolation import run_isolated
 PACKAGE = Path(hav.__file__).parent
 REMOTE_FILES = {  # what a saved checkpoint of each family carries
     fam: sorted(["attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
+                 "talking_heads_blockwise.py", "talking_heads_triton.py",
                  f"configuration_variant_{fam}.py", f"modeling_variant_{fam}.py"])
     for fam in FAMILIES
 }
@@ -139,14 +140,31 @@ def test_in_process_auto_classes_without_trust_remote_code(tmp_path):
     assert isinstance(AutoModelForMaskedLM.from_pretrained(tmp_path), hav.VariantBertForMaskedLM)
 
 
+OPTIONAL_IMPORTS = {"triton"}  # imported only inside `try: ... except ImportError`, which transformers' check skips
+
+
+def _optional_import_nodes(tree) -> set:
+    """The import statements inside a `try` whose handler catches ImportError."""
+    nodes = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+            isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError") for h in node.handlers
+        ):
+            nodes.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return nodes
+
+
 @pytest.mark.parametrize("name", SCANNED)
 def test_remote_files_import_only_stdlib_torch_transformers_and_siblings(name):
     tree = ast.parse((PACKAGE / name).read_text())
     allowed_top = set(sys.stdlib_module_names) | {"torch", "transformers"}
+    optional = _optional_import_nodes(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                assert alias.name.split(".")[0] in allowed_top, f"{name}: import {alias.name}"
+                top = alias.name.split(".")[0]
+                assert top in allowed_top or (top in OPTIONAL_IMPORTS and id(node) in optional), (
+                    f"{name}: import {alias.name}")
         elif isinstance(node, ast.ImportFrom):
             if node.level == 0:
                 assert node.module.split(".")[0] in allowed_top, f"{name}: from {node.module}"
@@ -161,3 +179,46 @@ def test_the_isolated_harness_cannot_import_the_package():
     proc = run_isolated("import torch, transformers\nprint('third-party ok')\nimport hf_attn_variants")
     assert "third-party ok" in proc.stdout
     assert proc.returncode != 0 and "ModuleNotFoundError: hf_attn_variants is blocked" in proc.stderr
+
+
+BLOCK_TRITON = """
+class _BlockTriton:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'triton':
+            raise ModuleNotFoundError(f"No module named {name!r}")
+sys.meta_path.insert(0, _BlockTriton())
+"""
+
+
+def test_a_talking_heads_checkpoint_trains_blockwise_where_triton_is_missing(tmp_path):
+    """Remote code in an environment without triton (and without this package): the checkpoint loads, a training
+    step runs the blockwise core (the default on a CPU) with the eager core's loss, and asking for the Triton kernel
+    is refused with an ImportError that says what to install."""
+    model = build("VariantBertForMaskedLM", "talking_heads_dynamic", attention_algorithm="eager")
+    model.save_pretrained(tmp_path / "ckpt")
+    inputs = head_inputs("VariantBertForMaskedLM")
+    torch.save(inputs, tmp_path / "inputs.pt")
+    model.train()
+    expected = model(**inputs).loss.item()
+    code = BLOCK_TRITON + textwrap.dedent(
+        """
+        import sys, torch
+        from transformers import AutoModelForMaskedLM
+        path, inputs = sys.argv[1], torch.load(sys.argv[2])
+        model = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True, attention_algorithm="auto").train()
+        loss = model(**inputs).loss
+        loss.backward()
+        print("loss", loss.item(), "triton" in sys.modules)
+        model = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True, attention_algorithm="triton")
+        try:
+            model(**inputs)
+        except ImportError as error:
+            print("refused:", error)
+        """
+    )
+    proc = run_isolated(code, [tmp_path / "ckpt", tmp_path / "inputs.pt"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    loss_line = next(line for line in proc.stdout.splitlines() if line.startswith("loss"))
+    _, loss, imported = loss_line.split()
+    assert abs(float(loss) - expected) < 1e-5 and imported == "False"
+    assert "refused:" in proc.stdout and "pip install triton" in proc.stdout

@@ -1,0 +1,278 @@
+"""Talking-heads attention without the n x m tensors: the reference formula and the blockwise core (PyTorch).
+
+Copied next to every saved checkpoint (remote code): imports only torch.
+
+Every algorithm here and in `talking_heads_triton` computes the same function of the same arguments:
+
+    query [b, h_k, n, d_k], key [b, h_k, m, d_k], value [b, h_v, m, d_v]
+    bias       additive [b or 1, h or 1, n or 1, m] (padding mask, T5's position bias) or None
+    pre_proj   P_l [h_k, h] or None (no pre-softmax map: h_k = h)
+    post_proj  P_w [h, h_v] or None (no post-softmax map: h = h_v)
+    x2l [b, n, h_k, h], m2l [b, m, h_k, h], x2w [b, n, h, h_v], m2w [b, m, h, h_v]: the dynamic maps, or None
+    scaling s; causal: the n queries are the last n of the m positions and see no later key
+
+    J[k, i, j] = q[k, i] . key[k, j]
+    L[h, i, j] = s sum_k J[k, i, j] (P_l[k, h] + x2l[i, k, h] + m2l[j, k, h]) + bias[h, i, j]   (s J[h] without P_l)
+    W[h, i, j] = softmax_j L[h, i, j]
+    U[v, i, j] = sum_h W[h, i, j] (P_w[h, v] + x2w[i, h, v] + m2w[j, h, v])                      (W[v] without P_w)
+    out[v, i]  = sum_j dropout(U)[v, i, j] value[v, j]                                           -> [b, h_v, n, d_v]
+"""
+
+import torch
+
+
+def causal_bias(n: int, m: int, dtype: torch.dtype, device, rows: slice = slice(None)) -> torch.Tensor:
+    """Additive causal mask [rows, m] for n queries that are the last n of m positions (row i sees keys <= m-n+i)."""
+    query_pos = torch.arange(m - n, m, device=device)[rows, None]
+    blocked = torch.arange(m, device=device)[None, :] > query_pos
+    return torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)
+
+
+def talking_heads_reference(query, key, value, bias=None, pre_proj=None, post_proj=None, x2l=None, m2l=None,
+                            x2w=None, m2w=None, *, scaling: float, causal: bool = False, dropout_mask=None):
+    """The formula above, term by term with einsum: the slow, obvious reference the fast algorithms are tested
+    against. `dropout_mask` [b, h_v, n, m] (already scaled by 1/(1-p)) multiplies U before V."""
+    n, m = query.shape[2], key.shape[2]
+    dots = torch.einsum("bkid,bkjd->bkij", query, key)  # J [b, h_k, n, m]
+    if pre_proj is None:
+        logits = dots * scaling
+    else:
+        logits = torch.einsum("bkij,kh->bhij", dots, pre_proj) * scaling
+        if x2l is not None:
+            logits = logits + torch.einsum("bkij,bikh->bhij", dots, x2l) * scaling
+        if m2l is not None:
+            logits = logits + torch.einsum("bkij,bjkh->bhij", dots, m2l) * scaling
+    if bias is not None:
+        logits = logits + bias
+    if causal:
+        logits = logits + causal_bias(n, m, logits.dtype, logits.device)
+    weights = torch.softmax(logits, dim=-1)  # W [b, h, n, m]
+    if post_proj is None:
+        mixed = weights
+    else:
+        mixed = torch.einsum("bhij,hv->bvij", weights, post_proj)
+        if x2w is not None:
+            mixed = mixed + torch.einsum("bhij,bihv->bvij", weights, x2w)
+        if m2w is not None:
+            mixed = mixed + torch.einsum("bhij,bjhv->bvij", weights, m2w)
+    if dropout_mask is not None:
+        mixed = mixed * dropout_mask
+    return torch.einsum("bvij,bvjd->bvid", mixed, value)  # [b, h_v, n, d_v]
+
+
+# ------------------------------------------------------------------------------------------------ the blockwise core
+# Rows per query block: a block's tensors are [b, heads, rows, m]; about this many elements keeps them in the cache.
+BLOCK_ELEMENTS = 1 << 20
+
+
+def block_rows(b: int, heads: int, n: int, m: int, block_size: int | None = None) -> int:
+    """The query rows of one block: `block_size`, or as many as keep a block's [b, heads, rows, m] tensors near
+    `BLOCK_ELEMENTS` elements (at least 16, at most n)."""
+    if block_size is None:
+        block_size = max(16, BLOCK_ELEMENTS // max(1, b * heads * m))
+    return max(1, min(n, block_size))
+
+
+def mix(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """out[b, o] = sum_i x[b, i] proj[i, o] (+ bias) over the heads axis of x [b, h_in, r, m] -> [b, h_out, r, m]:
+    one batched GEMM on the [h_in, r*m] view of each batch item, the bias (the mask) fused in through baddbmm."""
+    b, h_in, r, m = x.shape
+    weight = proj.t().to(x.dtype).expand(b, -1, h_in)  # [b, h_out, h_in], a view
+    flat = x.reshape(b, h_in, r * m)
+    if bias is None:
+        return torch.bmm(weight, flat).view(b, -1, r, m)
+    return torch.baddbmm(bias.expand(b, -1, r, m).reshape(b, -1, r * m), weight, flat).view(b, -1, r, m)
+
+
+def _rows(t: torch.Tensor | None, rows: slice, dim: int, keys: int | None = None) -> torch.Tensor | None:
+    """`t` cut to the block's rows along `dim` (left whole where it broadcasts there) and, where `keys` is given, to
+    the first `keys` keys along the last dim."""
+    if t is None:
+        return None
+    if t.shape[dim] != 1:
+        t = t.narrow(dim, rows.start, rows.stop - rows.start)
+    return t if keys is None else t[..., :keys]
+
+
+class _Block:
+    """One query block: its rows, the keys it sees (all, or under a causal mask those up to its last row) and the
+    inputs cut to them."""
+
+    def __init__(self, inputs: dict, rows: slice, causal: bool, n: int, m: int):
+        self.rows = rows
+        self.keys = m - n + rows.stop if causal else m  # later keys are masked for every row of the block
+        self.causal = causal and rows.start + m - n < self.keys - 1  # some key in range is still masked
+        self.n, self.m = n, m
+        k = self.keys
+        self.query = inputs["query"][:, :, rows]  # [b, h_k, r, d_k]
+        self.key, self.value = inputs["key"][:, :, :k], inputs["value"][:, :, :k]
+        self.bias = _rows(inputs["bias"], rows, 2, k)
+        self.x2l, self.x2w = _rows(inputs["x2l"], rows, 1), _rows(inputs["x2w"], rows, 1)
+        self.m2l = None if inputs["m2l"] is None else inputs["m2l"][:, :k]
+        self.m2w = None if inputs["m2w"] is None else inputs["m2w"][:, :k]
+
+
+def _logits(blk: _Block, pre_proj, scaling: float):
+    """J [b, h_k, r, k] and L [b, h, r, k] of a block (mask, position bias and causal mask included)."""
+    dots = torch.matmul(blk.query, blk.key.transpose(2, 3))  # J [b, h_k, r, k]
+    if pre_proj is None:
+        logits = dots * scaling if blk.bias is None else torch.add(blk.bias, dots, alpha=scaling)
+    else:
+        logits = mix(dots, pre_proj * scaling, blk.bias)  # [b, h, r, k]
+        if blk.x2l is not None:  # sum_k J[i,j,k] D(x_i)[k,h]
+            logits += torch.einsum("bkij,bikh->bhij", dots, blk.x2l * scaling)
+        if blk.m2l is not None:  # sum_k J[i,j,k] D(m_j)[k,h]
+            logits += torch.einsum("bkij,bjkh->bhij", dots, blk.m2l * scaling)
+    if blk.causal:
+        logits += causal_bias(blk.n, blk.m, logits.dtype, logits.device, blk.rows)[:, : blk.keys]
+    return dots, logits
+
+
+def _mixed(blk: _Block, weights: torch.Tensor, post_proj) -> torch.Tensor:
+    """U [b, h_v, r, k] from the block's softmax weights W [b, h, r, k]."""
+    if post_proj is None:
+        return weights
+    mixed = mix(weights, post_proj)  # [b, h_v, r, k]
+    if blk.x2w is not None:
+        mixed += torch.einsum("bhij,bihv->bvij", weights, blk.x2w)
+    if blk.m2w is not None:
+        mixed += torch.einsum("bhij,bjhv->bvij", weights, blk.m2w)
+    return mixed
+
+
+def _softmax_(logits: torch.Tensor) -> torch.Tensor:
+    """W = softmax(L) over the keys, in place on L (in float32 for half-precision logits, as transformers' T5)."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        return torch.softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
+    return torch.softmax(logits, dim=-1, out=logits)
+
+
+def _dropout_keep(shape, p: float, seed: int, block: int, device, dtype) -> torch.Tensor:
+    """The block's dropout multiplier (0 or 1/(1-p)), drawn from a generator seeded with (seed, block): the same
+    mask in forward and backward, and for a given seed whatever the rest of the program draws."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(seed + 1_000_003 * block)
+    keep = torch.rand(shape, generator=generator, device=device) >= p
+    return keep.to(dtype) / (1.0 - p)
+
+
+_INPUTS = ("query", "key", "value", "bias", "pre_proj", "post_proj", "x2l", "m2l", "x2w", "m2w")
+
+
+class BlockwiseTalkingHeads(torch.autograd.Function):
+    """The formula of this module one block of queries at a time, in forward and again in backward.
+
+    A block holds every key its rows see, so its softmax is complete: forward keeps only the output rows, backward
+    recomputes the block's J, L, W and U from the saved inputs (no softmax statistics are saved: recomputing the
+    softmax of a block costs one fused pass, and is exact even for a row whose every key is masked) and runs the chain
+    rule through them. Peak memory is a few [b, heads, rows, keys] block tensors instead of four [b, heads, n, m].
+    """
+
+    @staticmethod
+    def forward(ctx, query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling, causal, dropout,
+                seed, block_size):
+        inputs = dict(zip(_INPUTS, (query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w)))
+        b, h_v, n, d_v = query.shape[0], value.shape[1], query.shape[2], value.shape[3]
+        m = key.shape[2]
+        h = query.shape[1] if pre_proj is None else pre_proj.shape[1]
+        step = block_rows(b, max(query.shape[1], h, h_v), n, m, block_size)
+        out = value.new_empty(b, h_v, n, d_v)
+        for index, start in enumerate(range(0, n, step)):
+            blk = _Block(inputs, slice(start, min(n, start + step)), causal, n, m)
+            mixed = _mixed(blk, _softmax_(_logits(blk, pre_proj, scaling)[1]), post_proj)  # U [b, h_v, r, k]
+            if dropout > 0.0:
+                mixed = mixed * _dropout_keep(mixed.shape, dropout, seed, index, mixed.device, mixed.dtype)
+            out[:, :, blk.rows] = torch.matmul(mixed, blk.value)  # [b, h_v, r, d_v]
+        ctx.save_for_backward(*inputs.values())
+        ctx.options = (scaling, causal, dropout, seed, step)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out):
+        inputs = dict(zip(_INPUTS, ctx.saved_tensors))
+        scaling, causal, dropout, seed, step = ctx.options
+        n, m = inputs["query"].shape[2], inputs["key"].shape[2]
+        grads = {name: torch.zeros_like(t, dtype=_accumulation_dtype(t)) if t is not None and ctx.needs_input_grad[i]
+                 else None for i, (name, t) in enumerate(inputs.items())}
+        grad_out = grad_out.contiguous()
+        for index, start in enumerate(range(0, n, step)):
+            blk = _Block(inputs, slice(start, min(n, start + step)), causal, n, m)
+            keep = None
+            if dropout > 0.0:
+                shape = (grad_out.shape[0], grad_out.shape[1], blk.rows.stop - blk.rows.start, blk.keys)
+                keep = _dropout_keep(shape, dropout, seed, index, grad_out.device, grad_out.dtype)
+            _block_backward(blk, inputs, grads, grad_out[:, :, blk.rows], keep, scaling)
+        result = [None if g is None else g.to(inputs[name].dtype) for name, g in grads.items()]
+        return (*result, None, None, None, None, None)
+
+
+def _accumulation_dtype(t: torch.Tensor) -> torch.dtype:
+    """Gradients summed over blocks in float32 for half-precision inputs, else in the input's dtype."""
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+def _heads_outer(a: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """sum over batch, rows and keys of a[b, i, r, k] c[b, o, r, k]: [i, o] (the gradient of a heads map)."""
+    b, h_in = a.shape[:2]
+    return torch.bmm(a.reshape(b, h_in, -1), c.reshape(b, c.shape[1], -1).transpose(1, 2)).sum(0)
+
+
+def _add_rows(grad: torch.Tensor | None, rows: slice, dim: int, value: torch.Tensor, keys: int | None = None):
+    """grad (cut as `_rows` cuts its tensor) += value, summed over the axes where grad broadcasts."""
+    if grad is None:
+        return
+    target = _rows(grad, rows, dim, keys)
+    axes = [i for i, size in enumerate(target.shape) if size == 1 and value.shape[i] != 1]
+    target += value.sum(axes, keepdim=True) if axes else value
+
+
+def _block_backward(blk: _Block, inputs: dict, grads: dict, grad_out, keep, scaling: float) -> None:
+    """Add one block's share of every gradient to `grads`; grad_out [b, h_v, r, d_v], keep the dropout multiplier."""
+    pre, post, k, rows = inputs["pre_proj"], inputs["post_proj"], blk.keys, blk.rows
+    dots, logits = _logits(blk, pre, scaling)
+    weights = _softmax_(logits)  # W [b, h, r, k]
+    mixed = _mixed(blk, weights, post)  # U [b, h_v, r, k]
+    grad_mixed = torch.matmul(grad_out, blk.value.transpose(2, 3))  # dU [b, h_v, r, k]
+    if keep is not None:
+        mixed, grad_mixed = mixed * keep, grad_mixed.mul_(keep)
+    _add_rows(grads["value"], slice(0, k), 2, torch.matmul(mixed.transpose(2, 3), grad_out))
+    if post is None:
+        grad_weights = grad_mixed
+    else:
+        grad_weights = mix(grad_mixed, post.t())  # dW [b, h, r, k]
+        if grads["post_proj"] is not None:
+            grads["post_proj"] += _heads_outer(weights, grad_mixed)
+        if blk.x2w is not None:
+            grad_weights += torch.einsum("bvij,bihv->bhij", grad_mixed, blk.x2w)
+            _add_rows(grads["x2w"], rows, 1, torch.einsum("bhij,bvij->bihv", weights, grad_mixed))
+        if blk.m2w is not None:
+            grad_weights += torch.einsum("bvij,bjhv->bhij", grad_mixed, blk.m2w)
+            _add_rows(grads["m2w"], slice(0, k), 1, torch.einsum("bhij,bvij->bjhv", weights, grad_mixed))
+    # dL = W * (dW - sum_j W dW)
+    grad_logits = grad_weights.sub_((weights * grad_weights).sum(-1, keepdim=True)).mul_(weights)
+    _add_rows(grads["bias"], rows, 2, grad_logits, k)
+    if pre is None:
+        grad_dots = grad_logits.mul_(scaling)
+    else:
+        grad_dots = mix(grad_logits, pre.t() * scaling)  # dJ [b, h_k, r, k]
+        if grads["pre_proj"] is not None:
+            grads["pre_proj"] += _heads_outer(dots, grad_logits).mul_(scaling)
+        if blk.x2l is not None:
+            grad_dots += torch.einsum("bhij,bikh->bkij", grad_logits, blk.x2l * scaling)
+            _add_rows(grads["x2l"], rows, 1, torch.einsum("bkij,bhij->bikh", dots, grad_logits).mul_(scaling))
+        if blk.m2l is not None:
+            grad_dots += torch.einsum("bhij,bjkh->bkij", grad_logits, blk.m2l * scaling)
+            _add_rows(grads["m2l"], slice(0, k), 1, torch.einsum("bkij,bhij->bjkh", dots, grad_logits).mul_(scaling))
+    _add_rows(grads["query"], rows, 2, torch.matmul(grad_dots, blk.key))
+    _add_rows(grads["key"], slice(0, k), 2, torch.matmul(grad_dots.transpose(2, 3), blk.query))
+
+
+def talking_heads_blockwise(query, key, value, bias=None, pre_proj=None, post_proj=None, x2l=None, m2l=None,
+                            x2w=None, m2w=None, *, scaling: float, causal: bool = False, dropout: float = 0.0,
+                            block_size: int | None = None) -> torch.Tensor:
+    """The formula of this module, blockwise (`BlockwiseTalkingHeads`): out [b, h_v, n, d_v]. `dropout` draws its
+    seed from torch's generator, so `torch.manual_seed` makes a run reproducible."""
+    seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout > 0.0 else 0
+    return BlockwiseTalkingHeads.apply(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling,
+                                       causal, dropout, seed, block_size)
