@@ -6,6 +6,7 @@ process): `wordpiece_vocabulary` (the byte-pair merges of `WordPieceTrainer`) an
 """
 
 from array import array
+from collections import Counter
 
 import numpy as np
 
@@ -188,6 +189,26 @@ class _Lattices:
         return best[self.last], np.concatenate(owner)[order], np.concatenate(piece)[order]
 
 
+def _unigram_seeds(word_counts: dict[str, int], max_piece_length: int,
+                   seed_size: int) -> tuple[list[str], int, np.ndarray]:
+    """The seed pieces of `unigram_vocabulary`, the characters first: (pieces, number of characters, weights).
+
+    Every character of the words, in code-point order, weighted by its occurrences in the text; then the `seed_size`
+    substrings of 2 to `max_piece_length` characters that occur at least twice in the distinct words, weighted by
+    those occurrences x length (as SentencePiece's suffix array over the distinct words counts them), largest
+    first (a tie going to the smaller string)."""
+    occurrences, in_text = Counter(), Counter()  # substring -> in the distinct words; character -> in the text
+    for word in sorted(word_counts):
+        for i, c in enumerate(word):
+            in_text[c] += word_counts[word]
+            occurrences.update(word[i:j] for j in range(i + 2, min(len(word), i + max_piece_length) + 1))
+    chars = sorted(in_text)
+    weight = {piece: n * len(piece) for piece, n in occurrences.items() if n >= 2}
+    substrings = sorted(weight, key=lambda piece: (-weight[piece], piece))[:seed_size]
+    seed_weight = np.array([in_text[c] for c in chars] + [weight[p] for p in substrings], dtype=float)
+    return chars + substrings, len(chars), seed_weight
+
+
 def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_length: int = 16,
                        seed_size: int = 1_000_000, shrinking_factor: float = 0.75,
                        sub_iterations: int = 2) -> list[tuple[str, float]]:
@@ -195,10 +216,8 @@ def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_l
     learn it, computed so that it depends on the word counts alone: `vocab_size` (piece, log-probability) pairs,
     highest score first (a tie going to the smaller string); fewer only when the words hold fewer substrings.
 
-    - Seeds: every character of the words (weighted by its occurrences in the text), and the `seed_size` substrings
-      of 2 to `max_piece_length` characters that occur at least twice in the distinct words, of largest occurrences
-      x length (as SentencePiece's suffix array over the distinct words counts them); initial scores the log of
-      those weights, normalised.
+    - Seeds (`_unigram_seeds`): every character, and the `seed_size` most frequent longer substrings; initial
+      scores the log of their weights, normalised.
     - EM, `sub_iterations` times a round: the expected count of each piece by forward-backward over each distinct
       word's lattice, weighted by the word's count; the M-step is SentencePiece's Bayesian one, score =
       digamma(count) - digamma(total), a count under 0.5 taken as 0.5.
@@ -213,33 +232,17 @@ def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_l
     `TOKENIZERS_PARALLELISM` or `RAYON_NUM_THREADS` say. Here every loop runs over sorted words and pieces, every
     sum in a fixed order, and the scores are rounded to 1e-6, so that the last bits of a platform's exp/log do not
     reach the file."""
-    from collections import defaultdict
-
     words = sorted(word_counts)
     counts = np.array([word_counts[w] for w in words], dtype=np.float64)
-    chars = sorted({c for w in words for c in w})
-    if len(chars) > vocab_size:
-        raise ValueError(f"The text has {len(chars)} distinct characters, each of which must be a piece, but only "
+    pieces, n_chars, seed_weight = _unigram_seeds(word_counts, max_piece_length, seed_size)
+    if n_chars > vocab_size:
+        raise ValueError(f"The text has {n_chars} distinct characters, each of which must be a piece, but only "
                          f"{vocab_size} pieces were asked for: use a larger vocabulary (--vocab_size, which also "
                          "holds T5's 103 special tokens).")
-    weight = defaultdict(int)  # substring -> occurrences in the distinct words (SentencePiece's suffix array)
-    for word in words:
-        for i in range(len(word)):
-            for j in range(i + 2, min(len(word), i + max_piece_length) + 1):
-                weight[word[i:j]] += 1
-    character_weight = defaultdict(int)  # character -> occurrences in the text
-    for word in words:
-        for c in word:
-            character_weight[c] += word_counts[word]
-    substrings = sorted((piece for piece, n in weight.items() if n >= 2),
-                        key=lambda piece: (-weight[piece] * len(piece), piece))[:seed_size]
-    pieces = chars + substrings
     ids = {piece: i for i, piece in enumerate(pieces)}
-    seed_weight = np.array([character_weight[c] for c in chars] + [weight[p] * len(p) for p in substrings], float)
     scores = np.log(seed_weight) - np.log(seed_weight.sum())
     name_rank = np.empty(len(pieces), dtype=np.int64)  # ties are broken by the piece string
     name_rank[np.argsort(np.array(pieces, dtype=object), kind="stable")] = np.arange(len(pieces))
-    n_chars = len(chars)
     lattices = _Lattices(words, ids, max_piece_length)
     alive = np.ones(len(pieces), dtype=bool)
 
