@@ -59,16 +59,20 @@ from hf_attn_variants.presets import ATTENTION
 # setup -> config kwargs: the presets' setup of every registered attention type (ATTENTION_REGISTRY), by preset
 # suffix; the single-head twins are bench_single_head.py's
 SETUPS = {name: fields for name, (fields, _) in ATTENTION.items() if "attention_type" in fields}
+DYNAMIC = ["x2l", "m2l", "x2w", "m2w"]
 # name -> (whose model, config kwargs). "transformers" is BertModel/AlbertModel (eager: the 1.00 reference), "ours"
 # the variant model (SDPA where it can use it, as by default): every setup, then variants of two of them.
 ROWS = {
     "eager": ("transformers", {"attn_implementation": "eager"}),
     "sdpa": ("transformers", {"attn_implementation": "sdpa"}),
     **{name: ("ours", fields) for name, fields in SETUPS.items()},
-    "talking-heads-recompute": ("ours", {**SETUPS["talking-heads"], "attention_recompute": True}),
-    "talking-heads-dynamic": (
-        "ours", {**SETUPS["talking-heads"], "talking_heads_dynamic": ["x2l", "m2l", "x2w", "m2w"]},
-    ),
+    **{f"talking-heads{suffix}": ("ours", {**SETUPS["talking-heads"], **fields}) for suffix, fields in (
+        ("-eager", {"attention_algorithm": "eager"}),
+        ("-blockwise", {"attention_algorithm": "blockwise"}),
+        ("-recompute", {"attention_algorithm": "eager", "attention_recompute": True}),
+        ("-dynamic", {"talking_heads_dynamic": DYNAMIC}),
+        ("-dynamic-eager", {"talking_heads_dynamic": DYNAMIC, "attention_algorithm": "eager"}),
+    )},
     "synthesizer-factorized-random": (
         "ours", {**SETUPS["synthesizer-random"], "synthesizer_components": ["factorized_random"]},
     ),

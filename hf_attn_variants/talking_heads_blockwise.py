@@ -147,13 +147,13 @@ def _softmax_(logits: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits, dim=-1, out=logits)
 
 
-def _dropout_keep(shape, p: float, seed: int, block: int, device, dtype) -> torch.Tensor:
-    """The block's dropout multiplier (0 or 1/(1-p)), drawn from a generator seeded with (seed, block): the same
-    mask in forward and backward, and for a given seed whatever the rest of the program draws."""
+def _dropout_keep(shape, p: float, seed: int, block: int, device) -> torch.Tensor:
+    """The block's dropout keep-mask (1 keeps, 0 drops; the 1/(1-p) scale is applied to the block's output and to
+    its incoming gradient, tensors n/m times smaller), drawn from a generator seeded with (seed, block): the same mask
+    in forward and backward, and for a given seed whatever the rest of the program draws."""
     generator = torch.Generator(device=device)
     generator.manual_seed(seed + 1_000_003 * block)
-    keep = torch.rand(shape, generator=generator, device=device) >= p
-    return keep.to(dtype) / (1.0 - p)
+    return torch.rand(shape, generator=generator, device=device).ge_(p)  # float32 0 / 1
 
 
 _INPUTS = ("query", "key", "value", "bias", "pre_proj", "post_proj", "x2l", "m2l", "x2w", "m2w")
@@ -180,9 +180,9 @@ class BlockwiseTalkingHeads(torch.autograd.Function):
         for index, start in enumerate(range(0, n, step)):
             blk = _Block(inputs, slice(start, min(n, start + step)), causal, n, m)
             mixed = _mixed(blk, _softmax_(_logits(blk, pre_proj, scaling)[1]), post_proj)  # U [b, h_v, r, k]
-            if dropout > 0.0:
-                mixed = mixed * _dropout_keep(mixed.shape, dropout, seed, index, mixed.device, mixed.dtype)
-            out[:, :, blk.rows] = torch.matmul(mixed, blk.value)  # [b, h_v, r, d_v]
+            if dropout > 0.0:  # U * keep / (1 - p), the scale on the small product
+                mixed.mul_(_dropout_keep(mixed.shape, dropout, seed, index, mixed.device))
+            out[:, :, blk.rows] = torch.matmul(mixed, blk.value).div_(1.0 - dropout)  # [b, h_v, r, d_v]
         ctx.save_for_backward(*inputs.values())
         ctx.options = (scaling, causal, dropout, seed, step)
         return out
@@ -195,13 +195,13 @@ class BlockwiseTalkingHeads(torch.autograd.Function):
         n, m = inputs["query"].shape[2], inputs["key"].shape[2]
         grads = {name: torch.zeros_like(t, dtype=_accumulation_dtype(t)) if t is not None and ctx.needs_input_grad[i]
                  else None for i, (name, t) in enumerate(inputs.items())}
-        grad_out = grad_out.contiguous()
+        grad_out = grad_out.contiguous() if dropout == 0.0 else grad_out / (1.0 - dropout)  # the keep-mask's scale
         for index, start in enumerate(range(0, n, step)):
             blk = _Block(inputs, slice(start, min(n, start + step)), causal, n, m)
             keep = None
             if dropout > 0.0:
                 shape = (grad_out.shape[0], grad_out.shape[1], blk.rows.stop - blk.rows.start, blk.keys)
-                keep = _dropout_keep(shape, dropout, seed, index, grad_out.device, grad_out.dtype)
+                keep = _dropout_keep(shape, dropout, seed, index, grad_out.device)
             _block_backward(blk, inputs, grads, grad_out[:, :, blk.rows], keep, scaling)
         result = [None if g is None else g.to(inputs[name].dtype) for name, g in grads.items()]
         return (*result, None, None, None, None, None)
@@ -235,7 +235,8 @@ def _block_backward(blk: _Block, inputs: dict, grads: dict, grad_out, keep, scal
     mixed = _mixed(blk, weights, post)  # U [b, h_v, r, k]
     grad_mixed = torch.matmul(grad_out, blk.value.transpose(2, 3))  # dU [b, h_v, r, k]
     if keep is not None:
-        mixed, grad_mixed = mixed * keep, grad_mixed.mul_(keep)
+        mixed = mixed * keep if post is None else mixed.mul_(keep)  # W itself is needed below
+        grad_mixed.mul_(keep)
     _add_rows(grads["value"], slice(0, k), 2, torch.matmul(mixed.transpose(2, 3), grad_out))
     if post is None:
         grad_weights = grad_mixed
@@ -249,8 +250,7 @@ def _block_backward(blk: _Block, inputs: dict, grads: dict, grad_out, keep, scal
         if blk.m2w is not None:
             grad_weights += torch.einsum("bvij,bjhv->bhij", grad_mixed, blk.m2w)
             _add_rows(grads["m2w"], slice(0, k), 1, torch.einsum("bhij,bvij->bjhv", weights, grad_mixed))
-    # dL = W * (dW - sum_j W dW)
-    grad_logits = grad_weights.sub_((weights * grad_weights).sum(-1, keepdim=True)).mul_(weights)
+    grad_logits = torch._softmax_backward_data(grad_weights, weights, -1, weights.dtype)  # W (dW - sum_j W dW)
     _add_rows(grads["bias"], rows, 2, grad_logits, k)
     if pre is None:
         grad_dots = grad_logits.mul_(scaling)
