@@ -326,7 +326,8 @@ def render_summary(rows: list[dict], claims) -> str:
             estimate, older = estimate_cpu_seconds(pending, done)
             line += (f"; the pending cells at the CPU time per step of the cells of the same model so far, times "
                      f"their steps: about {estimate / 3600:.1f} h of CPU"
-                     + (f" ({older} of them costed from rows made before sparse prediction: an overestimate)"
+                     + (f" ({older} of them costed from rows made before sparse prediction, an overestimate, or, "
+                        "with no row of their own model yet, at the mean of every row: rough)"
                         if older else ""))
         lines.append(line + ".")
     return "\n".join(lines)
