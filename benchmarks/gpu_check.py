@@ -8,6 +8,7 @@ pretraining steps and a DeepSpeed ZeRO-2 run, then one summary table. At most 58
     python benchmarks/gpu_check.py --dry-run      # the stages and their commands, without running them
     python benchmarks/gpu_check.py --only bench   # some stages: tests, bench, bf16, zero2, fsdp
     python benchmarks/gpu_check.py --research     # only the research stage: two KJV cells on the GPU
+    python benchmarks/gpu_check.py --kernel       # only the Triton kernel's stages: its tests, then its benchmark
 
 It installs nothing (the README's set-up with a CUDA build of torch is enough; flash-attn is used where installed).
 A plain `pip install torch` brings the newest CUDA build, which an older driver cannot run (torch then sees no GPU):
@@ -19,13 +20,19 @@ and the next one still runs. The exit status is 0 when every stage passed, 1 oth
 Stages:
 - tests: `pytest tests` with HAV_TEST_DEVICE=cuda (the device-marked modules: parity, variants, generation, T5,
   bf16/fp16 precision; the example scripts train on the GPU through Trainer). tests/test_scaleout.py is left out:
-  it runs CPU processes by design and gives the same result here as anywhere.
+  it runs CPU processes by design and gives the same result here as anywhere; tests/test_talking_heads_triton.py
+  runs in the kernel-tests stage (its compilations alone would fill this stage).
 - bench: benchmarks/bench_attention.py --device cuda --dtype bfloat16, BERT-base shapes (width 768, 12 heads,
   batch 8), n = 512 and 2048, fwd and fwd+bwd, every variant against transformers' SDPA (and flash-attn).
 - bf16: examples/run_pretraining.py --bf16, 40 steps of the main job's preset.
 - research (only with --research): experiments/talking_heads.py --device cuda --parallel 2, the two 400-step cells
   dot product and talking heads at h = 16, seed 0, at once on the GPU, into their own results file; the summary
   gives each eval loss beside the CPU row of experiments/results.jsonl.
+- kernel-tests (only with --kernel): tests/test_talking_heads_triton.py on CUDA, the Triton talking-heads kernel
+  compiled (not interpreted) against the einsum reference, every case of the table, float32 within 1e-5, bfloat16.
+- kernel (only with --kernel): benchmarks/bench_kernel.py, the kernel against the eager core and SDPA (flash) at
+  BERT-base shapes (batch 8, 12 heads of 64), n = 512, 2048, 4096, bf16 and fp32: forward+backward time, peak
+  memory, largest difference from the eager core in float32.
 - zero2: the same through torchrun and examples/deepspeed/zero2.json (one process per GPU, at most 2).
 - fsdp: accelerate launch --config_file examples/accelerate/fsdp.yaml (one process per GPU, at most 2): Trainer
   with accelerate's own FSDP2 preparation, tested on CPU processes by tests/test_scaleout.py but not yet on a GPU;
@@ -54,9 +61,15 @@ TINY_RUN = ["--max_steps", "40", "--per_device_train_batch_size", "16", "--max_s
 RESEARCH_CELLS = ("talking_heads/dot-product/h16-lr1e-3/seed0", "talking_heads/talking-heads/h16-lr1e-3/seed0")
 
 
-def stages(out: Path, gpus: int, research: bool = False) -> list[dict]:
+def stages(out: Path, gpus: int, research: bool = False, kernel: bool = False) -> list[dict]:
     """name, command, environment additions, time limit (seconds) and how to read the result, per stage."""
     procs = str(max(1, min(gpus, 2)))
+    if kernel:
+        return [dict(name="kernel-tests", limit=250, env={"HAV_TEST_DEVICE": "cuda"},
+                     command=[PY, "-m", "pytest", "tests/test_talking_heads_triton.py", "-q", "-p", "no:cacheprovider"]),
+                dict(name="kernel", limit=330, env={},
+                     command=[PY, "benchmarks/bench_kernel.py", "--device", "cuda", "--markdown", "--json",
+                              str(out / "kernel.jsonl")])]
     if research:
         return [dict(name="research", limit=300, env={}, results=out / "research",
                      command=[PY, "experiments/talking_heads.py", "--only", *RESEARCH_CELLS, "--device", "cuda",
@@ -65,7 +78,7 @@ def stages(out: Path, gpus: int, research: bool = False) -> list[dict]:
     return [
         dict(name="tests", limit=250, env={"HAV_TEST_DEVICE": "cuda"},
              command=[PY, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--ignore",
-                      "tests/test_scaleout.py"]),
+                      "tests/test_scaleout.py", "--ignore", "tests/test_talking_heads_triton.py"]),
         dict(name="bench", limit=130, env={},
              command=[PY, "benchmarks/bench_attention.py", "--device", "cuda", "--dtype", "bfloat16",
                       "--seq-lens", "512", "2048", "--markdown"]),
@@ -106,9 +119,18 @@ def run_stage(stage: dict, log: Path) -> tuple[str, float, str]:
 def finding(stage: dict, text: str) -> str:
     """The figure worth a glance in the summary: the pytest tally, the benchmark's slowest ratio, steps and loss."""
     try:
-        if stage["name"] == "tests":
+        if stage["name"] in ("tests", "kernel-tests"):
             tallies = re.findall(r"^=* ?(\d+ (?:passed|failed|errors?|skipped)[^\n]*?) in [\d.]+s", text, flags=re.M)
             return tallies[-1] if tallies else last_line(text)
+        if stage["name"] == "kernel":
+            rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+            timed = [r for r in rows if r.get("method") == "triton" and isinstance(r.get("ms"), (int, float))]
+            worst = [r for r in rows if "out" in r]
+            if not timed:
+                return last_line(text)
+            return f"{len(timed)} kernel timings; " + "; ".join(
+                f"{r['dtype']} max diff {max(v for k, v in r.items() if k not in ('dtype', 'n', 'method')):.1e}"
+                for r in worst)
         if stage["name"] == "bench":
             ratios = re.findall(r"^\| (\w+) .*$", text, flags=re.M)
             rows = [r for r in ratios if r != "variant"]
@@ -219,6 +241,8 @@ def main(argv=None) -> int:
     parser.add_argument("--output-dir", default=str(ROOT / "outputs" / "gpu_check"))
     parser.add_argument("--research", action="store_true",
                         help="run only the research stage: two KJV cells on the GPU through the runner")
+    parser.add_argument("--kernel", action="store_true",
+                        help="run only the Triton kernel's stages: its tests on CUDA, then bench_kernel.py")
     parser.add_argument("--torch-command", action="store_true",
                         help="print the pip command of the torch build this machine's driver runs, and exit")
     args = parser.parse_args(argv)
@@ -231,7 +255,9 @@ def main(argv=None) -> int:
     out = Path(args.output_dir).resolve()
     gpus, description = gpu_description()
     print(f"gpu_check: {description}", flush=True)
-    plan = stages(out, gpus, args.research)
+    if args.research and args.kernel:
+        parser.error("--research and --kernel are two separate runs: choose one")
+    plan = stages(out, gpus, args.research, args.kernel)
     chosen = [s.strip() for s in args.only.split(",") if s.strip()] or [s["name"] for s in plan]
     unknown = sorted(set(chosen) - {s["name"] for s in plan})
     if unknown:
@@ -255,7 +281,7 @@ def main(argv=None) -> int:
         print(f"\n== {s['name']} (at most {s['limit']} s): {' '.join(s['command'])}", flush=True)
         status, seconds, result = run_stage(s, log)
         print(f"== {s['name']}: {status} in {seconds:.0f} s: {result} (log: {log})", flush=True)
-        if s["name"] == "bench" and log.is_file():
+        if s["name"] in ("bench", "kernel") and log.is_file():
             print(log.read_text(errors="replace"), flush=True)
         rows.append([s["name"], status, f"{seconds:.0f}", result])
     print(f"\ngpu_check summary ({description})\n")

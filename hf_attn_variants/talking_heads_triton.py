@@ -469,18 +469,28 @@ def _dropout_mask_kernel(OUT, seed, p_drop, n, m, HV: tl.constexpr, HVP: tl.cons
 # ----------------------------------------------------------------------------------------------------------------
 
 
+# No software pipelining of the key/query loops: its prefetch buffers hold whole [heads, block, d] tiles in shared
+# memory (768 KB at h = 12, d = 64: more than any GPU has); the loads are few against the per-tile arithmetic.
+_STAGES = 1
+
+
 def _pow2(x: int, least: int = 1) -> int:
     return max(least, triton.next_power_of_2(x))
 
 
-def _blocks(hk: int, h: int, hv: int, dk: int, dv: int) -> tuple[int, int, int]:
+def _blocks(hk: int, h: int, hv: int, dk: int, dv: int, backward: bool = False) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_M, num_warps). Every head of a tile sits in registers, so the tile shrinks as heads grow: the
-    largest tile whose register tensors (J and U [heads, BN, BM], the output accumulator and the query tile) hold
-    about 40k floats, 8 warps from 16k. A guess checked against ptxas (h = 12, d = 64: BN 16, BM 32, 8 warps,
-    255 registers, a few hundred bytes of spill on sm_90), to be tuned on a GPU with benchmarks/bench_kernel.py."""
+    largest tile whose register tensors hold about 40k floats (forward: J and U [heads, BN, BM], the output
+    accumulator and the query tile; backward: J, dJ, U, dU and the two tiles and accumulators of its side), 8 warps
+    from 16k. A guess checked only against the compiler (sm_90, h = 12, d = 64, bfloat16: forward 16 x 32, 255
+    registers, 100 KB shared memory; backward 16 x 32 needs 200 KB of shared memory, hence 16 x 16), to be tuned on
+    a GPU with benchmarks/bench_kernel.py."""
     hkp, hvp, dkp, dvp = _pow2(hk), _pow2(hv), _pow2(dk, 16), _pow2(dv, 16)
     for bn, bm in ((64, 64), (32, 64), (32, 32), (16, 32), (16, 16)):
-        floats = (hkp + hvp) * bn * bm + hvp * bn * dvp + hkp * bn * dkp
+        if backward:
+            floats = 2 * (hkp + hvp) * bn * bm + (hkp * dkp + hvp * dvp) * (bn + bm)
+        else:
+            floats = (hkp + hvp) * bn * bm + hvp * bn * dvp + hkp * bn * dkp
         if floats <= 40960:
             break
     return bn, bm, 8 if floats > 16384 else 4
@@ -574,6 +584,7 @@ class _TalkingHeadsTriton(torch.autograd.Function):
                                             causal, dropout)
         device = query.device
         default_n, default_m, warps = _blocks(hk, h, hv, dk, dv)
+        block_overridden = block_n is not None or block_m is not None
         block_n, block_m = block_n or default_n, block_m or default_m
         # identities stand in for absent static maps; the dynamic maps are read as contiguous [.., in, out] arrays
         pl = pre_proj.contiguous() if pre_proj is not None else torch.eye(hk, device=device, dtype=torch.float32)
@@ -595,16 +606,21 @@ class _TalkingHeadsTriton(torch.autograd.Function):
         grid = (triton.cdiv(n, block_n), b)
         _fwd_kernel[grid](query, key, value, *ptrs, out, lse,
                           *query.stride(), *key.stride(), *value.stride(), *_strides(bias_view), *out.stride(),
-                          n, m, scaling, seed, dropout, **meta, num_warps=warps, num_stages=1)
+                          n, m, scaling, seed, dropout, **meta, num_warps=warps, num_stages=_STAGES)
 
         ctx.save_for_backward(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, lse)
-        ctx.config = (scaling, seed, dropout, meta, warps)
+        if block_overridden:
+            backward_blocks = (block_n, block_m, warps)
+        else:
+            backward_blocks = _blocks(hk, h, hv, dk, dv, backward=True)
+        ctx.config = (scaling, seed, dropout, meta, backward_blocks)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, lse = ctx.saved_tensors
-        scaling, seed, dropout, meta, warps = ctx.config
+        scaling, seed, dropout, meta, (block_n, block_m, warps) = ctx.config
+        meta = {**meta, "BLOCK_N": block_n, "BLOCK_M": block_m}
         need = ctx.needs_input_grad  # query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, ...
         b, n, m, device = query.shape[0], query.shape[2], key.shape[2], query.device
         hk, h, hv = meta["HK"], meta["H"], meta["HV"]
@@ -624,7 +640,7 @@ class _TalkingHeadsTriton(torch.autograd.Function):
         need_dx2w = x2w is not None and need[8]
         dx2w = torch.empty(b, n, h, hv, **f32) if need_dx2w else dummy
         _bwd_rows_kernel[rows_grid](query, key, value, grad_out, *ptrs, lse, delta, dx2w, *strides, *runtime,
-                                    **meta, NEED_DX2W=need_dx2w, num_warps=warps, num_stages=1)
+                                    **meta, NEED_DX2W=need_dx2w, num_warps=warps, num_stages=_STAGES)
 
         # 2. dq, dx2l, dbias
         dq = torch.empty_like(query)
@@ -636,7 +652,7 @@ class _TalkingHeadsTriton(torch.autograd.Function):
         dbias = torch.zeros(b, bias_heads, n, m, **f32) if bias_heads else dummy
         _bwd_dq_kernel[rows_grid](query, key, value, grad_out, *ptrs, lse, delta, dq, dx2l, dbias, *strides,
                                   *dq.stride(), *runtime, **meta, NEED_DX2L=need_dx2l, DBIAS_HEADS=bias_heads,
-                                  num_warps=warps, num_stages=1)
+                                  num_warps=warps, num_stages=_STAGES)
 
         # 3. dkey, dvalue, key-side map gradients (dm2l, dm2w and, summed, the static maps')
         dk, dv = torch.empty_like(key), torch.empty_like(value)
@@ -646,7 +662,7 @@ class _TalkingHeadsTriton(torch.autograd.Function):
         g_post = torch.empty(b, m, h, hv, **f32) if need_gw else dummy
         _bwd_dkdv_kernel[keys_grid](query, key, value, grad_out, *ptrs, lse, delta, dk, dv, g_pre, g_post,
                                     *strides, *dk.stride(), *dv.stride(), *runtime, **meta, NEED_GL=need_gl,
-                                    NEED_GW=need_gw, num_warps=warps, num_stages=1)
+                                    NEED_GW=need_gw, num_warps=warps, num_stages=_STAGES)
 
         def cast(grad, like):
             return grad.to(like.dtype) if grad is not None else None

@@ -1,6 +1,8 @@
 """benchmarks/gpu_check.py, as far as a machine without a GPU can check it: the plan, the refusal without a GPU, and
 the stage runner (a failing stage and one out of time are reported, the whole process group is stopped)."""
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -87,3 +89,34 @@ def test_torch_command_picks_the_newest_build_the_driver_runs():
     assert gpu_check.torch_command(None).startswith("pip install torch==")
     with pytest.raises(SystemExit, match="update the driver"):
         gpu_check.torch_command((10, 2))
+
+
+def test_kernel_mode_runs_the_triton_kernel_tests_and_benchmark(tmp_path, capsys):
+    """--kernel: the kernel's tests compiled on CUDA, then bench_kernel.py; the default tests stage leaves the kernel's
+    test file to it (its compilations would fill the stage)."""
+    assert gpu_check.main(["--dry-run", "--kernel", "--output-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "[kernel-tests, at most" in out and "[kernel, at most" in out and "[tests," not in out
+    assert "HAV_TEST_DEVICE=cuda" in out and "tests/test_talking_heads_triton.py" in out
+    assert "benchmarks/bench_kernel.py --device cuda" in out
+    assert sum(s["limit"] for s in gpu_check.stages(tmp_path, 1, kernel=True)) <= 590
+    (tests_stage,) = [s for s in gpu_check.stages(tmp_path, 1) if s["name"] == "tests"]
+    assert "tests/test_talking_heads_triton.py" in tests_stage["command"]  # after --ignore
+    log = ('{"dtype": "bfloat16", "n": 512, "method": "triton", "ms": 12.5, "peak_mb": 40.0}\n'
+           '{"dtype": "bfloat16", "n": 512, "method": "sdpa", "ms": 3.1, "peak_mb": 20.0}\n'
+           '{"dtype": "bfloat16", "n": 512, "method": "max |triton - eager fp32|", "out": 0.002, "dq": 0.01}\n')
+    assert gpu_check.finding({"name": "kernel"}, log) == "1 kernel timings; bfloat16 max diff 1.0e-02"
+    assert gpu_check.finding({"name": "kernel-tests"}, "29 passed in 80.1s\n") == "29 passed"
+
+
+def test_bench_kernel_smoke_test_through_the_interpreter(tmp_path):
+    """benchmarks/bench_kernel.py --interpret: the whole script at a tiny shape on the CPU."""
+    pytest.importorskip("triton")
+    proc = subprocess.run([sys.executable, str(gpu_check.ROOT / "benchmarks" / "bench_kernel.py"), "--interpret",
+                           "--json", str(tmp_path / "rows.jsonl")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in rows} == {"triton", "eager", "max |triton - eager fp32|"}
+    check = rows[-1]
+    assert max(v for k, v in check.items() if k not in ("dtype", "n", "method")) < 1e-4
