@@ -66,7 +66,8 @@ def stages(out: Path, gpus: int, research: bool = False, kernel: bool = False) -
     procs = str(max(1, min(gpus, 2)))
     if kernel:
         return [dict(name="kernel-tests", limit=250, env={"HAV_TEST_DEVICE": "cuda"},
-                     command=[PY, "-m", "pytest", "tests/test_talking_heads_triton.py", "-q", "-p", "no:cacheprovider"]),
+                     command=[PY, "-m", "pytest", "tests/test_talking_heads_triton.py", "-q", "-p",
+                              "no:cacheprovider"]),
                 dict(name="kernel", limit=330, env={},
                      command=[PY, "benchmarks/bench_kernel.py", "--device", "cuda", "--markdown", "--json",
                               str(out / "kernel.jsonl")])]

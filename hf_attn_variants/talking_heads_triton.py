@@ -46,8 +46,6 @@ are exact "ieee" unless torch.backends.cuda.matmul.allow_tf32 is set). On a mach
 through Triton's interpreter when TRITON_INTERPRET=1 is set before this module is imported.
 """
 
-import math
-
 import torch
 
 try:
