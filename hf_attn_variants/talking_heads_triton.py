@@ -43,7 +43,9 @@ deterministic. The bias gradient, when asked for, is an n x m tensor by nature: 
 
 Precision: logits, softmax, mixing and all accumulators are float32; the dots take the inputs' dtype (float32 dots
 are exact "ieee" unless torch.backends.cuda.matmul.allow_tf32 is set). On a machine without a GPU the kernels run
-through Triton's interpreter when TRITON_INTERPRET=1 is set before this module is imported.
+through Triton's interpreter when TRITON_INTERPRET=1 is set before triton is first imported in the process (triton
+reads it when it decorates a function: triton.language's own at its import, these at this module's); the
+interpreter computes bfloat16 dots wrongly (triton 3.9), so bfloat16 is refused there.
 """
 
 import torch
@@ -564,7 +566,7 @@ def _check(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, cau
                                   f"(tl.dot, triton {triton.__version__}); use float32 or float16 on a CPU")
     if query.device.type != "cuda" and not _interpreted():
         raise RuntimeError("talking_heads_triton: the Triton kernel runs on CUDA tensors (on a CPU only through "
-                           "Triton's interpreter: TRITON_INTERPRET=1 set before this module is imported)")
+                           "Triton's interpreter: TRITON_INTERPRET=1 set before triton is first imported)")
     return b, hk, h, hv, n, m, dk, dv
 
 
