@@ -72,8 +72,8 @@ ROWS_256 = {"a": {v: ("talking_heads", v, talking_heads.long_size(16, lr)) for v
 
 # What cells.SCREEN_RULE picked from each screen, by (width, claim); None: the screen has not run.
 SCREEN_PICK = {
-    (128, "a"): {"dot-product": None, "talking-heads": None},
-    (128, "c"): {"dot-product": None, "mixture-random-dot": None},
+    (128, "a"): {"dot-product": "2e-3", "talking-heads": "1e-3"},  # the screen, 2026-12-03
+    (128, "c"): {"dot-product": "2e-3", "mixture-random-dot": "1e-3"},  # the screen, 2026-12-03
     (384, "a"): {"dot-product": None, "talking-heads": None},
     (384, "c"): {"dot-product": None, "mixture-random-dot": None},
 }
