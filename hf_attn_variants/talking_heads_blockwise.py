@@ -112,6 +112,26 @@ class _Block:
         self.m2w = None if inputs["m2w"] is None else inputs["m2w"][:, :k]
 
 
+def _row_maps(t: torch.Tensor) -> torch.Tensor:
+    """A per-query dynamic map [b, r, h_in, h_out] as [b, h_in, h_out, r, 1]: map[:, a] broadcasts over the keys."""
+    return t.permute(0, 2, 3, 1)[..., None]
+
+
+def _key_maps(t: torch.Tensor) -> torch.Tensor:
+    """A per-key dynamic map [b, k, h_in, h_out] as [b, h_in, h_out, 1, k] (keys contiguous): broadcasts over rows."""
+    return t.permute(0, 2, 3, 1).contiguous()[:, :, :, None]
+
+
+def _add_dynamic(out: torch.Tensor, x: torch.Tensor, maps: list[torch.Tensor]) -> torch.Tensor:
+    """out[b, o, i, j] += sum_a x[b, a, i, j] D[b, a, o, i or j] for each map D (`_row_maps` / `_key_maps` layout):
+    one broadcast multiply-add per input head over the block, with no [b, r, k, h_in, h_out] tensor and no
+    permuted copy of the block (einsum batches over rows or keys: GEMMs of a few heads, a per-key copy)."""
+    for a in range(x.shape[1]):
+        for dyn in maps:
+            out.addcmul_(x[:, a : a + 1], dyn[:, a])
+    return out
+
+
 def _logits(blk: _Block, pre_proj, scaling: float):
     """J [b, h_k, r, k] and L [b, h, r, k] of a block (mask, position bias and causal mask included)."""
     dots = torch.matmul(blk.query, blk.key.transpose(2, 3))  # J [b, h_k, r, k]
@@ -119,10 +139,10 @@ def _logits(blk: _Block, pre_proj, scaling: float):
         logits = dots * scaling if blk.bias is None else torch.add(blk.bias, dots, alpha=scaling)
     else:
         logits = mix(dots, pre_proj * scaling, blk.bias)  # [b, h, r, k]
-        if blk.x2l is not None:  # sum_k J[i,j,k] D(x_i)[k,h]
-            logits += torch.einsum("bkij,bikh->bhij", dots, blk.x2l * scaling)
-        if blk.m2l is not None:  # sum_k J[i,j,k] D(m_j)[k,h]
-            logits += torch.einsum("bkij,bjkh->bhij", dots, blk.m2l * scaling)
+        # + s sum_k J[i,j,k] (D(x_i)[k,h] + D(m_j)[k,h])
+        dynamic = [_row_maps(blk.x2l * scaling)] if blk.x2l is not None else []
+        dynamic += [_key_maps(blk.m2l * scaling)] if blk.m2l is not None else []
+        _add_dynamic(logits, dots, dynamic)
     if blk.causal:
         logits += causal_bias(blk.n, blk.m, logits.dtype, logits.device, blk.rows)[:, : blk.keys]
     return dots, logits
@@ -132,12 +152,9 @@ def _mixed(blk: _Block, weights: torch.Tensor, post_proj) -> torch.Tensor:
     """U [b, h_v, r, k] from the block's softmax weights W [b, h, r, k]."""
     if post_proj is None:
         return weights
-    mixed = mix(weights, post_proj)  # [b, h_v, r, k]
-    if blk.x2w is not None:
-        mixed += torch.einsum("bhij,bihv->bvij", weights, blk.x2w)
-    if blk.m2w is not None:
-        mixed += torch.einsum("bhij,bjhv->bvij", weights, blk.m2w)
-    return mixed
+    dynamic = [_row_maps(blk.x2w)] if blk.x2w is not None else []
+    dynamic += [_key_maps(blk.m2w)] if blk.m2w is not None else []
+    return _add_dynamic(mix(weights, post_proj), weights, dynamic)  # [b, h_v, r, k]
 
 
 def _softmax_(logits: torch.Tensor) -> torch.Tensor:
@@ -227,6 +244,24 @@ def _add_rows(grad: torch.Tensor | None, rows: slice, dim: int, value: torch.Ten
     target += value.sum(axes, keepdim=True) if axes else value
 
 
+def _transposed_maps(row_map, key_map) -> list[torch.Tensor]:
+    """The dynamic maps [b, r or k, h_in, h_out] of a block, transposed to map h_out back to h_in (for `_add_dynamic`)."""
+    maps = [] if row_map is None else [_row_maps(row_map.transpose(2, 3))]
+    return maps + ([] if key_map is None else [_key_maps(key_map.transpose(2, 3))])
+
+
+def _dynamic_grads(grads: dict, row_name: str, key_name: str, blk: _Block, x, grad_out, scaling: float) -> None:
+    """The gradients of a per-query and a per-key map D[., a, o] whose term is out[o] += x[a] D[a, o]: the sums of
+    x[a] dout[o] over the keys (per query, one GEMM per row through einsum) and over the rows (per key: a broadcast
+    multiply and a row sum per input head, no per-key GEMMs)."""
+    if grads[row_name] is not None and getattr(blk, row_name) is not None:
+        _add_rows(grads[row_name], blk.rows, 1, torch.einsum("baij,boij->biao", x, grad_out).mul_(scaling))
+    if grads[key_name] is not None and getattr(blk, key_name) is not None:
+        target = grads[key_name][:, : blk.keys]  # [b, k, h_in, h_out]
+        for a in range(x.shape[1]):
+            target[:, :, a] += (grad_out * x[:, a : a + 1]).sum(2).transpose(1, 2).mul_(scaling)  # [b, k, h_out]
+
+
 def _block_backward(blk: _Block, inputs: dict, grads: dict, grad_out, keep, scaling: float) -> None:
     """Add one block's share of every gradient to `grads`; grad_out [b, h_v, r, d_v], keep the dropout multiplier."""
     pre, post, k, rows = inputs["pre_proj"], inputs["post_proj"], blk.keys, blk.rows
@@ -240,30 +275,23 @@ def _block_backward(blk: _Block, inputs: dict, grads: dict, grad_out, keep, scal
     _add_rows(grads["value"], slice(0, k), 2, torch.matmul(mixed.transpose(2, 3), grad_out))
     if post is None:
         grad_weights = grad_mixed
-    else:
+    else:  # dW[h] = sum_v dU[v] (P_w[h, v] + D(x_i)[h, v] + D(m_j)[h, v])
         grad_weights = mix(grad_mixed, post.t())  # dW [b, h, r, k]
         if grads["post_proj"] is not None:
             grads["post_proj"] += _heads_outer(weights, grad_mixed)
-        if blk.x2w is not None:
-            grad_weights += torch.einsum("bvij,bihv->bhij", grad_mixed, blk.x2w)
-            _add_rows(grads["x2w"], rows, 1, torch.einsum("bhij,bvij->bihv", weights, grad_mixed))
-        if blk.m2w is not None:
-            grad_weights += torch.einsum("bvij,bjhv->bhij", grad_mixed, blk.m2w)
-            _add_rows(grads["m2w"], slice(0, k), 1, torch.einsum("bhij,bvij->bjhv", weights, grad_mixed))
+        _add_dynamic(grad_weights, grad_mixed, _transposed_maps(blk.x2w, blk.m2w))
+        _dynamic_grads(grads, "x2w", "m2w", blk, weights, grad_mixed, 1.0)
     grad_logits = torch._softmax_backward_data(grad_weights, weights, -1, weights.dtype)  # W (dW - sum_j W dW)
     _add_rows(grads["bias"], rows, 2, grad_logits, k)
     if pre is None:
         grad_dots = grad_logits.mul_(scaling)
-    else:
+    else:  # dJ[k] = s sum_h dL[h] (P_l[k, h] + D(x_i)[k, h] + D(m_j)[k, h])
         grad_dots = mix(grad_logits, pre.t() * scaling)  # dJ [b, h_k, r, k]
         if grads["pre_proj"] is not None:
             grads["pre_proj"] += _heads_outer(dots, grad_logits).mul_(scaling)
-        if blk.x2l is not None:
-            grad_dots += torch.einsum("bhij,bikh->bkij", grad_logits, blk.x2l * scaling)
-            _add_rows(grads["x2l"], rows, 1, torch.einsum("bkij,bhij->bikh", dots, grad_logits).mul_(scaling))
-        if blk.m2l is not None:
-            grad_dots += torch.einsum("bhij,bjkh->bkij", grad_logits, blk.m2l * scaling)
-            _add_rows(grads["m2l"], slice(0, k), 1, torch.einsum("bkij,bhij->bjkh", dots, grad_logits).mul_(scaling))
+        scaled = [None if t is None else t * scaling for t in (blk.x2l, blk.m2l)]
+        _add_dynamic(grad_dots, grad_logits, _transposed_maps(*scaled))
+        _dynamic_grads(grads, "x2l", "m2l", blk, dots, grad_logits, scaling)
     _add_rows(grads["query"], rows, 2, torch.matmul(grad_dots, blk.key))
     _add_rows(grads["key"], slice(0, k), 2, torch.matmul(grad_dots.transpose(2, 3), blk.query))
 

@@ -158,3 +158,17 @@ def test_the_file_imports_only_torch_triton_and_the_standard_library():
     assert guard.handlers[0].type.id == "ImportError"
     top_level_imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert all("triton" not in ast.dump(n) for n in top_level_imports)  # triton only inside the guard
+
+
+def test_models_with_the_triton_algorithm_train_as_with_the_eager_core():
+    """`attention_algorithm="triton"` end to end (tests/talking_heads_triton_models.py, its own process): a BERT masked
+    LM with every dynamic map, a causal BERT LM head with h_k != h != h_v, and a T5 (position bias, causal decoder,
+    cross-attention) give the eager core's loss and parameter gradients, to 1e-5 of each gradient's scale."""
+    script = ROOT / "tests" / "talking_heads_triton_models.py"
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 3
+    for row in rows:
+        assert row["gradients"] and row["loss_difference"] < 1e-5 and row["worst_gradient_difference"] < 1e-5, row
