@@ -16,7 +16,7 @@ machine loaded by other processes `--clock process` times the process's own CPU 
 inflate when torch runs one thread, e.g. `OMP_NUM_THREADS=1`). Measured per row:
 
 - fwd: one forward pass in eval mode under `torch.no_grad()`.
-- fwd+bwd: one forward and backward pass in train mode (dropout 0.1 on) of
+- fwd+bwd: one forward and backward pass in train mode (dropout 0.1 on; `--attention-dropout` sets the attention's) of
   `last_hidden_state.float().pow(2).mean()`, gradients cleared between runs.
 - saved: bytes of the tensors autograd saves for backward in one train-mode forward, found with
   `torch.autograd.graph.saved_tensors_hooks`, each storage counted once, parameters and buffers left out. For
@@ -115,6 +115,7 @@ def parse_args():
     add_timing_args(p)
     p.add_argument("--variants", nargs="+", choices=list(ROWS), default=list(ROWS), metavar="NAME",
                    help=f"rows to run, of {', '.join(ROWS)}; eager and sdpa are always run as references")
+    p.add_argument("--attention-dropout", type=float, default=0.1, help="attention_probs_dropout_prob of every row")
     p.add_argument("--family", choices=["bert", "albert"], default="bert")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")
     p.add_argument("--seed", type=int, default=0)
@@ -141,7 +142,7 @@ def build_model(name, args):
         vocab_size=1000, hidden_size=args.hidden_size, num_attention_heads=args.num_heads,
         num_hidden_layers=args.num_layers, intermediate_size=4 * args.hidden_size,
         max_position_embeddings=max(512, *args.seq_lens),
-        hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+        hidden_dropout_prob=0.1, attention_probs_dropout_prob=args.attention_dropout,
     )
     if args.family == "albert":
         common.update(embedding_size=128, num_hidden_groups=1, hidden_act="gelu")

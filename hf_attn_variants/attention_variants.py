@@ -117,15 +117,21 @@ TALKING_HEADS_ALGORITHMS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def talking_heads_algorithm(name: str, device: torch.device) -> str:
-    """The algorithm `attention_algorithm`=name runs on `device`: "auto" takes the Triton kernel on a CUDA device
-    where triton is installed, else the blockwise core while gradients are recorded (it saves no n x m tensor) and the
-    eager path without them (in place, one n x m buffer: no recomputation to pay for)."""
+# Without gradients "auto" keeps the eager core (in place: one attention-sized buffer, no recomputation) up to this
+# many elements of [b, heads, n, m] (256 MiB in float32), and goes blockwise beyond.
+EAGER_INFERENCE_ELEMENTS = 1 << 26
+
+
+def talking_heads_algorithm(name: str, device: torch.device, elements: int) -> str:
+    """The algorithm `attention_algorithm`=name runs on `device` for attention of `elements` = b * heads * n * m:
+    "auto" takes the Triton kernel on a CUDA device where triton is installed; else the blockwise core while gradients
+    are recorded (it keeps no n x m tensor for backward) or when the eager core's buffer would pass
+    `EAGER_INFERENCE_ELEMENTS`, and the eager core otherwise (in place without gradients: nothing to recompute)."""
     if name != "auto":
         return name
     if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
         return "triton"
-    return "blockwise" if torch.is_grad_enabled() else "eager"
+    return "blockwise" if torch.is_grad_enabled() or elements > EAGER_INFERENCE_ELEMENTS else "eager"
 
 
 class VariantAttentionCore(nn.Module):
@@ -304,11 +310,12 @@ class TalkingHeadsAttention(VariantAttentionCore):
     def fused(self, query, key, value, attention_mask, hidden_states, position_bias, dropout, attn_implementation,
               output_attentions, kwargs):
         """The blockwise or Triton algorithm (`attention_algorithm`), unless the weights are asked for."""
-        algorithm = talking_heads_algorithm(self.spec.algorithm, query.device)
+        spec, n = self.spec, hidden_states.shape[1]
+        heads = max(spec.num_key_heads, spec.num_heads, spec.num_value_heads)
+        algorithm = talking_heads_algorithm(spec.algorithm, query.device, query.shape[0] * heads * n * value.shape[2])
         if output_attentions or algorithm == "eager":
             return None
-        n = hidden_states.shape[1]
-        causal = attention_mask is None and self.spec.is_causal and n > 1  # built per block, never n x m
+        causal = attention_mask is None and spec.is_causal and n > 1  # built per block, never n x m
         bias = additive_mask(attention_mask, value.dtype)
         if position_bias is not None:
             bias = position_bias if bias is None else bias + position_bias
@@ -322,7 +329,8 @@ class TalkingHeadsAttention(VariantAttentionCore):
         [b, n or m, h_in, h_out]."""
         spec = self.spec
         b, n = x.shape[:2]
-        d_k, d_v, h_k, h, h_v = spec.key_head_size, spec.value_head_size, spec.num_key_heads, spec.num_heads, spec.num_value_heads
+        d_k, d_v = spec.key_head_size, spec.value_head_size
+        h_k, h, h_v = spec.num_key_heads, spec.num_heads, spec.num_value_heads
         maps = dict(pre_proj=getattr(self, "pre_softmax_proj", None), post_proj=getattr(self, "post_softmax_proj", None))
         if "x2l" in spec.dynamic:
             maps["x2l"] = (x @ self.dynamic_x2l.to(x.dtype)).view(b, n, h_k, h)

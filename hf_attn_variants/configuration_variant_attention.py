@@ -60,14 +60,16 @@ class VariantAttentionFields:
             General bilinear heads are always `hidden_size` wide.
         attention_recompute (`bool`, defaults to `False`):
             Recompute the attention core (logits, softmax, head maps) in the backward pass instead of storing it:
-            less activation memory for some extra compute. Talking heads and eager synthesizers.
+            less activation memory for some extra compute. Talking heads and eager synthesizers (the blockwise and
+            Triton talking-heads algorithms, see `attention_algorithm`, recompute their blocks in any case).
         attention_algorithm (`str`, defaults to `"auto"`):
             How talking-heads attention is computed (the same function, to float rounding): `"eager"` materialises
             the [batch, heads, n, m] logits and weights, as the other types do; `"blockwise"` runs one block of
             queries at a time in forward and again in backward, so no n x m tensor outlives its block (PyTorch, any
             device; O(n) activation memory); `"triton"` is the same algorithm as a fused Triton kernel (needs the
             `triton` package and a GPU, or `TRITON_INTERPRET=1`); `"auto"` takes `"triton"` on a CUDA device where
-            triton is installed, else `"blockwise"` while training and `"eager"` without gradients. Returning the
+            triton is installed, else `"blockwise"` while training (or where the eager core's [batch, heads, n, m]
+            buffer would pass 2^26 elements) and `"eager"` without gradients. Returning the
             attention weights (`output_attentions=True`) always runs the eager path. A value other than `"auto"`
             needs talking heads in some place of the model.
         talking_heads_num_key_heads (`int`, *optional*):

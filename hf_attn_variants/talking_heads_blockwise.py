@@ -188,6 +188,8 @@ class BlockwiseTalkingHeads(torch.autograd.Function):
     @staticmethod
     def forward(ctx, query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling, causal, dropout,
                 seed, block_size):
+        # heads-first views of [b, n, heads, d] projections: contiguous once, not copied by every block's matmul
+        query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
         inputs = dict(zip(_INPUTS, (query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w)))
         b, h_v, n, d_v = query.shape[0], value.shape[1], query.shape[2], value.shape[3]
         m = key.shape[2]

@@ -213,7 +213,7 @@ def test_models_train_the_same_with_the_blockwise_core(head, variant):
     assert any(not torch.allclose(perturbed[1][name], grad, **tolerance[name]) for name, grad in expected[1].items())
 
 
-def test_auto_takes_the_blockwise_core_to_train_and_the_eager_one_otherwise(monkeypatch):
+def test_auto_takes_the_blockwise_core_to_train_or_for_large_attention_and_the_eager_one_otherwise(monkeypatch):
     from hf_attn_variants import attention_variants
 
     calls = []
@@ -229,6 +229,10 @@ def test_auto_takes_the_blockwise_core_to_train_and_the_eager_one_otherwise(monk
     model.eval()
     weights = model(**inputs, output_attentions=True).attentions  # the weights need the eager path
     assert len(calls) == model.config.num_hidden_layers and weights[0].shape[-1] == inputs["input_ids"].shape[1]
+    monkeypatch.setattr(attention_variants, "EAGER_INFERENCE_ELEMENTS", 2 * 4 * 7 * 7 - 1)  # b * h * n * m, less one
+    with torch.no_grad():
+        model(**inputs)  # past the eager buffer's limit: blockwise without gradients too
+    assert len(calls) == 2 * model.config.num_hidden_layers
 
 
 def test_an_algorithm_for_a_type_that_has_none_is_refused_by_name():
