@@ -1,7 +1,9 @@
 """The attention mathematics shared by every family: one class per attention type on a small shared base.
 
 This file is copied next to every saved checkpoint (remote code), so it imports only torch, public transformers API
-and its sibling `configuration_variant_attention` (the fields, their validation and the `AttentionSpec` it resolves).
+and its siblings `configuration_variant_attention` (the fields, their validation and the `AttentionSpec` it resolves),
+`talking_heads_blockwise` (the heads map, talking heads' formula and its blockwise core) and, only when that algorithm
+is asked for, `talking_heads_triton`.
 
 A family's attention module keeps its own projections, named as in the upstream transformers model (so vanilla
 checkpoints load), builds those the spec asks for (`spec.has_query/has_key/has_value`), and hands the projected heads
@@ -12,7 +14,8 @@ adds, its initialisation and its forward:
                              nothing needs the weights, else computed as transformers' ``eager_attention_forward``.
     TalkingHeadsAttention    J = q k^T * s over h_k heads; L = J P_l (+ dynamic terms) over h heads; + mask (+ position
                              bias); W = softmax(L); U = W P_w (+ dynamic terms) over h_v heads; dropout(U) v.
-                             (Shazeer et al. 2020)
+                             (Shazeer et al. 2020) Eager, or blockwise / Triton in O(n) memory (`attention_algorithm`,
+                             `TALKING_HEADS_ALGORITHMS`).
     SynthesizerAttention     logits = sum_c alpha_c S_c over components (dense, random, factorized_dense,
                              factorized_random, dot_product) + mask; softmax; dropout; v.  (Tay et al. 2020)
     GeneralBilinearAttention h heads, each a full d x d bilinear form: logits[h, i, j] = q_i[h] . m_j * s + mask with
@@ -35,7 +38,7 @@ from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_variant_attention import ATTENTION_TYPES, AttentionSpec
-from .talking_heads_blockwise import talking_heads_blockwise
+from .talking_heads_blockwise import mix_heads, talking_heads_blockwise
 
 # synthesizer components that fold into one SDPA call (see synthesizer_sdpa)
 _SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
@@ -62,25 +65,6 @@ def _softmax(logits: torch.Tensor) -> torch.Tensor:
     if logits.dtype in (torch.float16, torch.bfloat16):
         return torch.softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
     return torch.softmax(logits, dim=-1)
-
-
-def mix_heads(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """out[b, o] = sum_i x[b, i] proj[i, o] (+ bias), over the heads axis of x [b, h_in, n, m] -> [b, h_out, n, m].
-
-    Written as one batched GEMM on the contiguous [h_in, n*m] view of each batch item, with the (tiny) map
-    broadcast over the batch: no transpose of the big tensor in forward or backward, and the optional bias (the
-    mask) is fused into the GEMM through ``baddbmm``. This measured fastest of the exact formulations
-    (einsum over the heads axis copies the big tensor into a heads-last layout).
-    """
-    b, h_in, n, m = x.shape
-    h_out = proj.shape[1]
-    weight = proj.t().to(x.dtype).expand(b, h_out, h_in)  # [b, h_out, h_in], a view
-    flat = x.reshape(b, h_in, n * m)
-    if bias is None:
-        out = torch.bmm(weight, flat)
-    else:
-        out = torch.baddbmm(bias.expand(b, -1, n, m).reshape(b, -1, n * m), weight, flat)
-    return out.view(b, h_out, n, m)
 
 
 def mix_heads_(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

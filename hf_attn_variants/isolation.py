@@ -11,14 +11,20 @@ import subprocess
 import sys
 import tempfile
 
-BLOCK_PACKAGE = """
+def blocker(*names: str) -> str:
+    """A script prologue that installs a finder refusing the top-level packages `names` (a `ModuleNotFoundError`
+    saying so), however they are installed."""
+    return f"""
 import sys
-class _BlockPackage:
+class _Block:
     def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] == 'hf_attn_variants':
-            raise ModuleNotFoundError(f"{name} is blocked: this process loads remote code only")
-sys.meta_path.insert(0, _BlockPackage())
+        if name.split('.')[0] in {names!r}:
+            raise ModuleNotFoundError(f"{{name}} is blocked: this process loads remote code only")
+sys.meta_path.insert(0, _Block())
 """
+
+
+BLOCK_PACKAGE = blocker("hf_attn_variants")
 
 
 def run_isolated(code: str, args=(), *, python: str = sys.executable, env: dict | None = None, cwd=None,
@@ -35,4 +41,4 @@ def run_isolated(code: str, args=(), *, python: str = sys.executable, env: dict 
                               cwd=str(cwd or modules), capture_output=True, text=True, timeout=timeout)
 
 
-__all__ = ["BLOCK_PACKAGE", "run_isolated"]
+__all__ = ["BLOCK_PACKAGE", "blocker", "run_isolated"]

@@ -12,7 +12,7 @@ import torch
 import hf_attn_variants as hav
 from conftest import ALL_HEADS, FAMILIES, FAMILY_HEADS, VARIANTS, build, family, head_inputs, head_kind
 
-from hf_attn_variants.isolation import run_isolated
+from hf_attn_variants.isolation import blocker, run_isolated
 
 PACKAGE = Path(hav.__file__).parent
 REMOTE_FILES = {  # what a saved checkpoint of each family carries
@@ -181,15 +181,6 @@ def test_the_isolated_harness_cannot_import_the_package():
     assert proc.returncode != 0 and "ModuleNotFoundError: hf_attn_variants is blocked" in proc.stderr
 
 
-BLOCK_TRITON = """
-class _BlockTriton:
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] == 'triton':
-            raise ModuleNotFoundError(f"No module named {name!r}")
-sys.meta_path.insert(0, _BlockTriton())
-"""
-
-
 def test_a_talking_heads_checkpoint_trains_blockwise_where_triton_is_missing(tmp_path):
     """Remote code in an environment without triton (and without this package): the checkpoint loads, a training
     step runs the blockwise core (the default on a CPU) with the eager core's loss, and asking for the Triton kernel
@@ -200,7 +191,7 @@ def test_a_talking_heads_checkpoint_trains_blockwise_where_triton_is_missing(tmp
     torch.save(inputs, tmp_path / "inputs.pt")
     model.train()
     expected = model(**inputs).loss.item()
-    code = BLOCK_TRITON + textwrap.dedent(
+    code = blocker("triton") + textwrap.dedent(
         """
         import sys, torch
         from transformers import AutoModelForMaskedLM
