@@ -86,7 +86,6 @@ def mix_heads_(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = 
     return x
 
 
-
 def talking_heads_triton(*args, **kwargs) -> torch.Tensor:
     """`talking_heads_triton.talking_heads_triton`, imported on first use: triton is needed only by this algorithm."""
     from .talking_heads_triton import talking_heads_triton as kernel
