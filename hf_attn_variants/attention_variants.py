@@ -38,7 +38,7 @@ from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .configuration_variant_attention import ATTENTION_TYPES, AttentionSpec
-from .talking_heads_blockwise import mix_heads, talking_heads_blockwise
+from .talking_heads_blockwise import causal_bias, mix_heads, talking_heads_blockwise
 
 # synthesizer components that fold into one SDPA call (see synthesizer_sdpa)
 _SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
@@ -55,9 +55,7 @@ def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> to
 
 def causal_mask(n: int, m: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Additive causal mask [1, 1, n, m] for n queries that are the last n of m positions."""
-    query_pos = torch.arange(m - n, m, device=device)[:, None]
-    blocked = torch.arange(m, device=device)[None, :] > query_pos
-    return torch.zeros((n, m), dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)[None, None]
+    return causal_bias(n, m, dtype, device)[None, None]
 
 
 def _softmax(logits: torch.Tensor) -> torch.Tensor:
