@@ -11,7 +11,7 @@ rate `SCREEN_RULE` picks (report.screen_pick applies it); a claim script records
 while the screen has not run, and `PENDING_LR` stands in until then.
 
 The claim scripts (talking_heads.py, single_head.py, synthesizer.py, width_trend.py) define their cells with
-`cell` and their tables with `Table`, and hand the cells to runner.main.
+`cell`, their tables with `Table` (and a figure across tables with `Trend`), and hand the cells to runner.main.
 """
 
 import fnmatch
@@ -177,3 +177,19 @@ class Table:
         while aliases and groups[-1] in aliases and aliases[groups[-1]] not in groups:
             groups.append(aliases[groups[-1]])
         return groups
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A figure of docs/research.md across the columns of long tables: for each variant of a table after its first
+    row (the table's baseline), the final held-out loss minus the baseline's of the same seed (the same data order
+    and masks), one point per seed and their mean, against `xs` (the x value of each column: every table has as many
+    columns as `xs`, in that order). `tables` is ((prefix of its series' labels, Table), ...); report.py renders the
+    figure and a table of its numbers."""
+
+    name: str
+    title: str
+    tables: tuple
+    xs: tuple
+    xlabel: str
+

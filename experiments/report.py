@@ -6,7 +6,8 @@ curves dotted). `screen_pick` applies the learning-rate rule of the screening ta
     python experiments/report.py            # after any cells have run; rewrites only the generated blocks
 
 docs/research.md is written by hand except between the markers `<!-- BEGIN name -->` and `<!-- END name -->`, where
-`name` is a table's name (its table, curves and command) or `summary` (what has run, what is pending, CPU time).
+`name` is a table's name (its table, curves and command), a trend's (its figure and the table of its numbers; a
+claim script's TRENDS) or `summary` (what has run, what is pending, CPU time).
 """
 
 import importlib
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cells import PENDING_LR, SCREEN_LRS, Table  # noqa: E402
+from cells import PENDING_LR, SCREEN_LRS, Table, Trend  # noqa: E402
 from provenance import ROOT  # noqa: E402
 from results_file import RESULTS, load_results  # noqa: E402
 from unigram import UNIGRAM_LOSS  # noqa: E402
@@ -236,6 +237,92 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
     return True
 
 
+def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[str, list[list[tuple[int, float]]]]]:
+    """Each series of a trend (a table's variant after its baseline): its label and, per column, the final held-out
+    loss minus the baseline's of the same seed, as (seed, difference) for the seeds both have finished."""
+    series = []
+    for prefix, table in trend.tables:
+        if len(table.columns) != len(trend.xs):
+            raise ValueError(f"Trend {trend.name}: table {table.name} has {len(table.columns)} columns, "
+                             f"xs has {len(trend.xs)}.")
+        (base_label, base), *others = table.rows
+        for label, variant in others:
+            per_column = []
+            for _, size in table.columns:
+                baseline = {r["seed"]: r["eval_loss"] for r in finished_rows(rows, table, base, size, aliases)[0]}
+                runs = finished_rows(rows, table, variant, size, aliases)[0]
+                per_column.append([(r["seed"], r["eval_loss"] - baseline[r["seed"]]) for r in runs
+                                   if r["seed"] in baseline])
+            series.append((f"{prefix}{label} minus {base_label}", per_column))
+    return series
+
+
+def render_trend_table(series: list, trend: Trend) -> str:
+    """The trend's numbers: per series and x, the mean ± std of the paired differences and each seed's."""
+    lines = ["| paired difference | " + " | ".join(f"{trend.xlabel} {x}" for x in trend.xs) + " |",
+             "|---|" + "---:|" * len(trend.xs)]
+    for label, per_column in series:
+        cells = []
+        for pairs in per_column:
+            if not pairs:
+                cells.append("pending")
+                continue
+            values = [d for _, d in pairs]
+            spread = f" ± {statistics.stdev(values):.3f}" if len(values) >= 2 else ""
+            each = ", ".join(f"{d:+.3f}" for _, d in pairs)
+            cells.append(f"{statistics.fmean(values):+.3f}{spread} (seeds {', '.join(str(s) for s, _ in pairs)}: "
+                         f"{each})")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_trend(series: list, trend: Trend, path: Path) -> bool:
+    """One panel: each series' paired differences against x, a small marker per seed and the mean joined by a line
+    (x offset a little per series, so that the seeds' points stay apart). False (and no file) with no pair yet."""
+    if not any(pairs for _, per_column in series for pairs in per_column):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    step = min(b - a for a, b in zip(trend.xs, trend.xs[1:])) if len(trend.xs) > 1 else 1
+    for index, (label, per_column) in enumerate(series):
+        colour, offset = f"C{index + 1}", (index - (len(series) - 1) / 2) * step * 0.04
+        means = [(x + offset, statistics.fmean(d for _, d in pairs)) for x, pairs in zip(trend.xs, per_column)
+                 if pairs]
+        seeds = [(x + offset, d) for x, pairs in zip(trend.xs, per_column) for _, d in pairs]
+        if not seeds:
+            continue
+        ax.scatter(*zip(*seeds), color=colour, s=14, alpha=0.5)
+        ax.plot(*zip(*means), color=colour, linewidth=2, marker="o",
+                label=f"{label} (mean; dots: each seed)")
+    ax.axhline(0, color="grey", linewidth=1)
+    ax.set_xticks(list(trend.xs))
+    ax.set_xlabel(trend.xlabel)
+    ax.set_ylabel("final held-out loss difference (below 0: ahead)", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16))  # below: never over a point
+    ax.set_title(textwrap.fill(trend.title, 80), fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
+
+
+def render_trend(rows: list[dict], trend: Trend, aliases: dict, figures: Path | None) -> str:
+    """The generated block of a trend: its title, the table of its numbers, its figure (or why there is none)."""
+    series = trend_series(rows, trend, aliases)
+    parts = [f"**{trend.title}**", "", render_trend_table(series, trend)]
+    if figures is not None:
+        image = figures / f"{trend.name}.png"
+        parts += ["", f"![{trend.title}]({FIGURES}/{image.name})" if plot_trend(series, trend, image)
+                  else "Figure: pending."]
+    return "\n".join(parts)
+
+
 def load_claims(names=CLAIMS) -> list:
     return [importlib.import_module(name) for name in names]
 
@@ -352,6 +439,8 @@ def render_page(page: str, rows: list[dict], claims, figures: Path | None) -> st
         aliases = getattr(claim, "ALIASES", {})
         for table in claim.TABLES:
             page = replace_block(page, table.name, render_block(rows, table, aliases, figures))
+        for trend in getattr(claim, "TRENDS", ()):
+            page = replace_block(page, trend.name, render_trend(rows, trend, aliases, figures))
     return replace_block(page, "summary", render_summary(rows, claims))
 
 

@@ -27,6 +27,8 @@ Variants, each as at width 256 (the same config fields, read from the claim scri
    pick is not written down).
 2. the long cells: 1600 steps (3.6 passes), evaluated every 200 steps, three seeds, seed-major (width 128's cells
    of a seed before width 384's). Held-out and training loss are both reported.
+3. the figure (TRENDS, rendered by report.py): each variant's final held-out loss minus dot product's, paired by
+   seed, against width, every seed's point beside the mean.
 
     OMP_NUM_THREADS=1 nice -n 19 python experiments/width_trend.py --only 'width_trend/*/screen-*'
     python experiments/width_trend.py --list
@@ -44,6 +46,7 @@ from cells import (  # noqa: E402
     SCREEN_RULE,
     TRAINING,
     Table,
+    Trend,
     cell,
     dedupe,
     long_lrs,
@@ -150,6 +153,10 @@ def long_table(claim: str) -> Table:
 
 
 TABLES = [*(screen_table(w, claim) for w in NEW_WIDTHS for claim in VARIANTS), *map(long_table, VARIANTS)]
+# The page's one figure: each variant's paired difference to dot product at the end of the long runs, against width.
+TRENDS = [Trend("width-trend", f"Final held-out loss minus dot product's (paired by seed) against width, "
+                f"{LONG_STEPS} steps: (a) at 16 heads, (c) at 4 heads",
+                tuple((f"({t.name[-1]}) ", t) for t in TABLES if t.name.startswith("width-long-")), WIDTHS, "width")]
 
 if __name__ == "__main__":
     main(CELLS, "experiments/width_trend.py")
