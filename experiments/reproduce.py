@@ -6,6 +6,12 @@ tokenizer and the training text are those the row recorded.
 
     nice -n 19 python experiments/reproduce.py talking_heads/dot-product/h16-lr1e-3/seed0
     python experiments/reproduce.py <cell id> --results path/to/results.jsonl --keep
+    python experiments/reproduce.py <cell id> --at_row_commit    # the code of the row's own commit
+
+By default the command runs with the code of this checkout, which may be newer than the row's: a change that
+computes the same thing another way (another order of float operations, another draw of the dropout masks) moves
+a re-run as another CPU does. `--at_row_commit` runs it in a temporary git worktree of the commit the row records
+(its `git_commit`; refused for a row made from uncommitted code), with that worktree first on PYTHONPATH.
 
 Rows made before the tokenizer was deterministic (those without `tokenizer_sha256`) trained with a WordPiece that
 was never recorded and cannot be rebuilt: their re-run trains with today's project tokenizer and is not expected
@@ -13,6 +19,7 @@ to match.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -48,15 +55,48 @@ def reproduce_command(row: dict, output_dir: str | os.PathLike) -> str:
     return _OUTPUT_DIR.sub(lambda _: "--output_dir " + shlex.quote(str(output_dir)), command)
 
 
-def reproduce(row: dict, scratch: Path) -> dict:
-    """Run the row's command in `scratch` (caches and output); the recorded and new figures."""
+def row_commit(row: dict) -> str:
+    """The commit a row's code can be checked out at; an error that says why not."""
+    commit = row.get("git_commit")
+    if not commit:
+        raise ValueError(f"Row {row.get('id')!r} records no git_commit: run it without --at_row_commit.")
+    if commit.endswith("+dirty"):
+        raise ValueError(f"Row {row.get('id')!r} was made from uncommitted code ({commit}): no commit holds it; "
+                         "run it without --at_row_commit.")
+    return commit
+
+
+@contextlib.contextmanager
+def checkout(commit: str | None, scratch: Path):
+    """The folder to run from: ROOT, or (with a commit) a temporary git worktree of it, removed afterwards."""
+    if commit is None:
+        yield ROOT
+        return
+    tree = scratch / "code"
+    made = subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, capture_output=True,
+                          text=True)
+    if made.returncode != 0:
+        raise ValueError(f"git cannot check out the row's commit {commit} in {ROOT}: {made.stderr.strip()} (fetch "
+                         "it, or run without --at_row_commit).")
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+
+
+def reproduce(row: dict, scratch: Path, at_row_commit: bool = False) -> dict:
+    """Run the row's command in `scratch` (caches and output), from this checkout or the row's commit; the
+    recorded and new figures."""
     output_dir = scratch / "output"
-    env = {**os.environ, "HF_ATTN_VARIANTS_CACHE": str(scratch / "cache"),
-           "HF_DATASETS_CACHE": str(scratch / "datasets"), "PYTHONUNBUFFERED": "1",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # `python`: this one
-    with open(scratch / "log.txt", "w") as log:
-        proc = subprocess.run(["bash", "-c", reproduce_command(row, output_dir)], cwd=ROOT, env=env, stdout=log,
-                              stderr=subprocess.STDOUT)
+    commit = row_commit(row) if at_row_commit else None
+    with checkout(commit, scratch) as tree:
+        env = {**os.environ, "HF_ATTN_VARIANTS_CACHE": str(scratch / "cache"),
+               "HF_DATASETS_CACHE": str(scratch / "datasets"), "PYTHONUNBUFFERED": "1",
+               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # `python`: ours
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+        with open(scratch / "log.txt", "w") as log:
+            proc = subprocess.run(["bash", "-c", reproduce_command(row, output_dir)], cwd=tree, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         tail = (scratch / "log.txt").read_text()[-2000:]
         raise RuntimeError(f"The re-run failed (exit {proc.returncode}); log {scratch / 'log.txt'}:\n{tail}")
@@ -67,7 +107,8 @@ def reproduce(row: dict, scratch: Path) -> dict:
             "difference": None if new is None or recorded is None else new - recorded,
             "recorded_tokenizer_sha256": row.get("tokenizer_sha256"),
             "new_tokenizer_sha256": sha256(tokenizer) if tokenizer.is_file() else None,
-            "recorded_cpu": row.get("hardware", {}).get("cpu")}
+            "recorded_cpu": row.get("hardware", {}).get("cpu"), "recorded_commit": row.get("git_commit"),
+            "code": commit or "this checkout"}
 
 
 def report(result: dict) -> str:
@@ -79,7 +120,8 @@ def report(result: dict) -> str:
         lines.append(f"tokenizer: not recorded in the row (made before tokenizers were recorded); new {new}")
     else:
         lines.append(f"tokenizer: {'the same' if recorded == new else 'DIFFERENT'} (recorded {recorded}, new {new})")
-    lines.append(f"recorded on: {result['recorded_cpu']}")
+    lines.append(f"recorded on: {result['recorded_cpu']}, at commit {result['recorded_commit']}; re-run with the code "
+                 f"of {result['code']}")
     return "\n".join(lines)
 
 
@@ -88,11 +130,19 @@ def main(argv=None) -> dict:
     parser.add_argument("cell_id", help="the row's id, claim/variant/size/seedN")
     parser.add_argument("--results", default=str(RESULTS), help="the results file holding the row")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (caches, output, log)")
+    parser.add_argument("--at_row_commit", action="store_true",
+                        help="run with the code of the row's own commit (a temporary git worktree), not this checkout")
     args = parser.parse_args(argv)
     row = find_row(load_results(args.results), args.cell_id)
+    if args.at_row_commit:
+        row_commit(row)  # refused before anything is made
     scratch = Path(tempfile.mkdtemp(prefix="reproduce-"))
     print(f"re-running {row['id']} in {scratch}:\n  {reproduce_command(row, scratch / 'output')}", flush=True)
-    result = reproduce(row, scratch)  # a failed re-run keeps the scratch folder: its log says why
+    try:
+        result = reproduce(row, scratch, args.at_row_commit)  # a failed run keeps the scratch folder: its log says why
+    except ValueError:  # the commit could not be checked out: nothing ran
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
     if not args.keep:
         shutil.rmtree(scratch, ignore_errors=True)
     print(report(result))

@@ -554,6 +554,45 @@ def test_reproduce_reruns_in_a_scratch_cache(tmp_path, capsys, monkeypatch):
     assert "recorded eval loss 5.5, new 5.25, difference -0.2500" in out and "tokenizer: the same" in out
 
 
+def test_reproduce_at_the_rows_commit(tmp_path, capsys, monkeypatch):
+    """--at_row_commit runs the row's command in a worktree of the commit the row records, first on PYTHONPATH:
+    a file changed since then is seen as it was; the worktree is removed afterwards; a row without a commit, made
+    from uncommitted code, or with a commit git does not have is refused with what to do."""
+    import reproduce
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "loss.txt").write_text("5.25")
+    subprocess.run([*git, "add", "loss.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    first = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    (repo / "loss.txt").write_text("9.0")
+    subprocess.run([*git, "commit", "-qam", "two"], check=True)
+    monkeypatch.setattr(reproduce, "ROOT", repo)
+    script = ("import json, os, sys; from pathlib import Path; "
+              "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); "
+              "first = os.environ['PYTHONPATH'].split(os.pathsep)[0]; "
+              "assert Path(first).resolve() == Path.cwd().resolve(), (first, os.getcwd()); "
+              "(out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': float(Path('loss.txt').read_text())}))")
+    row = {"id": "c/v/s/seed0", "eval_loss": 5.5, "hardware": {"cpu": "a CPU"}, "git_commit": first,
+           "train_command": f"python -c {shlex.quote(script)} --output_dir recorded/out"}
+    results = tmp_path / "results.jsonl"
+    results_file.append_row(results, row)
+    assert reproduce.main(["c/v/s/seed0", "--results", str(results)])["new_eval_loss"] == 9.0  # this checkout
+    result = reproduce.main(["c/v/s/seed0", "--results", str(results), "--at_row_commit"])
+    assert result["new_eval_loss"] == 5.25 and result["code"] == first
+    assert f"at commit {first}; re-run with the code of {first}" in capsys.readouterr().out
+    listed = subprocess.run([*git, "worktree", "list"], check=True, capture_output=True, text=True).stdout
+    assert len(listed.splitlines()) == 1  # the temporary worktree is gone
+    for commit, message in ((None, "records no git_commit"), (first + "+dirty", "uncommitted code"),
+                            ("0" * 40, "git cannot check out the row's commit")):
+        results_file.append_row(results, {**row, "git_commit": commit})
+        with pytest.raises(ValueError, match=message):
+            reproduce.main(["c/v/s/seed0", "--results", str(results), "--at_row_commit"])
+
+
 # ------------------------------------------------------------------------------------------------------------ report
 def test_unigram_reference_point():
     """Add-one smoothed unigram cross-entropy, against a hand count: train tokens 0, 0, 1 over a vocabulary of 3
