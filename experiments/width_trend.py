@@ -77,7 +77,7 @@ ROWS_256 = {"a": {v: ("talking_heads", v, talking_heads.long_size(16, lr)) for v
 SCREEN_PICK = {
     (128, "a"): {"dot-product": "2e-3", "talking-heads": "1e-3"},  # the screen, 2026-12-03
     (128, "c"): {"dot-product": "2e-3", "mixture-random-dot": "1e-3"},  # the screen, 2026-12-03
-    (384, "a"): {"dot-product": None, "talking-heads": None},
+    (384, "a"): {"dot-product": "1e-3", "talking-heads": "5e-4"},  # the screen, 2026-12-03 (dot product: all stall)
     (384, "c"): {"dot-product": None, "mixture-random-dot": None},
 }
 LONG_STEPS = LONG_TRAINING["max_steps"]
