@@ -44,6 +44,10 @@ RISE_MARGIN = 0.01
 TRAIN_WINDOW = 100
 
 
+def is_stalled(loss: float) -> bool:
+    return loss >= UNIGRAM_LOSS - STALL_MARGIN
+
+
 def final_train_loss(row: dict) -> float | None:
     points = [(step, loss) for step, loss in row.get("train_curve") or [] if loss is not None]
     if not points:
@@ -64,7 +68,7 @@ class Entry:
 
     @property
     def stalled(self) -> int:
-        return sum(loss >= UNIGRAM_LOSS - STALL_MARGIN for loss in self.losses)
+        return sum(map(is_stalled, self.losses))
 
     @property
     def rising(self) -> int:
@@ -237,9 +241,10 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
     return True
 
 
-def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[str, list[list[tuple[int, float]]]]]:
+def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[str, list[list[tuple]]]]:
     """Each series of a trend (a table's variant after its baseline): its label and, per column, the final held-out
-    loss minus the baseline's of the same seed, as (seed, difference) for the seeds both have finished."""
+    loss minus the baseline's of the same seed, as (seed, difference, whether either run stalled) for the seeds both
+    have finished."""
     series = []
     for prefix, table in trend.tables:
         if len(table.columns) != len(trend.xs):
@@ -251,14 +256,16 @@ def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[st
             for _, size in table.columns:
                 baseline = {r["seed"]: r["eval_loss"] for r in finished_rows(rows, table, base, size, aliases)[0]}
                 runs = finished_rows(rows, table, variant, size, aliases)[0]
-                per_column.append([(r["seed"], r["eval_loss"] - baseline[r["seed"]]) for r in runs
-                                   if r["seed"] in baseline])
+                per_column.append([(r["seed"], r["eval_loss"] - baseline[r["seed"]],
+                                    is_stalled(r["eval_loss"]) or is_stalled(baseline[r["seed"]]))
+                                   for r in runs if r["seed"] in baseline])
             series.append((f"{prefix}{label} minus {base_label}", per_column))
     return series
 
 
 def render_trend_table(series: list, trend: Trend) -> str:
-    """The trend's numbers: per series and x, the mean ± std of the paired differences and each seed's."""
+    """The trend's numbers: per series and x, the mean ± std of the paired differences, each seed's, and how many
+    pairs hold a stalled run (a difference in leaving the unigram plateau, not in the trained models)."""
     lines = ["| paired difference | " + " | ".join(f"{trend.xlabel} {x}" for x in trend.xs) + " |",
              "|---|" + "---:|" * len(trend.xs)]
     for label, per_column in series:
@@ -267,18 +274,20 @@ def render_trend_table(series: list, trend: Trend) -> str:
             if not pairs:
                 cells.append("pending")
                 continue
-            values = [d for _, d in pairs]
+            values = [d for _, d, _ in pairs]
             spread = f" ± {statistics.stdev(values):.3f}" if len(values) >= 2 else ""
-            each = ", ".join(f"{d:+.3f}" for _, d in pairs)
-            cells.append(f"{statistics.fmean(values):+.3f}{spread} (seeds {', '.join(str(s) for s, _ in pairs)}: "
-                         f"{each})")
+            each = ", ".join(f"{d:+.3f}" for _, d, _ in pairs)
+            stalls = sum(stall for _, _, stall in pairs)
+            cells.append(f"{statistics.fmean(values):+.3f}{spread} (seeds {', '.join(str(s) for s, _, _ in pairs)}: "
+                         f"{each}" + (f"; {stalls} with a stalled run" if stalls else "") + ")")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def plot_trend(series: list, trend: Trend, path: Path) -> bool:
-    """One panel: each series' paired differences against x, a small marker per seed and the mean joined by a line
-    (x offset a little per series, so that the seeds' points stay apart). False (and no file) with no pair yet."""
+    """One panel: each series' paired differences against x, a small dot per seed (a cross where either run
+    stalled) and the mean joined by a line (x offset a little per series, so that the seeds' points stay apart).
+    False (and no file) with no pair yet."""
     if not any(pairs for _, per_column in series for pairs in per_column):
         return False
     import matplotlib
@@ -290,14 +299,16 @@ def plot_trend(series: list, trend: Trend, path: Path) -> bool:
     step = min(b - a for a, b in zip(trend.xs, trend.xs[1:])) if len(trend.xs) > 1 else 1
     for index, (label, per_column) in enumerate(series):
         colour, offset = f"C{index + 1}", (index - (len(series) - 1) / 2) * step * 0.04
-        means = [(x + offset, statistics.fmean(d for _, d in pairs)) for x, pairs in zip(trend.xs, per_column)
+        means = [(x + offset, statistics.fmean(d for _, d, _ in pairs)) for x, pairs in zip(trend.xs, per_column)
                  if pairs]
-        seeds = [(x + offset, d) for x, pairs in zip(trend.xs, per_column) for _, d in pairs]
-        if not seeds:
+        if not means:
             continue
-        ax.scatter(*zip(*seeds), color=colour, s=14, alpha=0.5)
+        for stall, marker in ((False, "o"), (True, "x")):
+            seeds = [(x + offset, d) for x, pairs in zip(trend.xs, per_column) for _, d, s in pairs if s == stall]
+            if seeds:
+                ax.scatter(*zip(*seeds), color=colour, s=14 if marker == "o" else 30, alpha=0.6, marker=marker)
         ax.plot(*zip(*means), color=colour, linewidth=2, marker="o",
-                label=f"{label} (mean; dots: each seed)")
+                label=f"{label} (mean; dots: each seed, x: a run stalled)")
     ax.axhline(0, color="grey", linewidth=1)
     ax.set_xticks(list(trend.xs))
     ax.set_xlabel(trend.xlabel)

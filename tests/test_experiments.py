@@ -798,32 +798,34 @@ def test_long_curves_pair_each_variant_with_the_baseline_by_seed(tmp_path):
 
 def test_trend_pairs_final_losses_by_seed_across_columns(tmp_path):
     """A trend: per series (each table's variant after its baseline) and column, the final held-out loss minus the
-    baseline's of the same seed; a seed without a finished baseline (missing, diverged) makes no pair; the block
-    has the numbers and the figure, and a table whose columns do not match the xs is refused."""
+    baseline's of the same seed; a seed without a finished baseline (missing, diverged) makes no pair; a pair with a
+    stalled run is counted; the block has the numbers and the figure, and a table whose columns do not match the xs
+    is refused."""
     first = cells.Table("one", "t", "fake", (("base", "a"), ("B", "b"), ("C", "c")), (("small", "s"), ("large", "l")))
     second = cells.Table("two", "t", "fake", (("base", "d"), ("E", "e")), (("small", "s2"), ("large", "l2")))
     trend = cells.Trend("fake-trend", "A fake trend", (("(1) ", first), ("(2) ", second)), (1, 2), "size")
     rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "s", 1, 5.2), fake_row("a", "s", 2, 0.0, diverged=True),
             fake_row("b", "s", 0, 5.1), fake_row("b", "s", 1, 5.0), fake_row("b", "s", 2, 4.0),
             fake_row("a", "l", 0, 4.0), fake_row("b", "l", 1, 3.0),  # no pair: seed 1 has no baseline
-            fake_row("d", "l2", 2, 4.5), fake_row("e", "l2", 2, 4.25)]
+            fake_row("d", "l2", 2, report.UNIGRAM_LOSS), fake_row("e", "l2", 2, report.UNIGRAM_LOSS - 0.25)]
     series = report.trend_series(rows, trend, {})
     assert [label for label, _ in series] == ["(1) B minus base", "(1) C minus base", "(2) E minus base"]
     (_, b), (_, c), (_, e) = series
-    assert [s for s, _ in b[0]] == [0, 1] and [d for _, d in b[0]] == pytest.approx([0.1, -0.2])
-    assert b[1] == [] and c == [[], []] and e[0] == [] and e[1] == [(2, -0.25)]
+    assert [s for s, _, _ in b[0]] == [0, 1] and [d for _, d, _ in b[0]] == pytest.approx([0.1, -0.2])
+    assert b[1] == [] and c == [[], []] and e[0] == [] and [(s, stall) for s, _, stall in e[1]] == [(2, True)]
+    assert e[1][0][1] == pytest.approx(-0.25) and not any(stall for _, _, stall in b[0])
     lines = report.render_trend_table(series, trend).splitlines()
     assert lines[0] == "| paired difference | size 1 | size 2 |"
     assert lines[2] == (f"| (1) B minus base | -0.050 ± {statistics.stdev([0.1, -0.2]):.3f} (seeds 0, 1: +0.100, "
                         "-0.200) | pending |")
-    assert lines[4] == "| (2) E minus base | pending | -0.250 (seeds 2: -0.250) |"
+    assert lines[4] == "| (2) E minus base | pending | -0.250 (seeds 2: -0.250; 1 with a stalled run) |"
     block = report.render_trend(rows, trend, {}, tmp_path / "research")
     assert block.endswith("![A fake trend](research/fake-trend.png)")
     assert (tmp_path / "research" / "fake-trend.png").stat().st_size > 1000
     assert report.render_trend([], trend, {}, tmp_path / "empty").endswith("Figure: pending.")
     claim = types.SimpleNamespace(CLAIM="fake", CELLS=[], TABLES=[], TRENDS=[trend])
     page = "<!-- BEGIN summary -->\n<!-- END summary -->\n<!-- BEGIN fake-trend -->\nold\n<!-- END fake-trend -->\n"
-    assert "| (2) E minus base | pending | -0.250" in report.render_page(page, rows, [claim], None)
+    assert "| (2) E minus base | pending | -0.250 (seeds 2" in report.render_page(page, rows, [claim], None)
     with pytest.raises(ValueError, match="table two has 2 columns, xs has 3"):
         report.trend_series(rows, cells.Trend("bad", "t", (("", second),), (1, 2, 3), "size"), {})
 
