@@ -78,7 +78,7 @@ SCREEN_PICK = {
     (128, "a"): {"dot-product": "2e-3", "talking-heads": "1e-3"},  # the screen, 2026-12-03
     (128, "c"): {"dot-product": "2e-3", "mixture-random-dot": "1e-3"},  # the screen, 2026-12-03
     (384, "a"): {"dot-product": "1e-3", "talking-heads": "5e-4"},  # the screen, 2026-12-03 (dot product: all stall)
-    (384, "c"): {"dot-product": "5e-4", "mixture-random-dot": None},  # dot product: the screen, 2026-12-03
+    (384, "c"): {"dot-product": "5e-4", "mixture-random-dot": "5e-4"},  # the screen, 2026-12-03
 }
 LONG_STEPS = LONG_TRAINING["max_steps"]
 LONG_LR = {key: long_lrs({}, picks) for key, picks in SCREEN_PICK.items()}
