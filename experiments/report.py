@@ -278,7 +278,8 @@ def render_trend_table(series: list, trend: Trend) -> str:
             spread = f" ± {statistics.stdev(values):.3f}" if len(values) >= 2 else ""
             each = ", ".join(f"{d:+.3f}" for _, d, _ in pairs)
             stalls = sum(stall for _, _, stall in pairs)
-            cells.append(f"{statistics.fmean(values):+.3f}{spread} (seeds {', '.join(str(s) for s, _, _ in pairs)}: "
+            seeds = ("seeds " if len(pairs) > 1 else "seed ") + ", ".join(str(s) for s, _, _ in pairs)
+            cells.append(f"{statistics.fmean(values):+.3f}{spread} ({seeds}: "
                          f"{each}" + (f"; {stalls} with a stalled run" if stalls else "") + ")")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

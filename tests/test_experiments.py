@@ -818,14 +818,14 @@ def test_trend_pairs_final_losses_by_seed_across_columns(tmp_path):
     assert lines[0] == "| paired difference | size 1 | size 2 |"
     assert lines[2] == (f"| (1) B minus base | -0.050 ± {statistics.stdev([0.1, -0.2]):.3f} (seeds 0, 1: +0.100, "
                         "-0.200) | pending |")
-    assert lines[4] == "| (2) E minus base | pending | -0.250 (seeds 2: -0.250; 1 with a stalled run) |"
+    assert lines[4] == "| (2) E minus base | pending | -0.250 (seed 2: -0.250; 1 with a stalled run) |"
     block = report.render_trend(rows, trend, {}, tmp_path / "research")
     assert block.endswith("![A fake trend](research/fake-trend.png)")
     assert (tmp_path / "research" / "fake-trend.png").stat().st_size > 1000
     assert report.render_trend([], trend, {}, tmp_path / "empty").endswith("Figure: pending.")
     claim = types.SimpleNamespace(CLAIM="fake", CELLS=[], TABLES=[], TRENDS=[trend])
     page = "<!-- BEGIN summary -->\n<!-- END summary -->\n<!-- BEGIN fake-trend -->\nold\n<!-- END fake-trend -->\n"
-    assert "| (2) E minus base | pending | -0.250 (seeds 2" in report.render_page(page, rows, [claim], None)
+    assert "| (2) E minus base | pending | -0.250 (seed 2:" in report.render_page(page, rows, [claim], None)
     with pytest.raises(ValueError, match="table two has 2 columns, xs has 3"):
         report.trend_series(rows, cells.Trend("bad", "t", (("", second),), (1, 2, 3), "size"), {})
 
