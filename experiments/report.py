@@ -343,22 +343,29 @@ def cell_ids(claims) -> set[str]:
     return {c.id for claim in claims for c in claim.CELLS}
 
 
-def table_patterns(table: Table, aliases: dict) -> dict[str, list[str]]:
+def table_patterns(table: Table, aliases: dict, cells=()) -> dict[str, list[str]]:
     """{claim script: --only globs} that select every cell of a table, including the cells it reads through an
-    alias (a run another group or claim already holds)."""
+    alias (a run another group or claim already holds), and no other cell of `cells` (its claim's cells): a column
+    whose size other variants of the claim also have names its rows' variants, else every variant ("*"); one whose
+    cells have seeds the table leaves out names the table's seeds."""
     patterns: dict[str, list[str]] = {}
     for _, size in table.columns:
         # a group that is an alias has no cells of its own (dedupe dropped them, or it names the cells elsewhere)
-        if any((table.claim, variant, size) not in aliases for _, variant in table.rows):
-            patterns.setdefault(table.claim, []).append(f"{table.claim}/*/{size}/*")
+        own = [variant for _, variant in table.rows if (table.claim, variant, size) not in aliases]
+        column = [c for c in cells if c.claim == table.claim and c.size == size]
+        others = {c.variant for c in column} - {variant for _, variant in table.rows}
+        seeds = ["*"] if {c.seed for c in column} <= set(table.seeds) else [f"seed{s}" for s in table.seeds]
+        for variant in (own if others else own[:1] and ["*"]):
+            patterns.setdefault(table.claim, []).extend(f"{table.claim}/{variant}/{size}/{s}" for s in seeds)
         for _, variant in table.rows:
             for claim, other_variant, other_size in table.groups(variant, size, aliases)[1:]:
                 patterns.setdefault(claim, []).append(f"{claim}/{other_variant}/{other_size}/*")
     return {claim: list(dict.fromkeys(globs)) for claim, globs in patterns.items()}
 
 
-def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | None) -> str:
-    """The generated block of one table: the table, its note, the curves (or why there are none), its command."""
+def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | None, cells=()) -> str:
+    """The generated block of one table: the table, its note, the curves (or why there are none), its command (see
+    `table_patterns` for `cells`)."""
     parts = [f"**{table.title}**", "", render_table(rows, table, aliases)]
     if table.note:
         parts += ["", table.note]
@@ -371,7 +378,7 @@ def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | 
     parts += ["", "Run its cells (those already in the results file are skipped): " + ", ".join(
         f"`nice -n 19 python experiments/{claim}.py " + " ".join(f"--only '{p}'" if i == 0 else f"'{p}'"
                                                                  for i, p in enumerate(patterns)) + "`"
-        for claim, patterns in table_patterns(table, aliases).items())]
+        for claim, patterns in table_patterns(table, aliases, cells).items())]
     if figures is not None:
         image = figures / f"{table.name}.png"
         if plot_curves(rows, table, aliases, image):
@@ -450,7 +457,7 @@ def render_page(page: str, rows: list[dict], claims, figures: Path | None) -> st
     for claim in claims:
         aliases = getattr(claim, "ALIASES", {})
         for table in claim.TABLES:
-            page = replace_block(page, table.name, render_block(rows, table, aliases, figures))
+            page = replace_block(page, table.name, render_block(rows, table, aliases, figures, claim.CELLS))
         for trend in getattr(claim, "TRENDS", ()):
             page = replace_block(page, trend.name, render_trend(rows, trend, aliases, figures))
     return replace_block(page, "summary", render_summary(rows, claims))

@@ -29,6 +29,8 @@ Variants, each as at width 256 (the same config fields, read from the claim scri
    of a seed before width 384's). Held-out and training loss are both reported.
 3. the figure (TRENDS, rendered by report.py): each variant's final held-out loss minus dot product's, paired by
    seed, against width, every seed's point beside the mean.
+4. a control outside the rule (CONTROL_LR, after every cell of the rule): dot product at width 384 at talking
+   heads' rate, seed 0, to tell the rate from the attention in (a) at that width.
 
     OMP_NUM_THREADS=1 nice -n 19 python experiments/width_trend.py --only 'width_trend/*/screen-*'
     python experiments/width_trend.py --list
@@ -119,7 +121,19 @@ def committed_cells() -> list:
     return out
 
 
-CELLS, COMMITTED_ALIASES = dedupe(committed_cells())
+# A control outside the rule, added after (a)'s first pair at width 384 and run after every cell of the rule: dot
+# product at width 384, h = 16, at talking heads' rate there (5e-4) instead of the rule's fallback (1e-3, picked when
+# every screened rate stalled), seed 0. Beside that pair it tells the rate from the attention. It is not the rule's
+# pick: the long table and the figure keep the rule's cells, and CONTROL_TABLE shows the two rates side by side.
+CONTROL_LR = "5e-4"
+
+
+def control_cells() -> list:
+    return [cell(CLAIM, "dot-product", long_size(384, "a", CONTROL_LR), 0, PRESET,
+                 {**shape(384, "a"), **VARIANTS["a"]["dot-product"]}, learning_rate=CONTROL_LR, **LONG_TRAINING)]
+
+
+CELLS, COMMITTED_ALIASES = dedupe(committed_cells() + control_cells())
 LONG_ALIASES = {(CLAIM, v, long_size(w, claim)): (CLAIM, v, long_size(w, claim, lr))
                 for (w, claim), lrs in LONG_LR.items() for v, lr in lrs.items()}
 ALIASES_256 = {(CLAIM, v, long_size(256, claim)): group for claim, rows in ROWS_256.items() for v, group in rows.items()}
@@ -152,7 +166,19 @@ def long_table(claim: str) -> Table:
                  train_loss=True)
 
 
-TABLES = [*(screen_table(w, claim) for w in NEW_WIDTHS for claim in VARIANTS), *map(long_table, VARIANTS)]
+def control_table() -> Table:
+    rule = LONG_LR[(384, "a")]["dot-product"]
+    return Table("width-control-a-w384", f"Control outside the rule: dot product at width 384 ({LAYERS[384]} layers, "
+                 f"{HEADS['a']} heads of {384 // HEADS['a']}) at two learning rates, {LONG_STEPS} steps (MLM loss)",
+                 CLAIM, ((LABELS["dot-product"], "dot-product"),),
+                 ((f"lr {rule} (the rule's fallback)", long_size(384, "a", rule)),
+                  (f"lr {CONTROL_LR} (talking heads' rate)", long_size(384, "a", CONTROL_LR))), seeds=(0,),
+                 note=f"One seed, the settings of the long table of (a) but the learning rate. Talking heads at lr "
+                      f"{LONG_LR[(384, 'a')]['talking-heads']}, seed 0, is in that table.", train_loss=True)
+
+
+TABLES = [*(screen_table(w, claim) for w in NEW_WIDTHS for claim in VARIANTS), *map(long_table, VARIANTS),
+          control_table()]
 # The page's one figure: each variant's paired difference to dot product at the end of the long runs, against width.
 TRENDS = [Trend("width-trend", f"Final held-out loss minus dot product's (paired by seed) against width, "
                 f"{LONG_STEPS} steps: (a) at 16 heads, (c) at 4 heads",

@@ -758,6 +758,23 @@ def test_screen_pick_rule():
     assert "The rule's pick: A lr 1e-3; B pending." in block
 
 
+def test_table_patterns_select_the_tables_cells_and_no_other():
+    """A table's command (`--only` globs, matched as the runner does) selects its cells and no other of its claim:
+    where other variants or seeds share a column's size, the globs name the table's; else they read "*"."""
+    every = [cells.cell("fake", v, size, seed, "bert-mini-dot-product") for v in "abc" for size in "st"
+             for seed in (0, 1, 2) if (v, size) != ("c", "t")]  # c has no cells of size t
+    for variants, seeds in (("ab", (0, 1, 2)), ("abc", (0, 1, 2)), ("a", (0,)), ("bc", (1, 2))):
+        table = cells.Table("x", "x", "fake", tuple((v.upper(), v) for v in variants), (("S", "s"), ("T", "t")),
+                            seeds=seeds)
+        (patterns,) = report.table_patterns(table, {}, every).values()
+        assert {c.id for c in cells.select(every, patterns)} == \
+            {c.id for c in every if c.variant in variants and c.seed in seeds}, (variants, seeds)
+        if (variants, seeds) == ("ab", (0, 1, 2)):
+            assert patterns == ["fake/a/s/*", "fake/b/s/*", "fake/*/t/*"]
+    table = cells.Table("x", "x", "fake", (("A", "a"),), (("S", "s"),))
+    assert report.table_patterns(table, {}) == {"fake": ["fake/*/s/*"]}  # without the claim's cells, every one
+
+
 def test_long_table_shows_train_loss_and_rising_runs():
     table = cells.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1),
                         train_loss=True)
@@ -858,15 +875,16 @@ def test_summary_costs_pending_cells_only_while_some_are_pending():
 # ------------------------------------------------------------------------------------------- across width (issue 33)
 def test_width_trend_cells():
     """The width trend's cells: the screens first (width 128's before width 384's: the cheaper), then the long cells
-    seed-major; every width has 64 units per layer and an FFN of 4x the width, (a) 16 heads (head size 8 / 24), (c)
-    4 heads; each variant has the config fields of its width-256 rows, whose long cells the tables read."""
+    seed-major, then the one control; every width has 64 units per layer and an FFN of 4x the width, (a) 16 heads
+    (head size 8 / 24), (c) 4 heads; each variant has the config fields of its width-256 rows, whose long cells the
+    tables read."""
     import width_trend
 
     from hf_attn_variants.presets import preset_config
 
     screens = [c for c in width_trend.CELLS if c.size.startswith("screen-")]
-    long = [c for c in width_trend.CELLS if not c.size.startswith("screen-")]
-    assert width_trend.CELLS == screens + long and len(screens) == 2 * 3 * 4 and len(long) == 3 * 2 * 4
+    *long, control = [c for c in width_trend.CELLS if not c.size.startswith("screen-")]
+    assert width_trend.CELLS == screens + long + [control] and len(screens) == 2 * 3 * 4 and len(long) == 3 * 2 * 4
     assert [c.size.startswith("screen-w128") for c in screens] == [True] * 12 + [False] * 12
     assert [c.seed for c in long] == sorted(c.seed for c in long) and {c.seed for c in screens} == {0}
     for c in width_trend.CELLS:
@@ -892,6 +910,17 @@ def test_width_trend_cells():
         ("talking_heads", "talking-heads", "h16-lr1e-3-steps1600")
     assert tables["width-long-c"].groups("dot-product", "w256-h4-steps1600", width_trend.ALIASES)[-1] == \
         ("synthesizer", "dot-product", "h4-lr5e-4-steps1600")
+    # the control: (a)'s dot product at width 384 as the rule's cell, but at talking heads' rate there, seed 0
+    lrs = width_trend.LONG_LR[(384, "a")]
+    rule_dot = by_id[f"width_trend/dot-product/{width_trend.long_size(384, 'a', lrs['dot-product'])}/seed0"]
+    th_lr = lrs["talking-heads"]
+    assert (control.variant, control.seed, control.config["training"]["learning_rate"]) == ("dot-product", 0, th_lr)
+    assert control.overrides == rule_dot.overrides and th_lr != rule_dot.config["training"]["learning_rate"]
+    assert {k: v for k, v in control.config["training"].items() if k != "learning_rate"} == \
+        {k: v for k, v in rule_dot.config["training"].items() if k != "learning_rate"}
+    assert [size for _, size in tables["width-control-a-w384"].columns] == [rule_dot.size, control.size]
+    others = [size for name, t in tables.items() if name != "width-control-a-w384" for _, size in t.columns]
+    assert control.size not in others  # the long table and the figure keep the rule's cells
     (trend,) = width_trend.TRENDS  # the page's figure: both long tables, against the widths
     assert trend.tables == (("(a) ", tables["width-long-a"]), ("(c) ", tables["width-long-c"]))
     assert trend.xs == (128, 256, 384) and [label for label, _ in tables["width-long-a"].columns] == \
