@@ -70,8 +70,8 @@ def earlier_attempts(output_dir: Path, identity: dict) -> tuple[dict | None, Pat
         differs = [key for key, value in identity.items() if record.get(key) != value]
         if not differs:
             return record, last_checkpoint(output_dir)
-        print(f"  {identity['id']}: {output_dir} holds an attempt at another run (its {', '.join(differs)} "
-              "differ); starting afresh", file=sys.stderr)
+        print(f"  {identity['id']}: {output_dir} holds an attempt at another run (it differs in: "
+              f"{', '.join(differs)}); starting afresh", file=sys.stderr)
     return None, None
 
 

@@ -355,7 +355,7 @@ def table_patterns(table: Table, aliases: dict, cells=()) -> dict[str, list[str]
         column = [c for c in cells if c.claim == table.claim and c.size == size]
         others = {c.variant for c in column} - {variant for _, variant in table.rows}
         seeds = ["*"] if {c.seed for c in column} <= set(table.seeds) else [f"seed{s}" for s in table.seeds]
-        for variant in (own if others else own[:1] and ["*"]):
+        for variant in own if others else ["*"] if own else []:
             patterns.setdefault(table.claim, []).extend(f"{table.claim}/{variant}/{size}/{s}" for s in seeds)
         for _, variant in table.rows:
             for claim, other_variant, other_size in table.groups(variant, size, aliases)[1:]:

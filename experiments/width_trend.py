@@ -124,7 +124,7 @@ def committed_cells() -> list:
 # A control outside the rule, added after (a)'s first pair at width 384 and run after every cell of the rule: dot
 # product at width 384, h = 16, at talking heads' rate there (5e-4) instead of the rule's fallback (1e-3, picked when
 # every screened rate stalled), seed 0. Beside that pair it tells the rate from the attention. It is not the rule's
-# pick: the long table and the figure keep the rule's cells, and CONTROL_TABLE shows the two rates side by side.
+# pick: the long table and the figure keep the rule's cells, and `control_table` shows the two rates side by side.
 CONTROL_LR = "5e-4"
 
 
