@@ -41,8 +41,8 @@ SCREEN_RULE = ("the learning rate of the variant's lowest final eval loss in the
 
 
 def long_lrs(fixed: dict, picked: dict) -> dict:
-    """The long cells' learning rate of each variant: `fixed` (set earlier) and `picked` (by the screen; None while
-    the screen is pending: PENDING_LR)."""
+    """The long cells' learning rate of each variant: `fixed` (set earlier) and `picked` (by the screening rule:
+    its pick, or its fallback where every screened rate stalled; None while the screen is pending: PENDING_LR)."""
     return {**fixed, **{v: PENDING_LR if lr is None else lr for v, lr in picked.items()}}
 
 
@@ -58,8 +58,8 @@ def long_note(fixed: dict, picked: dict) -> str:
             "held-out loss ended more than 0.01 above the lowest point of its curve (overfitting). Learning rates: "
             + ", ".join(f"{v} {lr}" for v, lr in lrs.items())
             + (f" ({', '.join(pending)}: the placeholder {PENDING_LR}, pending the screen: do not run these cells "
-               "before it)" if pending else "") + (f" ({', '.join(screened)}: by the screen)" if screened else "")
-            + ".")
+               "before it)" if pending else "")
+            + (f" ({', '.join(screened)}: by the screening rule)" if screened else "") + ".")
 
 
 # run_pretraining flags a cell may add that TRAINING leaves at the script's default

@@ -159,7 +159,7 @@ def test_claims_share_identical_runs():
 def test_long_note_says_what_is_pending():
     assert "pending the screen" in cells.long_note({"x": "1e-3"}, {"y": None})
     picked = cells.long_note({"x": "1e-3"}, {"y": "5e-4"})
-    assert "pending" not in picked and "y 5e-4" in picked and "y: by the screen" in picked
+    assert "pending" not in picked and "y 5e-4" in picked and "y: by the screening rule" in picked
     assert cells.long_lrs({"x": "1e-3"}, {"y": None, "z": "2e-3"}) == {"x": "1e-3", "y": cells.PENDING_LR,
                                                                        "z": "2e-3"}
 
