@@ -230,6 +230,18 @@ class VariantPreTrainedModel(PreTrainedModel):
         finally:
             made.__module__, made.__name__ = names
 
+    def mark_tied_weights_as_initialized(self, loading_info):
+        """transformers' own (>= 5.25), keeping a missing tie source missing.
+
+        transformers flags the parameter behind each tied key as initialised, then, for remote code, drops every flagged
+        key from the missing ones. T5's stacks hold the `shared` embedding module itself, so the tied key
+        `encoder.embed_tokens.weight` IS `shared.weight`: flagging it would drop the source too, which then stays on the
+        meta device (a model built with `state_dict={}`, `low_cpu_mem_usage` or a `device_map`) and is never
+        initialised. A source that was missing stays missing, so it is materialised and initialised like any other."""
+        sources = {source for source in self.all_tied_weights_keys.values() if source in loading_info.missing_keys}
+        super().mark_tied_weights_as_initialized(loading_info)
+        loading_info.missing_keys |= sources
+
     def _variant_init_std(self) -> float:
         """The std of the variant's weight matrices (synthesizers): the family's usual weight init."""
         return self.config.initializer_range
