@@ -36,9 +36,12 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import logging
 
 from .configuration_variant_attention import ATTENTION_TYPES, AttentionSpec
 from .talking_heads_blockwise import causal_bias, mix_heads, talking_heads_blockwise
+
+logger = logging.get_logger(__name__)
 
 # synthesizer components that fold into one SDPA call (see synthesizer_sdpa)
 _SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
@@ -84,11 +87,19 @@ def mix_heads_(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = 
     return x
 
 
-def talking_heads_triton(*args, **kwargs) -> torch.Tensor:
-    """`talking_heads_triton.talking_heads_triton`, imported on first use: triton is needed only by this algorithm."""
+def talking_heads_triton(query, *args, **kwargs) -> torch.Tensor:
+    """`talking_heads_triton.talking_heads_triton`, imported on first use: triton is needed only by this algorithm
+    (the import refuses a triton older than the tested release, naming it and the alternatives). On a GPU where
+    the kernel has not been verified it warns once: the algorithm is experimental there."""
     from .talking_heads_triton import talking_heads_triton as kernel
 
-    return kernel(*args, **kwargs)
+    if query.device.type == "cuda" and not triton_verified_on(query.device):
+        logger.warning_once(
+            f"attention_algorithm=\"triton\" is experimental: its kernels have not been verified on "
+            f"{torch.cuda.get_device_name(query.device)} (benchmarks/gpu_check.py --kernel verifies them). "
+            "attention_algorithm=\"blockwise\" computes the same function in PyTorch with the same O(n) memory."
+        )
+    return kernel(query, *args, **kwargs)
 
 
 # attention_algorithm -> the function computing talking heads' formula (talking_heads_blockwise's docstring)
@@ -102,15 +113,29 @@ TALKING_HEADS_ALGORITHMS: dict[str, Callable[..., torch.Tensor]] = {
 # many elements of [b, heads, n, m] (256 MiB in float32), and goes blockwise beyond.
 EAGER_INFERENCE_ELEMENTS = 1 << 26
 
+# The GPUs (`torch.cuda.get_device_name()`) on which `benchmarks/gpu_check.py --kernel` has passed: only there does
+# "auto" take the Triton kernel. None yet: the kernel is tested through Triton's CPU interpreter only, so "auto" never
+# runs it and `attention_algorithm="triton"` is an explicit, experimental choice (docs/attention-algorithms.md).
+TRITON_VERIFIED_GPUS: tuple[str, ...] = ()
+
+
+def triton_verified_on(device: torch.device) -> bool:
+    """Whether the CUDA `device` is a GPU in `TRITON_VERIFIED_GPUS` and triton is installed."""
+    if not TRITON_VERIFIED_GPUS or torch.cuda.get_device_name(device) not in TRITON_VERIFIED_GPUS:
+        return False
+    return importlib.util.find_spec("triton") is not None
+
 
 def talking_heads_algorithm(name: str, device: torch.device, elements: int) -> str:
-    """The algorithm `attention_algorithm`=name runs on `device` for attention of `elements` = b * heads * n * m:
-    "auto" takes the Triton kernel on a CUDA device where triton is installed; else the blockwise core while gradients
-    are recorded (it keeps no n x m tensor for backward) or when the eager core's buffer would pass
-    `EAGER_INFERENCE_ELEMENTS`, and the eager core otherwise (in place without gradients: nothing to recompute)."""
+    """The algorithm `attention_algorithm`=name runs on `device` for attention of `elements` = b * heads * n * m.
+
+    "auto" runs only verified code: the Triton kernel on a CUDA device named in `TRITON_VERIFIED_GPUS` where triton is
+    installed; else, on any device, the blockwise core while gradients are recorded (it keeps no n x m tensor for
+    backward) or when the eager core's buffer would pass `EAGER_INFERENCE_ELEMENTS`, and the eager core otherwise (in
+    place without gradients: nothing to recompute)."""
     if name != "auto":
         return name
-    if device.type == "cuda" and importlib.util.find_spec("triton") is not None:
+    if device.type == "cuda" and triton_verified_on(device):
         return "triton"
     return "blockwise" if torch.is_grad_enabled() or elements > EAGER_INFERENCE_ELEMENTS else "eager"
 
@@ -329,8 +354,10 @@ class TalkingHeadsAttention(VariantAttentionCore):
         b, n = x.shape[:2]
         d_k, d_v, h = spec.key_head_size, spec.value_head_size, spec.num_heads
         dots = torch.matmul(query, key[..., :d_k].transpose(2, 3))  # J [b, h_k, n, m], unscaled
-        # without autograd, square maps overwrite J, L and W in place: one attention-sized allocation in all
-        inplace = not torch.is_grad_enabled() and not spec.dynamic and dots.dtype == torch.float32
+        # without autograd, square maps overwrite J, L and W in place: one attention-sized allocation in all (not
+        # while torch.compile / torch.export trace: `mix_heads_` loops over the batch, which would fix its size)
+        inplace = (not torch.is_grad_enabled() and not spec.dynamic and dots.dtype == torch.float32
+                   and not torch.compiler.is_compiling())
         if spec.pre_softmax:
             # L = J (s P_l) + bias: the scaling folds into the h_k x h map, the bias into the GEMM
             if inplace and spec.num_key_heads == h:

@@ -66,10 +66,11 @@ class VariantAttentionFields:
             How talking-heads attention is computed (the same function, to float rounding): `"eager"` materialises
             the [batch, heads, n, m] logits and weights, as the other types do; `"blockwise"` runs one block of
             queries at a time in forward and again in backward, so no n x m tensor outlives its block (PyTorch, any
-            device; O(n) activation memory); `"triton"` is the same algorithm as a fused Triton kernel (needs the
-            `triton` package and a GPU, or `TRITON_INTERPRET=1`); `"auto"` takes `"triton"` on a CUDA device where
-            triton is installed, else `"blockwise"` while training (or where the eager core's [batch, heads, n, m]
-            buffer would pass 2^26 elements) and `"eager"` without gradients. Returning the
+            device; O(n) activation memory); `"triton"` is the same algorithm as a fused Triton kernel, experimental
+            (needs triton >= 3.9 and a GPU, or `TRITON_INTERPRET=1`; not yet verified on a GPU); `"auto"` runs only
+            verified code: on any device `"blockwise"` while training (or where the eager core's [batch, heads, n,
+            m] buffer would pass 2^26 elements) and `"eager"` without gradients, and `"triton"` only on a GPU where
+            `benchmarks/gpu_check.py --kernel` has passed (`attention_variants.TRITON_VERIFIED_GPUS`). Returning the
             attention weights (`output_attentions=True`) always runs the eager path. A value other than `"auto"`
             needs talking heads in some place of the model.
         talking_heads_num_key_heads (`int`, *optional*):

@@ -59,6 +59,23 @@ except ImportError as error:
         "or choose another attention algorithm."
     ) from error
 
+# The oldest triton the kernels have been tested with (the `triton` extra's lower bound says the same; a test checks).
+TESTED_TRITON = (3, 9)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(major, minor) of a version string such as "3.9.0" or "3.10.0+git1a2b3c"."""
+    return tuple(int(part) for part in version.split("+")[0].split(".")[:2])
+
+
+if _release(triton.__version__) < TESTED_TRITON:
+    raise ImportError(
+        f"attention_algorithm=\"triton\" needs triton >= {'.'.join(map(str, TESTED_TRITON))} (the release its kernels "
+        f"are tested with); this environment has triton {triton.__version__}. Upgrade it (pip install "
+        f"'triton>={'.'.join(map(str, TESTED_TRITON))}'), or choose attention_algorithm=\"blockwise\" (the same "
+        "algorithm in PyTorch, O(n) memory) or \"auto\"."
+    )
+
 
 # True when the kernels below were decorated under TRITON_INTERPRET=1 (they then run on CPU tensors, slowly).
 def _interpreted() -> bool:
