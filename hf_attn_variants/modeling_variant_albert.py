@@ -49,6 +49,7 @@ from .modeling_variant_utils import (
     scored_positions,
     sequence_classification_loss,
     span_loss,
+    output_attentions_from_config,
 )
 
 AUTO_MAP = {
@@ -230,6 +231,7 @@ class VariantAlbertModel(VariantAlbertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     @merge_with_config_defaults
+    @output_attentions_from_config
     @capture_outputs
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, **kwargs):

@@ -59,6 +59,7 @@ from .modeling_variant_utils import (
     scored_positions,
     sequence_classification_loss,
     span_loss,
+    output_attentions_from_config,
 )
 
 logger = logging.get_logger(__name__)
@@ -394,6 +395,7 @@ class VariantBertModel(VariantBertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     @merge_with_config_defaults
+    @output_attentions_from_config
     @capture_outputs
     def forward(
         self,

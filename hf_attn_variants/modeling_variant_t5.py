@@ -50,6 +50,7 @@ from .modeling_variant_utils import (
     legacy_cache,
     sequence_classification_loss,
     span_loss,
+    output_attentions_from_config,
 )
 
 AUTO_MAP = {
@@ -375,6 +376,7 @@ class VariantT5Stack(VariantT5PreTrainedModel):
         self.embed_tokens = new_embeddings
 
     @merge_with_config_defaults
+    @output_attentions_from_config
     @capture_outputs
     def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
                 inputs_embeds=None, cache=None, use_cache=None, **kwargs):

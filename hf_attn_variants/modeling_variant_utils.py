@@ -5,6 +5,7 @@ of the classification and span-QA heads.
 Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
 """
 
+import functools
 import warnings
 
 import torch
@@ -56,6 +57,24 @@ def legacy_cache(cache, kwargs: dict, owner):
             stacklevel=3,
         )
     return legacy if cache is None else cache
+
+
+def output_attentions_from_config(forward):
+    """Decorate a base model's `forward` (between `merge_with_config_defaults` and `capture_outputs`): the config's
+    `output_attentions` becomes the argument's default, handed down to every attention core.
+
+    transformers' `capture_outputs` records the attention modules' weights when either the argument or the config
+    asks, but hands the config's choice to no layer; a core that computes attention without materialising the weights
+    (SDPA, blockwise talking heads, a folded synthesizer) must be told to return them. So `from_pretrained(path,
+    output_attentions=True)` gives the weights, as the forward argument does."""
+
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        if kwargs.get("output_attentions") is None:
+            kwargs["output_attentions"] = bool(getattr(self.config, "output_attentions", False))
+        return forward(self, *args, **kwargs)
+
+    return wrapper
 
 
 def cache_unless_checkpointing(module, use_cache, layers) -> bool:
