@@ -1,13 +1,15 @@
-"""Render the results file into docs/research.md: every claim's tables (mean ± std of the final eval MLM loss over
-the seeds, with the number of seeds; "pending" where no run is in yet; a table with `train_loss` has a column of
-the final training loss beside each held-out one) and eval-curve PNGs (docs/research/*.png; such a table's training
-curves dotted). `screen_pick` applies the learning-rate rule of the screening tables.
+"""Render the results file into docs/research.md and docs/research-short-runs.md: every claim's tables (mean ± std
+of the final eval MLM loss over the seeds, with the number of seeds; "pending" where no run is in yet; a table with
+`train_loss` has a column of the final training loss beside each held-out one) and eval-curve PNGs
+(docs/research/*.png; such a table's training curves dotted). `screen_pick` applies the learning-rate rule of the
+screening tables.
 
     python experiments/report.py            # after any cells have run; rewrites only the generated blocks
 
-docs/research.md is written by hand except between the markers `<!-- BEGIN name -->` and `<!-- END name -->`, where
+The pages are written by hand except between the markers `<!-- BEGIN name -->` and `<!-- END name -->`, where
 `name` is a table's name (its table, curves and command), a trend's (its figure and the table of its numbers; a
-claim script's TRENDS) or `summary` (what has run, what is pending, CPU time).
+claim script's TRENDS) or `summary` (what has run, what is pending, CPU time). Each block is rendered on whichever
+page holds its markers (exactly one page must); to move a table, move its markers.
 """
 
 import importlib
@@ -28,7 +30,8 @@ from unigram import UNIGRAM_LOSS  # noqa: E402
 
 CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend")
 PAGE = ROOT / "docs" / "research.md"
-FIGURES = "research"  # docs/research/<table>.png, linked relative to the page
+PAGES = (PAGE, ROOT / "docs" / "research-short-runs.md")  # the current findings; the 400-step runs and screens
+FIGURES = "research"  # docs/research/<table>.png, linked relative to the pages (which share a folder)
 
 
 # A finished run whose final eval loss is within STALL_MARGIN of the unigram reference point (experiments/unigram.py)
@@ -439,46 +442,71 @@ def render_summary(rows: list[dict], claims) -> str:
     return "\n".join(lines)
 
 
+def block_pattern(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n).*?(<!-- END {re.escape(name)} -->)", re.S)
+
+
 def replace_block(page: str, name: str, body: str) -> str:
-    pattern = re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n).*?(<!-- END {re.escape(name)} -->)", re.S)
+    pattern = block_pattern(name)
     if not pattern.search(page):
-        raise ValueError(f"docs/research.md has no <!-- BEGIN {name} --> ... <!-- END {name} --> block.")
+        raise ValueError(f"The research pages have no <!-- BEGIN {name} --> ... <!-- END {name} --> block.")
     return pattern.sub(lambda m: m.group(1) + body.rstrip("\n") + "\n" + m.group(2), page)
 
 
 @dataclass
 class ReportArguments:
     results: str = field(default=str(RESULTS), metadata={"help": "The JSON-lines results file."})
-    page: str = field(default=str(PAGE), metadata={"help": "The page whose generated blocks are rewritten."})
+    page: list[str] = field(default_factory=lambda: [str(p) for p in PAGES], metadata={
+        "help": "The pages whose generated blocks are rewritten (one folder); each block on the page with its markers."})
     no_plots: bool = field(default=False, metadata={"help": "Tables only (no PNGs)."})
 
 
-def render_page(page: str, rows: list[dict], claims, figures: Path | None) -> str:
+def render_pages(pages: list[str], rows: list[dict], claims, figures: Path | None) -> list[str]:
+    """The pages with every block rendered on the one page that holds its markers (none, or two, is an error)."""
+    pages = list(pages)
+
+    def put(name: str, render) -> None:
+        holders = [i for i, page in enumerate(pages) if block_pattern(name).search(page)]
+        if len(holders) > 1:
+            raise ValueError(f"<!-- BEGIN {name} --> is on {len(holders)} pages; a block belongs on one.")
+        i = holders[0] if holders else 0  # none: replace_block says which block is missing
+        pages[i] = replace_block(pages[i], name, render())
+
     for claim in claims:
         aliases = getattr(claim, "ALIASES", {})
         for table in claim.TABLES:
-            page = replace_block(page, table.name, render_block(rows, table, aliases, figures, claim.CELLS))
+            put(table.name, lambda: render_block(rows, table, aliases, figures, claim.CELLS))
         for trend in getattr(claim, "TRENDS", ()):
-            page = replace_block(page, trend.name, render_trend(rows, trend, aliases, figures))
-    return replace_block(page, "summary", render_summary(rows, claims))
+            put(trend.name, lambda: render_trend(rows, trend, aliases, figures))
+    put("summary", lambda: render_summary(rows, claims))
+    return pages
 
 
-def main(argv=None) -> str:
+def render_page(page: str, rows: list[dict], claims, figures: Path | None) -> str:
+    (page,) = render_pages([page], rows, claims, figures)
+    return page
+
+
+def main(argv=None) -> list[str]:
     from transformers import HfArgumentParser
 
     (args,) = HfArgumentParser(ReportArguments).parse_args_into_dataclasses(argv)
-    page_path = Path(args.page)
-    if not page_path.is_file():
-        raise FileNotFoundError(f"{page_path}: no such page (it holds the hand-written text around the tables).")
+    paths = [Path(p) for p in args.page]
+    for page_path in paths:
+        if not page_path.is_file():
+            raise FileNotFoundError(f"{page_path}: no such page (it holds the hand-written text around the tables).")
+    if len({p.resolve().parent for p in paths}) > 1:
+        raise ValueError(f"{args.page}: the pages share one folder (their figures are linked as {FIGURES}/*.png).")
     rows = load_results(args.results)
     bad = [r.get("id") for r in rows if r.get("eval_loss") is not None and not math.isfinite(r["eval_loss"])]
     if bad:
         raise ValueError(f"Rows with a non-finite eval loss (should be null and diverged): {bad}")
-    figures = None if args.no_plots else page_path.parent / FIGURES
-    page = render_page(page_path.read_text(), rows, load_claims(), figures)
-    page_path.write_text(page)
-    print(f"{page_path}: {len(rows)} rows rendered.")
-    return page
+    figures = None if args.no_plots else paths[0].parent / FIGURES
+    pages = render_pages([p.read_text() for p in paths], rows, load_claims(), figures)
+    for page_path, page in zip(paths, pages):
+        page_path.write_text(page)
+    print(f"{', '.join(map(str, paths))}: {len(rows)} rows rendered.")
+    return pages
 
 
 if __name__ == "__main__":
