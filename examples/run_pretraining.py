@@ -106,8 +106,9 @@ class PretrainingModelArguments(ModelArguments):
                 "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."})
     sparse_prediction: bool = field(default=True, metadata={
         "help": "Run the masked-LM head (transform + vocabulary projection) only at the positions that carry a "
-                "label (the config field sparse_prediction): the same loss and gradients, a cheaper step. The saved "
-                "checkpoint keeps it; a call without labels (fill-mask, pipelines) still gives full logits."})
+                "label (the heads' forward argument sparse_prediction, which the collator adds to every batch): the "
+                "same loss and gradients, a cheaper step. Not saved: the checkpoint gives transformers' full "
+                "[batch, seq, vocab] logits to anyone who calls it, with or without labels."})
     t5_adafactor: bool = field(default=False, metadata={
         "help": "Train with T5's Adafactor (mesh-tensorflow's, as T5 pretrained) instead of --optim: transformers' "
                 "Adafactor with parameter-scaled steps (scale_parameter=True: each step is --learning_rate on the "
@@ -307,8 +308,7 @@ def main(argv=None) -> dict:
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     head = "ForMaskedLM" if objective == "none" else "ForPreTraining"
     model = load_or_build_model(head, model_args.model_name_or_path, model_args.preset, tokenizer,
-                                model_args.attention_type, parse_config_overrides(model_args.config_overrides),
-                                sparse_prediction=model_args.sparse_prediction)
+                                model_args.attention_type, parse_config_overrides(model_args.config_overrides))
     if model_args.sparse_prediction and training_args.torch_compile:
         # the scored rows are a data-dependent shape: without this, compile breaks the graph there (and runs slow)
         torch._dynamo.config.capture_dynamic_output_shape_ops = True
@@ -317,7 +317,7 @@ def main(argv=None) -> dict:
     align_tokenizer(tokenizer, model.config)
 
     collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
-                                training_args.seed)
+                                training_args.seed, sparse_prediction=model_args.sparse_prediction)
     train_set, eval_set = training_sets(raw, tokenizer, column, data_args, training_args)
     if eval_set is None:
         training_args.eval_strategy = "no"

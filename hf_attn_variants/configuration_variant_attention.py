@@ -49,6 +49,21 @@ MIXTURE_INITS = ("uniform", "dot_product")
 PLACES = ("encoder", "decoder", "cross")  # where an encoder-decoder family may choose the attention per place
 
 
+def pop_retired_sparse_prediction(kwargs: dict) -> None:
+    """Remove `sparse_prediction` from a BERT/ALBERT config's `kwargs`: it was a config field until 2026-12 and is now
+    a forward argument of the masked-LM heads, so that a published checkpoint keeps transformers' logits contract.
+    Checkpoints that saved it keep loading and get full logits; a `True` there (or from old code) warns that it no
+    longer applies."""
+    if kwargs.pop("sparse_prediction", False):
+        warnings.warn(
+            "`sparse_prediction` is no longer a config field and is ignored here: masked-LM heads return full "
+            "[batch, seq, vocab] logits, as transformers' do. Pass `sparse_prediction=True` to the forward of "
+            "`...ForMaskedLM` / `...ForPreTraining` (examples/run_pretraining.py does) for the scored rows only.",
+            FutureWarning,
+            stacklevel=3,
+        )
+
+
 @dataclass
 class VariantAttentionFields:
     r"""

@@ -1,8 +1,12 @@
 """VariantBERT configuration: every ``BertConfig`` field plus the attention fields (dot product, talking heads,
-Synthesizer, general bilinear) and `sparse_prediction`."""
+Synthesizer, general bilinear)."""
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import VARIANT_CONFIG_DOCSTRING, VariantAttentionFields  # noqa: I001
+from .configuration_variant_attention import (  # noqa: I001
+    VARIANT_CONFIG_DOCSTRING,
+    VariantAttentionFields,
+    pop_retired_sparse_prediction,
+)
 
 from transformers import PretrainedConfig
 
@@ -21,14 +25,6 @@ class VariantBertConfig(PretrainedConfig):
         initializer_range, layer_norm_eps, pad_token_id, use_cache, classifier_dropout, is_decoder,
         add_cross_attention, bos_token_id, eos_token_id, tie_word_embeddings:
             As in `BertConfig`. `num_attention_heads` is h, the number of logits/softmax heads.
-        sparse_prediction (`bool`, defaults to `False`):
-            Masked-LM training speed-up (`VariantBertForMaskedLM`, `VariantBertForPreTraining`): when `labels` are
-            given, the prediction head (transform + vocabulary projection) runs only at the positions whose label is not
-            -100, and `logits` (`prediction_logits` for `ForPreTraining`) holds those rows only, `[n_scored,
-            vocab_size]` in row-major order of the batch: the rows of the full logits at `labels != -100`. The loss and
-            its gradients are the dense model's. Without `labels` (fill-mask, pipelines) the logits are full `[batch,
-            seq, vocab_size]`, so a checkpoint trained with it serves fill-mask unchanged. `False`: transformers'
-            behaviour, full logits always.
         attention_type, attention_head_size, attention_recompute, attention_algorithm, talking_heads_*, synthesizer_*:
             The attention variant: see below.
     """
@@ -59,7 +55,6 @@ class VariantBertConfig(PretrainedConfig):
         bos_token_id=None,
         eos_token_id=None,
         tie_word_embeddings=True,
-        sparse_prediction=False,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -79,7 +74,7 @@ class VariantBertConfig(PretrainedConfig):
         self.is_decoder = is_decoder
         self.add_cross_attention = add_cross_attention
         self.tie_word_embeddings = tie_word_embeddings
-        self.sparse_prediction = sparse_prediction
+        pop_retired_sparse_prediction(kwargs)  # a forward argument of the masked-LM heads now
         VariantAttentionFields.pop_from(kwargs).set_on(self)  # the attention fields: configuration_variant_attention
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)
 

@@ -4,8 +4,9 @@ What differs from transformers' `modeling_albert.py`:
 - the attention hands its projected heads to `VariantAttentionCore` (`attention_variants.py`), which owns every
   parameter a variant adds (`...attention.core.*`); they live inside the shared layer, so ALBERT's cross-layer
   sharing covers them and the parameter count does not grow with `num_hidden_layers`;
-- with `config.sparse_prediction` and labels, `ForMaskedLM` and `ForPreTraining` run the prediction head only at the
-  labelled positions (`logits` `[n_scored, vocab]`); the loss is the same;
+- called with `sparse_prediction=True` and labels (a forward argument, never saved), `ForMaskedLM` and
+  `ForPreTraining` run the prediction head only at the labelled positions (`logits` `[n_scored, vocab]`); the loss
+  is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;
 - layers are `GradientCheckpointingLayer`s: activation checkpointing works (transformers' ALBERT has none);
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
   `trust_remote_code=True` without this package installed;
@@ -308,12 +309,12 @@ class VariantAlbertForPreTraining(_VariantAlbertWithMLMHead):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, sentence_order_label=None, **kwargs):
+                inputs_embeds=None, labels=None, sentence_order_label=None, sparse_prediction=False, **kwargs):
         outputs = self.albert(
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
         )
-        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
         prediction_scores = self.predictions(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse)
         sop_scores = self.sop_classifier(outputs.pooler_output)
         total_loss = None
@@ -344,12 +345,13 @@ class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, num_items_in_batch=None, **kwargs):
+                inputs_embeds=None, labels=None, num_items_in_batch=None, sparse_prediction=False,
+                **kwargs):
         outputs = self.albert(
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
         )
-        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
         prediction_scores = self.predictions(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse)
         loss = None
         if labels is not None:

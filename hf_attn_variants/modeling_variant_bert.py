@@ -5,8 +5,9 @@ What differs from transformers' `modeling_bert.py`:
   every parameter a variant adds (`...attention.self.core.*`); with talking heads the query/key projections have
   h_k heads and the value projection h_v heads, a pure synthesizer has no query/key projections, and general
   bilinear attention no key/value projections (the memory itself is the keys and the values);
-- with `config.sparse_prediction` and labels, `ForMaskedLM` and `ForPreTraining` run the prediction head only at the
-  labelled positions (`logits` `[n_scored, vocab]`); the loss is the same;
+- called with `sparse_prediction=True` and labels (a forward argument, never saved), `ForMaskedLM` and
+  `ForPreTraining` run the prediction head only at the labelled positions (`logits` `[n_scored, vocab]`); the loss
+  is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
   `trust_remote_code=True` without this package installed;
 - the LM head adds its output bias (`cls.predictions.bias`) itself and its decoder has none, where transformers'
@@ -495,12 +496,12 @@ class VariantBertForPreTraining(_VariantBertWithLMHead):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, next_sentence_label=None, **kwargs):
+                inputs_embeds=None, labels=None, next_sentence_label=None, sparse_prediction=False, **kwargs):
         outputs = self.bert(
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
         )
-        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
         prediction_scores, seq_relationship_score = self.cls(sequence_output, outputs.pooler_output)
         total_loss = None
         if labels is not None and next_sentence_label is not None:
@@ -578,13 +579,13 @@ class VariantBertForMaskedLM(_VariantBertWithLMHead):
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, labels=None,
-                num_items_in_batch=None, **kwargs):
+                num_items_in_batch=None, sparse_prediction=False, **kwargs):
         outputs = self.bert(
             input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
             inputs_embeds=inputs_embeds, encoder_hidden_states=encoder_hidden_states,
             encoder_attention_mask=encoder_attention_mask, return_dict=True, **kwargs,
         )
-        sequence_output, labels = scored_positions(self.config, outputs.last_hidden_state, labels)
+        sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
         prediction_scores = self.cls(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
         masked_lm_loss = None
         if labels is not None:

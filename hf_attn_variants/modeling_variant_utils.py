@@ -1,5 +1,5 @@
 """What the families share beyond the attention: the `PreTrainedModel` base (full `auto_map`, the variant init,
-fixed synthesizers), Admin's residual, the masked-LM head's scored positions (`sparse_prediction`), and the losses
+fixed synthesizers), Admin's residual, the masked-LM head's scored positions (the `sparse_prediction` argument), and the losses
 of the classification and span-QA heads.
 
 Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
@@ -103,14 +103,15 @@ def add_admin_omega(module, config, width: int) -> None:
         module.admin_omega = nn.Parameter(torch.ones(width))
 
 
-def scored_positions(config, hidden_states: torch.Tensor, labels: torch.Tensor | None):
+def scored_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None, sparse_prediction: bool):
     """What a masked-LM head predicts from, and the labels it is scored on.
 
-    With `config.sparse_prediction` and labels: the positions whose label is not -100 only, `[n_scored, d]` and
-    `[n_scored]` in row-major order of the batch, so the head (transform + vocabulary projection) runs only where the
-    loss looks. Otherwise both unchanged (`[b, n, d]`, `[b, n]` or None): the full logits of transformers' heads.
+    With `sparse_prediction` (a forward argument of the masked-LM heads, never a config field) and labels: the
+    positions whose label is not -100 only, `[n_scored, d]` and `[n_scored]` in row-major order of the batch, so the
+    head (transform + vocabulary projection) runs only where the loss looks. Otherwise both unchanged (`[b, n, d]`,
+    `[b, n]` or None): the full logits of transformers' heads.
     """
-    if labels is None or not config.sparse_prediction:
+    if labels is None or not sparse_prediction:
         return hidden_states, labels
     labels = labels.to(hidden_states.device)
     scored = labels != -100  # [b, n]

@@ -30,9 +30,10 @@ CASES = {  # name -> (head, variant, backend, config overrides)
     "general_bilinear": ("VariantBertForMaskedLM", "general_bilinear", "aot_eager", BERT),
     "t5_talking_heads": ("VariantT5ForConditionalGeneration", "talking_heads", "aot_eager", T5),
     "talking_heads_sparse_inductor": (
-        "VariantBertForMaskedLM", "talking_heads", "inductor", dict(BERT, sparse_prediction=True)
+        "VariantBertForMaskedLM", "talking_heads", "inductor", BERT
     ),
 }
+CALL_KWARGS = {"talking_heads_sparse_inductor": dict(sparse_prediction=True)}  # forward arguments beside the inputs
 TOLERANCE = dict(atol=1e-5, rtol=1e-4)  # inductor fuses and reorders float32 sums; one wrong weight moves far more
 
 
@@ -56,7 +57,7 @@ def _loss_logits_grads(model, inputs, run=None):
 def test_compiled_forward_and_backward_equal_eager(case):
     head, variant, backend, overrides = CASES[case]
     model = build(head, variant, **overrides).train()
-    inputs = head_inputs(head)
+    inputs = {**head_inputs(head), **CALL_KWARGS.get(case, {})}
     counter = CompileCounterWithBackend(backend)
     compiled = torch.compile(model, fullgraph=True, backend=counter)
 
@@ -74,8 +75,8 @@ def test_sparse_prediction_compiles_without_fullgraph_as_one_graph():
     """What Trainer's `--torch_compile` does (no fullgraph). The labelled-row gather has a data-dependent shape: with
     `capture_dynamic_output_shape_ops` dynamo keeps it in the one graph (without it, torch 2.13 breaks the graph
     there; docs/training.md)."""
-    model = build("VariantBertForMaskedLM", "talking_heads", num_hidden_layers=1, sparse_prediction=True).train()
-    inputs = head_inputs("VariantBertForMaskedLM")
+    model = build("VariantBertForMaskedLM", "talking_heads", num_hidden_layers=1).train()
+    inputs = {**head_inputs("VariantBertForMaskedLM"), "sparse_prediction": True}
     counter = CompileCounterWithBackend("aot_eager")
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
         loss, logits, grads = _loss_logits_grads(model, inputs, run=torch.compile(model, backend=counter))

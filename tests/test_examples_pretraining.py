@@ -593,20 +593,99 @@ def test_expected_user_errors_print_one_line(tmp_path, case):
 
 
 @pytest.mark.parametrize("objective", ["none", "nsp"])
-def test_pretraining_predicts_sparsely_by_default_with_the_dense_losses(tmp_path, objective):
-    """run_pretraining turns sparse prediction on (the saved config says so); training and evaluation give the
-    losses of the dense head (same seed, masks and data), and the folder still serves fill-mask with full logits."""
+def test_pretraining_predicts_sparsely_by_default_with_the_dense_losses(tmp_path, objective, monkeypatch):
+    """run_pretraining calls the heads with `sparse_prediction=True` (the collator's batches carry it); training and
+    evaluation give the losses of the dense head (same seed, masks and data); the saved config does not carry it, and
+    the folder serves fill-mask with full logits."""
+    from hf_attn_variants import modeling_variant_bert
+
+    seen = []
+    real = modeling_variant_bert.scored_positions
+    monkeypatch.setattr(modeling_variant_bert, "scored_positions",
+                        lambda hidden, labels, sparse: seen.append(sparse) or real(hidden, labels, sparse))
     runs = {}
     for flag in ("true", "false"):
         out = tmp_path / flag
+        seen.clear()
         runs[flag] = run_pretraining.main(FAST + ["--preset", "bert-tiny-talking-heads", "--output_dir", str(out),
                                                   "--max_steps", "3", "--max_train_samples", "24", "--seed", "3",
                                                   "--config_overrides", NO_DROPOUT, "--sentence_objective", objective,
                                                   "--sparse_prediction", flag])
-        assert json.loads((out / "config.json").read_text())["sparse_prediction"] is (flag == "true")
+        assert seen and set(seen) == {flag == "true"}, seen  # every training and evaluation call
+        assert "sparse_prediction" not in json.loads((out / "config.json").read_text())
     for key in ("train_loss", "eval_loss", "eval_mlm_loss"):
         assert runs["true"][key] == pytest.approx(runs["false"][key], rel=1e-5, abs=1e-5), key
     from transformers import pipeline
 
     fill = pipeline("fill-mask", model=str(tmp_path / "true"), trust_remote_code=True)
     assert len(fill("the [MASK] of it")) == 5
+
+
+# Evaluation code written for transformers (run_mlm's `preprocess_logits_for_metrics` and `compute_metrics`), on a
+# checkpoint made by run_pretraining (sparse prediction on), loaded where the package is absent; `accuracy` is also
+# computed by hand from the same model called without labels, batch by batch.
+RUN_MLM_STYLE_EVAL = """
+import json, sys
+import numpy as np
+import torch
+from datasets import Dataset
+from transformers import AutoModelForMaskedLM, AutoTokenizer, Trainer, TrainingArguments
+
+path, lines_file, out_dir = sys.argv[1:4]
+tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
+model = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)
+lines = [line for line in open(lines_file).read().splitlines() if len(line.split()) > 12][:24]
+ids = [tokenizer(line, truncation=True, max_length=16, padding="max_length")["input_ids"] for line in lines]
+examples = []
+for row in ids:
+    labels = [-100] * len(row)
+    inputs = list(row)
+    for i in range(1, len(row) - 1, 5):  # a fixed 20% of the positions, masked
+        labels[i], inputs[i] = row[i], tokenizer.mask_token_id
+    examples.append({"input_ids": inputs, "attention_mask": [1] * len(row), "labels": labels})
+
+def preprocess_logits_for_metrics(logits, labels):
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    return logits.argmax(dim=-1)
+
+def compute_metrics(eval_preds):
+    preds, labels = eval_preds
+    labels, preds = labels.reshape(-1), preds.reshape(-1)
+    scored = labels != -100
+    return {"accuracy": float((preds[scored] == labels[scored]).mean()), "preds_shape": list(eval_preds[0].shape)}
+
+args = TrainingArguments(out_dir, per_device_eval_batch_size=8, report_to="none", disable_tqdm=True)
+trainer = Trainer(model=model, args=args, eval_dataset=Dataset.from_list(examples),
+                  compute_metrics=compute_metrics, preprocess_logits_for_metrics=preprocess_logits_for_metrics)
+metrics = trainer.evaluate()
+
+correct = total = 0
+model.eval()
+with torch.no_grad():
+    for start in range(0, len(examples), 8):
+        batch = examples[start:start + 8]
+        logits = model(input_ids=torch.tensor([e["input_ids"] for e in batch]),
+                       attention_mask=torch.tensor([e["attention_mask"] for e in batch])).logits
+        labels = torch.tensor([e["labels"] for e in batch])
+        scored = labels != -100
+        correct += int((logits.argmax(-1)[scored] == labels[scored]).sum())
+        total += int(scored.sum())
+print(json.dumps({"trainer": metrics, "by_hand": correct / total, "examples": len(examples), "seq": len(ids[0])}))
+"""
+
+
+def test_a_pretrained_checkpoint_keeps_transformers_logits_contract_in_run_mlm_style_evaluation(tmp_path):
+    """A checkpoint trained by run_pretraining (sparse prediction on, the default) evaluated by a Trainer with
+    run_mlm's metrics, as transformers' evaluation code is written: the logits of a labelled call are full
+    [batch, seq, vocab], so the accuracy over the labelled positions is the one computed by hand."""
+    out = tmp_path / "mlm"
+    run_pretraining.main(FAST + ["--preset", "bert-tiny-talking-heads", "--output_dir", str(out), "--max_steps", "3",
+                                 "--max_train_samples", "24"])
+    lines = EXAMPLES / "data" / "devils_dictionary.txt"
+    proc = run_isolated(RUN_MLM_STYLE_EVAL, [out, lines, tmp_path / "eval"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["trainer"]["eval_preds_shape"] == [result["examples"], result["seq"]]  # [b, n]: full logits
+    assert 0 < result["by_hand"] < 1
+    assert result["trainer"]["eval_accuracy"] == pytest.approx(result["by_hand"], abs=1e-9)

@@ -212,17 +212,17 @@ def test_identity_talking_heads_grad_equals_transformers(tmp_path):
 @pytest.mark.parametrize("warm", ["dot_product", "talking_heads_identity"])
 @pytest.mark.parametrize("ref_name,fields", [REFERENCES[1], REFERENCES[4], REFERENCES[5]])
 def test_sparse_prediction_equals_transformers(tmp_path, warm, ref_name, fields):
-    """With `sparse_prediction`: no labels, the full logits of transformers' head; labels, its loss and its logits at
-    the labelled positions (row-major), on the same weights."""
+    """Called with `sparse_prediction=True`: no labels, the full logits of transformers' head; labels, its loss and
+    its logits at the labelled positions (row-major), on the same weights."""
     ref = _reference(tmp_path, ref_name, fields, "eager")
     ours = getattr(hav, f"Variant{ref_name}").from_pretrained(
-        tmp_path / "ref", attn_implementation="eager", sparse_prediction=True, **WARM_STARTS[warm]
+        tmp_path / "ref", attn_implementation="eager", **WARM_STARTS[warm]
     )
     ours = on_device(ours.eval())
     logits_name = "prediction_logits" if ref_name.endswith("PreTraining") else "logits"
     inputs = _inputs(ref_name)
     with torch.no_grad():
-        ref_out, out = ref(**inputs), ours(**inputs)
+        ref_out, out = ref(**inputs), ours(**inputs, sparse_prediction=True)
     assert out[logits_name].shape == (3, 9, TINY["vocab_size"])
     diffs = _max_diffs(ref_out, out)
     assert max(diffs.values()) < 1e-5, diffs
@@ -233,7 +233,7 @@ def test_sparse_prediction_equals_transformers(tmp_path, warm, ref_name, fields)
     if ref_name == "AlbertForPreTraining":
         inputs["sentence_order_label"] = on_device(torch.tensor([0, 1, 1]))
     with torch.no_grad():
-        ref_out, out = ref(**inputs), ours(**inputs)
+        ref_out, out = ref(**inputs), ours(**inputs, sparse_prediction=True)
     scored = labels != -100
     assert out[logits_name].shape == (scored.sum().item(), TINY["vocab_size"])
     assert (out[logits_name] - ref_out[logits_name][scored]).abs().max() < 1e-5

@@ -1,11 +1,14 @@
-"""`sparse_prediction`: the masked-LM heads of BERT and ALBERT predict only at the labelled positions.
+"""`sparse_prediction=True`, a forward argument of the masked-LM heads of BERT and ALBERT: they predict only at the
+labelled positions. It is never a config field, so a saved checkpoint keeps transformers' full logits.
 
-Against the dense model on the same weights (the same model with the field switched): the loss and every gradient
+Against the dense call on the same weights (the same model without the argument): the loss and every gradient
 are equal, the logits rows are the dense logits at `labels != -100` in row-major order of the batch. Each case also
 shows that a sparse path which dropped or misordered a row would fail these tolerances. Against transformers' own
 `BertForMaskedLM` / `AlbertForMaskedLM` / `AlbertForPreTraining`, see `tests/test_parity.py`; a checkpoint saved with
-the field on serves `pipeline("fill-mask")`, see `tests/test_pipeline.py`.
+a checkpoint trained with it serves `pipeline("fill-mask")`, see `tests/test_pipeline.py`.
 """
+
+import json
 
 import pytest
 import torch
@@ -42,9 +45,9 @@ def _mlm_inputs(head: str, seed: int = 0) -> dict:
     return on_device(inputs)
 
 
-def _loss_and_grads(model, inputs):
+def _loss_and_grads(model, inputs, **kwargs):
     model.zero_grad()
-    output = model(**inputs)
+    output = model(**inputs, **kwargs)
     output.loss.backward()
     return output, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
@@ -57,10 +60,8 @@ def test_sparse_loss_gradients_and_logits_equal_dense(head, variant):
         model.get_input_embeddings().weight.normal_(std=1.0)
     inputs = _mlm_inputs(head)
     scored = inputs["labels"] != -100
-    assert not model.config.sparse_prediction  # the default: transformers' full logits
-    dense, dense_grads = _loss_and_grads(model, inputs)
-    model.config.sparse_prediction = True
-    sparse, sparse_grads = _loss_and_grads(model, inputs)
+    dense, dense_grads = _loss_and_grads(model, inputs)  # the default: transformers' full logits
+    sparse, sparse_grads = _loss_and_grads(model, inputs, sparse_prediction=True)
 
     assert _logits(head, dense).shape == (3, 9, TINY["vocab_size"])
     assert _logits(head, sparse).shape == (scored.sum().item(), TINY["vocab_size"])
@@ -87,19 +88,19 @@ def test_without_labels_the_logits_are_full(head):
     inputs = _mlm_inputs(head)
     with torch.no_grad():
         dense = _logits(head, model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]))
-        model.config.sparse_prediction = True
-        sparse = _logits(head, model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]))
+        sparse = _logits(head, model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                                     sparse_prediction=True))
     assert sparse.shape == (3, 9, TINY["vocab_size"])
     torch.testing.assert_close(sparse, dense, **CLOSE)
 
 
 @pytest.mark.parametrize("head", HEADS)
 def test_return_dict_false_gives_the_sparse_tensors(head):
-    model = build(head, "talking_heads", sparse_prediction=True)
+    model = build(head, "talking_heads")
     inputs = _mlm_inputs(head)
     with torch.no_grad():
-        as_dict = model(**inputs)
-        as_tuple = model(**inputs, return_dict=False)
+        as_dict = model(**inputs, sparse_prediction=True)
+        as_tuple = model(**inputs, sparse_prediction=True, return_dict=False)
     loss, logits = as_tuple[:2]
     assert logits.shape == (int((inputs["labels"] != -100).sum()), TINY["vocab_size"])
     torch.testing.assert_close(loss, as_dict.loss, **CLOSE)
@@ -113,9 +114,29 @@ def test_num_items_in_batch_gives_the_dense_loss(head):
     inputs = _mlm_inputs(head)
     with torch.no_grad():
         dense = model(**inputs, num_items_in_batch=torch.tensor(25)).loss
-        model.config.sparse_prediction = True
-        sparse = model(**inputs, num_items_in_batch=torch.tensor(25)).loss
+        sparse = model(**inputs, num_items_in_batch=torch.tensor(25), sparse_prediction=True).loss
         mean = model(**inputs).loss
     torch.testing.assert_close(sparse, dense, **CLOSE)
     n_scored = (inputs["labels"] != -100).sum()
     torch.testing.assert_close(sparse, mean * n_scored / 25, **CLOSE)
+
+
+@pytest.mark.parametrize("head", ["VariantBertForMaskedLM", "VariantAlbertForPreTraining"])
+def test_a_checkpoint_that_saved_the_retired_field_loads_with_full_logits(tmp_path, head):
+    """Until 2026-12 `sparse_prediction` was a config field and run_pretraining saved it as true. Such a checkpoint
+    loads with this package's classes, warns once that the field no longer applies, and gives transformers' contract
+    (full logits with labels); saving it again drops the field."""
+    model = build(head, "talking_heads")
+    model.save_pretrained(tmp_path / "old")
+    config_file = tmp_path / "old" / "config.json"
+    config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "sparse_prediction": True}))
+    with pytest.warns(FutureWarning, match="`sparse_prediction` is no longer a config field"):
+        loaded = type(model).from_pretrained(tmp_path / "old")
+    inputs = _mlm_inputs(head)
+    with torch.no_grad():
+        logits = _logits(head, loaded.eval()(**inputs))
+        expected = _logits(head, model(**inputs))
+    assert logits.shape == (3, 9, TINY["vocab_size"])
+    torch.testing.assert_close(logits, expected, **CLOSE)
+    loaded.save_pretrained(tmp_path / "new")
+    assert "sparse_prediction" not in json.loads((tmp_path / "new" / "config.json").read_text())
