@@ -1,7 +1,8 @@
 """The research cells and the tables that read their rows.
 
-A cell is (claim, variant, size, seed): one run of `examples/run_pretraining.py` (the project's one training path)
-with flags that the cell alone decides, on top of the setting every cell shares (`TRAINING`; the long cells'
+A cell is (claim, variant, size, seed): one run of a training script, `examples/run_pretraining.py` (masked LM: the
+project's one training path for BERT) unless the cell names another (`T5_SCRIPT`, span corruption), with flags that
+the cell alone decides, on top of the setting every cell shares (`TRAINING`; the long cells'
 `LONG_TRAINING`). Its id, claim/variant/size/seedN, names its row in the results file; its `train_command` is the
 shell line that makes that row from the repository root. A `Table` of docs/research.md is one row per variant and
 one column per size, each entry the cells of one (variant, size) group over its seeds (report.py renders it).
@@ -20,6 +21,9 @@ import shlex
 from dataclasses import dataclass
 
 SCRIPT = "examples/run_pretraining.py"
+T5_SCRIPT = "examples/run_t5_pretraining.py"
+# The metric of each script's final held-out loss (a row's eval_loss): masked LM's, or span corruption's target loss.
+EVAL_METRICS = {SCRIPT: "eval_mlm_loss", T5_SCRIPT: "eval_target_loss"}
 
 # What every cell shares unless it says otherwise: the issue's setting (width 256, 4 layers, MLM on the KJV, 128
 # tokens, batch 16, linear decay with 10% warm-up); evaluation on the first 256 held-out blocks (32k tokens, the same
@@ -68,8 +72,9 @@ EXTRA_FLAGS = {"max_train_samples", "admin_init", "t5_adafactor", "dynamic_lr_sc
 
 @dataclass(frozen=True)
 class Cell:
-    """One run: `preset` with `overrides` (config fields), trained with `training` (run_pretraining flags on top of
-    TRAINING), seeded by `seed`. `size` names the setting within the claim (e.g. "h16" or "h16-lr5e-4")."""
+    """One run: `preset` with `overrides` (config fields), trained with `training` (the script's flags on top of
+    TRAINING), seeded by `seed`, by `script` (one of EVAL_METRICS). `size` names the setting within the claim (e.g.
+    "h16" or "h16-lr5e-4")."""
 
     claim: str
     variant: str
@@ -78,6 +83,7 @@ class Cell:
     preset: str
     overrides: tuple = ()  # sorted (field, value) pairs; see `cell()`
     training: tuple = ()
+    script: str = SCRIPT
 
     @property
     def id(self) -> str:
@@ -85,8 +91,14 @@ class Cell:
 
     @property
     def config(self) -> dict:
-        return {"preset": self.preset, "overrides": dict(self.overrides),
-                "training": {**TRAINING, **dict(self.training)}}
+        config = {"preset": self.preset, "overrides": dict(self.overrides),
+                  "training": {**TRAINING, **dict(self.training)}}
+        return config if self.script == SCRIPT else {**config, "script": self.script}  # MLM rows as they were
+
+    @property
+    def eval_metric(self) -> str:
+        """The key of the final held-out loss in the script's all_results.json."""
+        return EVAL_METRICS[self.script]
 
     def flags(self, data: dict[str, str], output_dir: str, **replaced) -> list[str]:
         """run_pretraining's arguments; `data` maps train_file/validation_file to a path (or a shell expression);
@@ -102,14 +114,17 @@ class Cell:
 
 
 def cell(claim: str, variant: str, size: str, seed: int, preset: str, overrides: dict | None = None,
-         **training) -> Cell:
+         script: str = SCRIPT, **training) -> Cell:
     """A `Cell` from plain dicts (kept as sorted tuples, so cells are hashable and compare by value)."""
+    if script not in EVAL_METRICS:
+        raise ValueError(f"{claim}/{variant}: unknown script {script!r}; known: {', '.join(EVAL_METRICS)}.")
     unknown = sorted(set(training) - set(TRAINING) - EXTRA_FLAGS)
     if unknown:
         raise ValueError(f"{claim}/{variant}: unknown training flag(s) {', '.join(unknown)}; known: "
                          f"{', '.join(sorted(set(TRAINING) | EXTRA_FLAGS))}.")
     frozen = {k: tuple(v) if isinstance(v, list) else v for k, v in (overrides or {}).items()}
-    return Cell(claim, variant, size, seed, preset, tuple(sorted(frozen.items())), tuple(sorted(training.items())))
+    return Cell(claim, variant, size, seed, preset, tuple(sorted(frozen.items())), tuple(sorted(training.items())),
+                script)
 
 
 def dedupe(cells: list[Cell]) -> tuple[list[Cell], dict]:
@@ -118,7 +133,7 @@ def dedupe(cells: list[Cell]) -> tuple[list[Cell], dict]:
     size) of a dropped group to that of the group holding its runs, for the tables."""
     seen, kept, aliases = {}, [], {}
     for c in cells:
-        key = (c.preset, c.overrides, c.training, c.seed)
+        key = (c.preset, c.overrides, c.training, c.seed, c.script)
         if key in seen:
             first = seen[key]
             aliases[(c.claim, c.variant, c.size)] = (first.claim, first.variant, first.size)
@@ -144,12 +159,12 @@ def rerun_command(claim_script: str, cell: Cell) -> str:
 
 
 def train_command(cell: Cell, recorded_data: dict[str, str], output_dir: str, extra: list[str] = ()) -> str:
-    """The run_pretraining command of a cell as a shell line, run from the repository root."""
+    """The training command of a cell (its script's) as a shell line, run from the repository root."""
     words = []
     flags = [*cell.flags({k: "\0" + k for k in recorded_data}, output_dir), *extra]
     for word in flags:
         words.append(recorded_data[word[1:]] if word.startswith("\0") else shlex.quote(word))
-    return f"OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python {SCRIPT} " + " ".join(words)
+    return f"OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python {cell.script} " + " ".join(words)
 
 
 @dataclass(frozen=True)
@@ -158,7 +173,8 @@ class Table:
     the final eval MLM loss over the seeds of that (variant, size) cell group; with `train_loss`, each size also
     has a column of the final training loss of the same runs (for long runs, where a model may overfit). A
     `screen` table's columns are the SCREEN_LRS, in order: its block also names each row's pick by SCREEN_RULE.
-    `note` goes under the table."""
+    `note` goes under the table. `reference` is the unigram point of the table's loss (None: masked LM's,
+    unigram.UNIGRAM_LOSS), against which a run counts as stalled; `loss_name` names the loss in its figure."""
 
     name: str
     title: str
@@ -169,6 +185,8 @@ class Table:
     note: str = ""
     train_loss: bool = False
     screen: bool = False
+    reference: float | None = None
+    loss_name: str = "MLM loss"
 
     def groups(self, variant: str, size: str, aliases: dict | None = None) -> list[tuple[str, str, str]]:
         """The (claim, variant, size) groups whose rows fill an entry: its own, then the groups that hold the runs

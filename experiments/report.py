@@ -28,7 +28,7 @@ from provenance import ROOT  # noqa: E402
 from results_file import RESULTS, load_results  # noqa: E402
 from unigram import UNIGRAM_LOSS  # noqa: E402
 
-CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend")
+CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend", "t5_places")
 PAGE = ROOT / "docs" / "research.md"
 PAGES = (PAGE, ROOT / "docs" / "research-short-runs.md")  # the current findings; the 400-step runs and screens
 FIGURES = "research"  # docs/research/<table>.png, linked relative to the pages (which share a folder)
@@ -47,8 +47,10 @@ RISE_MARGIN = 0.01
 TRAIN_WINDOW = 100
 
 
-def is_stalled(loss: float) -> bool:
-    return loss >= UNIGRAM_LOSS - STALL_MARGIN
+def is_stalled(loss: float, reference: float | None = None) -> bool:
+    """Whether a run ended within STALL_MARGIN of the unigram point of its loss (`reference`, a Table's; None:
+    masked LM's)."""
+    return loss >= (UNIGRAM_LOSS if reference is None else reference) - STALL_MARGIN
 
 
 def final_train_loss(row: dict) -> float | None:
@@ -62,16 +64,17 @@ def final_train_loss(row: dict) -> float | None:
 @dataclass
 class Entry:
     """The runs of one table entry: final eval losses of the finished runs, how many diverged, and the lowest point
-    of each finished run's eval curve (for the rising count)."""
+    of each finished run's eval curve (for the rising count); `reference`: the table's unigram point."""
 
     losses: list[float]
     diverged: int
     expected: int
     minima: list[float] = field(default_factory=list)
+    reference: float | None = None
 
     @property
     def stalled(self) -> int:
-        return sum(map(is_stalled, self.losses))
+        return sum(is_stalled(loss, self.reference) for loss in self.losses)
 
     @property
     def rising(self) -> int:
@@ -121,7 +124,7 @@ def finished_rows(rows: list[dict], table: Table, variant: str, size: str, alias
 def entry(rows: list[dict], table: Table, variant: str, size: str, aliases: dict) -> Entry:
     finished, diverged = finished_rows(rows, table, variant, size, aliases)
     minima = [min([v for _, v in r.get("eval_curve") or [] if v is not None] + [r["eval_loss"]]) for r in finished]
-    return Entry([r["eval_loss"] for r in finished], diverged, len(table.seeds), minima)
+    return Entry([r["eval_loss"] for r in finished], diverged, len(table.seeds), minima, table.reference)
 
 
 def train_entry(rows: list[dict], table: Table, variant: str, size: str, aliases: dict) -> str:
@@ -191,6 +194,7 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
     import matplotlib.pyplot as plt
 
     grid = 2 if table.train_loss else 1
+    reference = UNIGRAM_LOSS if table.reference is None else table.reference
     width = max(4.2 * len(panels), 6.4)  # one panel of four variants' legends needs more than 4.2 inches
     fig, axes = plt.subplots(grid, len(panels), figsize=(width, 3.4 * grid), squeeze=False, sharey="row")
     for ax, (title, _), panel in zip(axes[0], table.columns, panels):
@@ -206,15 +210,16 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
                     mean = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
                     ax.plot(steps, mean, color=colour, linewidth=2 if name else 1.2, linestyle=style,
                             label=f"{name} (n={len(curves)})" if name else None)
-        ax.axhline(UNIGRAM_LOSS, color="grey", linestyle="--", linewidth=0.8, label=f"unigram {UNIGRAM_LOSS}")
+        ax.axhline(reference, color="grey", linestyle="--", linewidth=0.8, label=f"unigram {reference}")
         if table.train_loss:  # the training curve starts near ln(vocabulary size): show from the plateau down
-            ax.set_ylim(top=UNIGRAM_LOSS + 0.5)
+            ax.set_ylim(top=reference + 0.5)
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("MLM loss: held-out, training dotted" if table.train_loss else "eval MLM loss")
+    axes[0][0].set_ylabel(f"{table.loss_name}: held-out, training dotted" if table.train_loss
+                          else f"eval {table.loss_name}")
     if grid == 2:
         baseline_label = table.rows[0][0]
         for ax, (title, _), panel in zip(axes[1], table.columns, panels):
@@ -260,7 +265,8 @@ def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[st
                 baseline = {r["seed"]: r["eval_loss"] for r in finished_rows(rows, table, base, size, aliases)[0]}
                 runs = finished_rows(rows, table, variant, size, aliases)[0]
                 per_column.append([(r["seed"], r["eval_loss"] - baseline[r["seed"]],
-                                    is_stalled(r["eval_loss"]) or is_stalled(baseline[r["seed"]]))
+                                    is_stalled(r["eval_loss"], table.reference)
+                                    or is_stalled(baseline[r["seed"]], table.reference))
                                    for r in runs if r["seed"] in baseline])
             series.append((f"{prefix}{label} minus {base_label}", per_column))
     return series

@@ -65,17 +65,18 @@ def finite(value):
     return value if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def read_outcome(output_dir: Path) -> dict:
-    """Metrics and curves of a finished run_pretraining output folder."""
+def read_outcome(output_dir: Path, metric: str = "eval_mlm_loss") -> dict:
+    """Metrics and curves of a finished run's output folder; `metric` is the key of its held-out loss (the
+    script's: cells.EVAL_METRICS)."""
     results = json.loads((output_dir / "all_results.json").read_text())
     history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
     # the script evaluates once more after training, at the last step: one point per step
-    by_step = {h["step"]: finite(h["eval_mlm_loss"]) for h in history if "eval_mlm_loss" in h}
+    by_step = {h["step"]: finite(h[metric]) for h in history if metric in h}
     eval_curve = [[step, loss] for step, loss in sorted(by_step.items())]
     train_curve = [[h["step"], finite(h["loss"])] for h in history if "loss" in h]
-    values = [results.get("eval_mlm_loss")] + [v for _, v in eval_curve] + [v for _, v in train_curve]
+    values = [results.get(metric)] + [v for _, v in eval_curve] + [v for _, v in train_curve]
     diverged = any(v is None or not math.isfinite(v) for v in values)
-    loss = finite(results.get("eval_mlm_loss"))
+    loss = finite(results.get(metric))
     return {
         "eval_loss": loss,
         "eval_perplexity": finite(math.exp(min(loss, 50.0))) if loss is not None else None,
@@ -109,7 +110,7 @@ def cell_row(cell: Cell, output_dir: Path, record: dict, machine: dict, commands
     `git_commit` the first's), `machine` (provenance.hardware as the run started), its `commands` (command and
     train_command), the hashes of its text (`texts`) and of the tokenizer as the run saved it (byte-identical to the
     one it loaded)."""
-    outcome = read_outcome(output_dir)
+    outcome = read_outcome(output_dir, cell.eval_metric)
     resumed = [a["from_step"] for a in record["attempts"][1:]]
     if resumed:  # Trainer's train_loss covers the last attempt's steps alone
         outcome["train_loss"] = whole_run_train_loss(outcome["train_curve"])

@@ -1,18 +1,19 @@
 """The research runner: runs a claim script's cells, one or several at a time, on the CPU or a GPU.
 
-The claim scripts (talking_heads.py, single_head.py, synthesizer.py, width_trend.py) define their cells and tables
-(cells.py) and call `main`:
+The claim scripts (talking_heads.py, single_head.py, synthesizer.py, width_trend.py, t5_places.py) define their
+cells and tables (cells.py) and call `main`:
 
     nice -n 19 python experiments/talking_heads.py --only 'talking_heads/lr-init/*/seed0'   # a subset, by glob
     python experiments/talking_heads.py --list                                               # every cell, done or not
 
-Each cell not yet in the results file (results_file.py) is run as a subprocess of examples/run_pretraining.py,
-resuming an earlier attempt at the same run (attempts.py), and its row records what it was made from
-(provenance.py). A failed or killed run leaves no row. Several runners may work on the same list at once (one per
-core): a cell being run holds a lock (`fcntl.flock`, released when its runner dies), and the others pass over it;
-`--parallel N` runs N cells at once from one runner (on one GPU with `--device cuda`, or on N cores). A runner
-starts no new cell once <runs_dir>/STOP exists, or after --stop_after_minutes; a running cell finishes. KJV cells
-use the tokenizer committed beside the corpus (`kjv.TOKENIZER`, `--tokenizer_name`).
+Each cell not yet in the results file (results_file.py) is run as a subprocess of its script (`Cell.script`:
+examples/run_pretraining.py, or cells.T5_SCRIPT), resuming an earlier attempt at the same run (attempts.py), and its
+row records what it was made from (provenance.py). A failed or killed run leaves no row. Several runners may work
+on the same list at once (one per core): a cell being run holds a lock (`fcntl.flock`, released when its runner
+dies), and the others pass over it; `--parallel N` runs N cells at once from one runner (on one GPU with `--device
+cuda`, or on N cores). A runner starts no new cell once <runs_dir>/STOP exists, or after --stop_after_minutes; a
+running cell finishes. KJV cells use the tokenizer committed beside the corpus for their script (`kjv_tokenizer`,
+`--tokenizer_name`).
 """
 
 import contextlib
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attempts import checkpointing, clear_models, run_attempt, start_attempt
-from cells import SCRIPT, Cell, rerun_command, select, train_command
+from cells import SCRIPT, T5_SCRIPT, Cell, rerun_command, select, train_command
 from provenance import ROOT, code_state, git_commit, hardware, sha256
 from results_file import RESULTS, append_row, cell_row, done_ids
 
@@ -93,8 +94,22 @@ def device_flags(args: RunnerArguments) -> list[str]:
     return ["--use_cpu", "true"] if args.device == "cpu" else []
 
 
-def data_flags(args: RunnerArguments) -> tuple[dict[str, str], dict[str, str]]:
-    """(flags as recorded, flags as run): the KJV split files unless --train_file/--validation_file are given."""
+def kjv_tokenizer(script: str) -> Path:
+    """The tokenizer committed beside the corpus for a script's KJV cells: the WordPiece (kjv.TOKENIZER) for masked
+    LM, the Unigram with T5's sentinels (t5_unigram.T5_TOKENIZER) for span corruption."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    if script == T5_SCRIPT:
+        from t5_unigram import T5_TOKENIZER
+
+        return T5_TOKENIZER
+    from kjv import TOKENIZER
+
+    return TOKENIZER
+
+
+def data_flags(args: RunnerArguments, script: str = SCRIPT) -> tuple[dict[str, str], dict[str, str]]:
+    """(flags as recorded, flags as run): the KJV split files and `script`'s committed tokenizer unless
+    --train_file/--validation_file are given."""
     if (args.train_file is None) != (args.validation_file is None):
         raise ValueError("Give both --train_file and --validation_file (or neither, for the KJV splits).")
     if args.train_file is not None:
@@ -104,12 +119,12 @@ def data_flags(args: RunnerArguments) -> tuple[dict[str, str], dict[str, str]]:
                 raise FileNotFoundError(f"--{name} {path}: no such file.")
         return {k: shlex.quote(v) for k, v in given.items()}, given
     sys.path.insert(0, str(ROOT / "experiments"))
-    from kjv import TOKENIZER, kjv_files
+    from kjv import kjv_files
 
-    paths = kjv_files()
-    return ({**KJV_FLAGS, "tokenizer_name": os.path.relpath(TOKENIZER, ROOT)},
+    paths, tokenizer = kjv_files(), kjv_tokenizer(script)
+    return ({**KJV_FLAGS, "tokenizer_name": os.path.relpath(tokenizer, ROOT)},
             {"train_file": str(paths["train"]), "validation_file": str(paths["validation"]),
-             "tokenizer_name": str(TOKENIZER)})
+             "tokenizer_name": str(tokenizer)})
 
 
 @contextlib.contextmanager
@@ -145,7 +160,7 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
     if checkpoint is not None:
         print(f"  {cell.id}: resuming from {checkpoint.name}", flush=True)
         flags = [*flags, "--resume_from_checkpoint", str(checkpoint)]  # a new list: the record keeps the run's
-    returncode, timed_out = run_attempt([args.python, str(ROOT / SCRIPT), *flags], env, output_dir, record,
+    returncode, timed_out = run_attempt([args.python, str(ROOT / cell.script), *flags], env, output_dir, record,
                                         args.cell_timeout_minutes * 60)
     if timed_out:
         print(f"  {cell.id}: killed after {args.cell_timeout_minutes} min; no row", file=sys.stderr)
@@ -212,23 +227,23 @@ class CellQueue:
                 self.started -= 1
 
 
-def attempt_cell(c: Cell, args: RunnerArguments, claim_script: str, data: tuple[dict, dict]) -> str:
-    """Run a taken cell under its lock: "run", "failed", "busy" (another runner holds it) or "skipped" (another
-    runner finished it meanwhile)."""
+def attempt_cell(c: Cell, args: RunnerArguments, claim_script: str, data: dict) -> str:
+    """Run a taken cell under its lock (`data`: data_flags of each script): "run", "failed", "busy" (another runner
+    holds it) or "skipped" (another runner finished it meanwhile)."""
     with cell_lock(Path(args.runs_dir) / ".locks" / (c.id.replace("/", "__") + ".lock")) as held:
         if not held:
             return "busy"
         if c.id in done_ids(args.results):
             return "skipped"
         print(f"{time.strftime('%H:%M:%S')} running {c.id}", flush=True)
-        row = run_cell(c, args, claim_script, data)
+        row = run_cell(c, args, claim_script, data[c.script])
         if row is None:
             return "failed"
         print(f"  {c.id}: eval loss {row['eval_loss']}, {row['wall_seconds']} s", flush=True)
         return "run"
 
 
-def work(queue: CellQueue, args: RunnerArguments, claim_script: str, data: tuple[dict, dict]) -> None:
+def work(queue: CellQueue, args: RunnerArguments, claim_script: str, data: dict) -> None:
     """One worker: run cells from the queue until it stops. An error stops every worker; the caller raises it."""
     try:
         while (c := queue.take()) is not None:
@@ -246,7 +261,8 @@ def run_cells(cells: list[Cell], args: RunnerArguments, claim_script: str) -> di
     if duplicates:
         raise ValueError(f"Duplicate cell ids: {duplicates}.")
     done = done_ids(args.results)
-    data = data_flags(args) if any(c.id not in done for c in cells) else None  # bad data flags: an error up front
+    pending = {c.script for c in cells if c.id not in done}
+    data = {script: data_flags(args, script) for script in pending}  # bad data flags: an error up front
     queue = CellQueue(cells, args)
     workers = [threading.Thread(target=work, args=(queue, args, claim_script, data)) for _ in range(args.parallel)]
     for thread in workers:
