@@ -24,8 +24,8 @@ dot product, 1.12 for talking heads in the encoder, 1.08 in the decoder, 1.12 ev
 positions cost little; the maps are 16 x 16 per position pair); a 40-step run of the script took 1.5 s a step wall
 clock with its data and evaluation on a lightly loaded machine. So a screen cell (400 steps) costs about 10
 CPU-minutes and a long cell (1600 steps) about 40: 12 screens and 12 long cells come to about 10 CPU-hours, the
-issue's budget. Width 384 (6 + 6 layers) would cost about 2.5 times that; 2 + 2 layers would leave the decoder two
-self-attention layers to compare with the encoder's two.
+issue's budget. Width 384 (6 + 6 layers) would cost three to four times that (as BERT's width-384 cells did against
+width 256's); 2 + 2 layers would leave two self-attention layers on each side to compare.
 
 Variants (config fields on top of the preset; talking heads: both maps, the paper's init, as claim (a)):
   dot-product     dot product everywhere;
@@ -85,7 +85,7 @@ LABELS = {"dot-product": "dot product", "th-encoder": "talking heads: encoder se
           "th-everywhere": "talking heads: everywhere (with cross-attention)"}
 LONG_STEPS = LONG_TRAINING["max_steps"]
 WARMUP = round(LONG_STEPS * TRAINING["warmup_steps"])  # the long cells' warm-up, in steps: the screens take it too
-EPOCH_STEPS = 398  # training blocks (6363) / batch 16
+EPOCH_STEPS = 398  # 6355 training blocks of 141 raw tokens, batches of 16 (the last one short)
 
 # What cells.SCREEN_RULE picked from the screen; None: the screen has not run.
 SCREEN_PICK = {"dot-product": None, "th-encoder": None, "th-decoder": None, "th-everywhere": None}
