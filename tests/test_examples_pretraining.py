@@ -689,3 +689,28 @@ def test_a_pretrained_checkpoint_keeps_transformers_logits_contract_in_run_mlm_s
     assert result["trainer"]["eval_preds_shape"] == [result["examples"], result["seq"]]  # [b, n]: full logits
     assert 0 < result["by_hand"] < 1
     assert result["trainer"]["eval_accuracy"] == pytest.approx(result["by_hand"], abs=1e-9)
+
+
+@pytest.mark.parametrize("script", ["run_pretraining", "run_t5_pretraining"])
+def test_torch_compile_trains_end_to_end_as_the_uncompiled_script(tmp_path, script):
+    """The scripts' `--torch_compile` (Trainer's: the model wrapped in torch.compile, no fullgraph), on a tiny preset:
+    dynamo really compiled frames, and the losses equal the uncompiled run's (same seed, data and masks; no dropout).
+    aot_eager traces forward and backward as inductor does, at a fraction of the compile time (inductor itself:
+    tests/test_compile.py)."""
+    import torch._dynamo
+
+    module = {"run_pretraining": run_pretraining, "run_t5_pretraining": run_t5_pretraining}[script]
+    preset = {"run_pretraining": "bert-tiny-talking-heads", "run_t5_pretraining": "t5-tiny-talking-heads"}[script]
+    overrides = NO_DROPOUT if script == "run_pretraining" else '{"dropout_rate": 0}'
+    runs = {}
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        flags = ["--torch_compile", "true", "--torch_compile_backend", "aot_eager"] if compiled else []
+        runs[compiled] = module.main(FAST + ["--preset", preset, "--output_dir", str(tmp_path / str(compiled)),
+                                             "--max_steps", "3", "--max_train_samples", "24", "--seed", "5",
+                                             "--config_overrides", overrides, *flags])
+        frames = torch._dynamo.utils.counters["frames"]["ok"]
+        assert (frames > 0) is compiled, frames
+    for key in ("train_loss", "eval_loss"):
+        assert runs[True][key] == pytest.approx(runs[False][key], rel=1e-4, abs=1e-4), key
