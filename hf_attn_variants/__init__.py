@@ -14,9 +14,9 @@ from .configuration_variant_attention import (  # first: the transformers versio
     AttentionSpec,
     AttentionType,
     VariantAttentionFields,
-    describe_attention_types,
     resolve_attention,
 )
+from .attention_types import ATTENTION_TOOLS, AttentionTools, describe_attention_types
 from .attention_variants import (
     ATTENTION_CLASSES,
     DotProductAttention,
@@ -81,7 +81,9 @@ _register(VariantT5Config, modeling_variant_t5)
 __all__ = [
     "ATTENTION_CLASSES",
     "ATTENTION_REGISTRY",
+    "ATTENTION_TOOLS",
     "ATTENTION_TYPES",
+    "AttentionTools",
     "AttentionType",
     "describe_attention_types",
     "DotProductAttention",

@@ -5,14 +5,14 @@
     hf-attn-variants export my-admin-bert my-admin-bert-plain
 
 Each subcommand calls one function: `publish.publish`, `convert.convert`, `convert.export_admin`; `convert`'s
-choices and defaults are the function's (its attention types with a warm start, from `ATTENTION_REGISTRY`).
+choices and defaults are the function's (its attention types with a warm start; their help from `ATTENTION_TOOLS`).
 """
 
 import argparse
 import inspect
 import sys
 
-from .configuration_variant_attention import ATTENTION_REGISTRY
+from .attention_types import ATTENTION_TOOLS
 from .convert import FUNCTION_PRESERVING, export_admin
 from .convert import convert as convert_checkpoint
 
@@ -37,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("output", help="new (or empty) output folder")
     defaults = inspect.signature(convert_checkpoint).parameters  # convert's own defaults
     convert.add_argument("--attention", default=defaults["attention_type"].default, choices=list(FUNCTION_PRESERVING),
-                         help="; ".join(f"{name}: {ATTENTION_REGISTRY[name].warm_start_help}"
+                         help="; ".join(f"{name}: {ATTENTION_TOOLS[name].warm_start_help}"
                                         for name in FUNCTION_PRESERVING)
                          + f" (default {defaults['attention_type'].default})")
     convert.add_argument("--synthesizer-components", nargs="+",

@@ -10,10 +10,11 @@ A config always constructs, with any values. `resolve_attention(config, ...)` tu
 `AttentionSpec` of one layer when the layer is built, and raises a `ValueError` naming the field and the allowed
 values there, as transformers' own BERT does for `hidden_size % num_attention_heads`.
 
-Each attention type is registered once, in `ATTENTION_REGISTRY`: its spec class and resolver, and what the package's
-tools need to know about it (preset setups, card section, function-preserving warm start, whether it serves as
-cross-attention, help text). `attention_variants.ATTENTION_CLASSES` holds its class and is checked against this table;
-presets, convert, the command line, publish, the example scripts and the benchmarks read the table.
+Each attention type is registered once, in `ATTENTION_REGISTRY`, with what a model of it needs: its spec class and
+resolver, the fields of its function-preserving warm start, whether it serves as cross-attention, the fields and
+algorithms only it takes, and its one-phrase help (this file's config docstring). `attention_variants.ATTENTION_CLASSES`
+holds its class and the package-only `attention_types.ATTENTION_TOOLS` what the tools know of it (presets, card
+section, paper, help texts); both are checked against this table when imported.
 """
 
 import re
@@ -367,38 +368,26 @@ def _resolve_general_bilinear(config, common: dict) -> dict:
                 value_head_size=d)
 
 
-def _synthesizer_card_key(config: dict) -> str:
-    """A mixture with the dot product, a lone Dense or Random synthesizer, or any other synthesizer."""
-    components = tuple(config.get("synthesizer_components") or ())
-    if "dot_product" in components and len(components) > 1:
-        return "synthesizer-mixture"
-    return {("dense",): "synthesizer-dense", ("random",): "synthesizer-random"}.get(components, "synthesizer")
-
-
 # ------------------------------------------------------------------------------------------------ the attention types
 @dataclass(frozen=True)
 class AttentionType:
-    """One attention type, registered once: what its layers need (spec, resolver) and what the tools read.
+    """One attention type, registered once: what a model of this type reads of it. What the package's tools know of
+    it (presets, card section, paper, help texts) is `attention_types.ATTENTION_TOOLS`, package-only, under the same
+    names.
 
     name: the value of `attention_type`.
-    help: what it is, in a phrase (the config docstring, the command line's and the example scripts' help).
+    help: what it is, in a phrase (the config docstring below; the tools' help texts).
     spec: the `AttentionSpec` class of its layers.
     resolve: `resolve(config, common)` -> the fields of `spec` beyond `common` (those every type shares); raises a
         `ValueError` naming the config field where the config cannot build the layer.
-    presets: its attention setups, preset suffix -> config fields beyond `attention_type` (`presets.PRESETS`:
-        "bert-mini-" + suffix); every suffix is also a section of the card text (`model_cards/attention.yaml`).
-    card_key: the card section of a checkpoint of this type, or a function choosing it from the config.json (dict).
-    paper: the paper it comes from (presets, cards); None for ordinary attention.
     warm_start: the config fields with which a layer of this type starts as ordinary dot-product attention, so a
-        model converted from a vanilla checkpoint computes its function (`convert`); None where no such start exists.
-    warm_start_help: what that start gives (the command line's help).
+        model loaded from a vanilla checkpoint computes its function (`from_pretrained`, `convert`); None where no
+        such start exists.
     warm_start_needs: {list field: value} the warm start needs among a list field's values (a mixture starts as the
         dot product only when the dot product is one of its components).
     self_attention_only: why it serves as self-attention only ("": it serves as cross-attention too). A model of
         such a type attends across with the baseline, and asking for it there is refused with this reason.
-    field_prefix: the prefix of the config fields only this type reads (None: it has none).
     exclusive_fields: fields whose non-empty value needs this type in some place of the model (refused otherwise).
-    length_field: the config field that bounds the sequence length it attends over (None: no bound of its own).
     algorithms: the values of `attention_algorithm` beyond "auto" that it computes with (empty: the field does not
         apply; dot product follows `attn_implementation`).
     """
@@ -407,68 +396,39 @@ class AttentionType:
     help: str
     spec: type[AttentionSpec]
     resolve: Callable[[object, dict], dict]
-    presets: dict[str, dict]
-    card_key: str | Callable[[dict], str]
-    paper: str | None = None
     warm_start: dict | None = None
-    warm_start_help: str = ""
     warm_start_needs: dict[str, str] | None = None
     self_attention_only: str = ""
-    field_prefix: str | None = None
     exclusive_fields: tuple[str, ...] = ()
-    length_field: str | None = None
     algorithms: tuple[str, ...] = ()
 
-    @property
-    def config_fields(self) -> tuple[str, ...]:
-        """The config fields only this type reads."""
-        prefix = self.field_prefix
-        return tuple(f.name for f in fields(VariantAttentionFields) if prefix and f.name.startswith(prefix))
-
-    def card_section(self, config: dict) -> str:
-        """The section of `model_cards/attention.yaml` that describes a config.json (dict) of this type."""
-        return self.card_key(config) if callable(self.card_key) else self.card_key
-
-
-_TALKING_HEADS_PAPER = "Talking-Heads Attention (Shazeer et al., 2020)"
-_SYNTHESIZER_PAPER = "Synthesizer: Rethinking Self-Attention for Transformer Models (Tay et al., 2021)"
 
 ATTENTION_REGISTRY: dict[str, AttentionType] = {
     entry.name: entry
     for entry in (
         AttentionType(
             "dot_product", "ordinary scaled dot-product multi-head attention, as in the upstream model",
-            AttentionSpec, _resolve_dot_product, presets={"dot-product": {}}, card_key="dot-product",
-            warm_start={}, warm_start_help="a plain variant checkpoint (e.g. to train with admin=True)",
+            AttentionSpec, _resolve_dot_product, warm_start={},
         ),
         AttentionType(
             "talking_heads", "talking-heads attention, learned maps across the heads before and after the softmax",
-            TalkingHeadsSpec, _resolve_talking_heads, presets={"talking-heads": {"talking_heads_init": "paper"}},
-            card_key="talking-heads", paper=_TALKING_HEADS_PAPER,
+            TalkingHeadsSpec, _resolve_talking_heads,
             warm_start={"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
-            warm_start_help="identity head maps", field_prefix="talking_heads_",
             exclusive_fields=("talking_heads_dynamic",), algorithms=ATTENTION_ALGORITHMS[1:],
         ),
         AttentionType(
             "synthesizer", "Synthesizer attention, weights synthesized without query-key dot products or mixed with "
             "them (self-attention only)",
             SynthesizerSpec, _resolve_synthesizer,
-            presets={"synthesizer-dense": {"synthesizer_components": ["dense"]},
-                     "synthesizer-random": {"synthesizer_components": ["random"]},
-                     "synthesizer-mixture": {"synthesizer_components": ["dot_product", "random"]}},
-            card_key=_synthesizer_card_key, paper=_SYNTHESIZER_PAPER,
             warm_start={"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
-            warm_start_help="a mixture with the dot product that starts as the dot product",
             warm_start_needs={"synthesizer_components": "dot_product"},
             self_attention_only="a synthetic alignment between the decoder and an encoder sequence of unrelated length "
                                 "has no meaning",
-            field_prefix="synthesizer_", length_field="synthesizer_max_position",
         ),
         AttentionType(
             "general_bilinear", "general bilinear attention, h heads each a full d x d bilinear form (no key or value "
             "projection, the memory itself is the keys and the values)",
-            GeneralBilinearSpec, _resolve_general_bilinear, presets={"general-bilinear": {}},
-            card_key="general-bilinear", paper=_TALKING_HEADS_PAPER,
+            GeneralBilinearSpec, _resolve_general_bilinear,
         ),
     )
 }
@@ -476,12 +436,6 @@ ATTENTION_TYPES = tuple(ATTENTION_REGISTRY)
 # ordinary attention, the default: what a self-attention-only type's model attends across with, what convert starts
 # from and what an Admin model exports to
 BASELINE_ATTENTION = VARIANT_CONFIG_DEFAULTS["attention_type"]
-
-
-def describe_attention_types(names=None) -> str:
-    """"name: help; ..." for the attention types `names` (default: all), for help texts."""
-    return "; ".join(f"{name}: {ATTENTION_REGISTRY[name].help}" for name in (names or ATTENTION_TYPES))
-
 
 VariantAttentionFields.__doc__ = VariantAttentionFields.__doc__.replace("ATTENTION_TYPES_HELP", "One of:" + "".join(
     "\n" + textwrap.fill(f'`"{name}"`: {entry.help}.', width=120, initial_indent=" " * 12 + "- ",
@@ -564,5 +518,5 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
 
 
 __all__ = ["ATTENTION_REGISTRY", "ATTENTION_TYPES", "AttentionSpec", "AttentionType", "BASELINE_ATTENTION",
-           "SUPPORTED_TRANSFORMERS", "VariantAttentionFields", "cross_attention_type", "describe_attention_types",
-           "place_attention_type", "resolve_attention"]
+           "SUPPORTED_TRANSFORMERS", "VariantAttentionFields", "cross_attention_type", "place_attention_type",
+           "resolve_attention"]

@@ -29,7 +29,8 @@ import yaml
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from .configuration_variant_attention import ATTENTION_REGISTRY, BASELINE_ATTENTION, PLACES
+from .attention_types import ATTENTION_TOOLS
+from .configuration_variant_attention import BASELINE_ATTENTION, PLACES
 from .convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
 from .families import FAMILIES, family_of
 from .isolation import run_isolated
@@ -87,21 +88,21 @@ def _load_yaml(name: str) -> dict:
 
 
 def _attention_types(config: dict) -> list:
-    """The registered attention types a `config.json` (dict) uses, in any place, in `ATTENTION_REGISTRY` order."""
+    """The registered attention types a `config.json` (dict) uses, in any place, as their `ATTENTION_TOOLS` entries."""
     used = {config.get(key) for key in ("attention_type", *(f"{place}_attention_type" for place in PLACES))}
-    return [entry for name, entry in ATTENTION_REGISTRY.items() if name in used]
+    return [entry for name, entry in ATTENTION_TOOLS.items() if name in used]
 
 
 def attention_setups(config: dict) -> list[str]:
     """The card sections (keys of `model_cards/attention.yaml`) that describe a checkpoint's `config.json`: its
-    attention variant(s) (`AttentionType.card_section`), "single-head" for one head per layer, "admin" for Admin
+    attention variant(s) (`AttentionTools.card_section`), "single-head" for one head per layer, "admin" for Admin
     residuals; the baseline's section if none."""
     setups = [entry.card_section(config) for entry in _attention_types(config) if entry.name != BASELINE_ATTENTION]
     if config.get("num_attention_heads", config.get("num_heads")) == 1:
         setups.append("single-head")
     if config.get("admin"):
         setups.append("admin")
-    return setups or [ATTENTION_REGISTRY[BASELINE_ATTENTION].card_section(config)]
+    return setups or [ATTENTION_TOOLS[BASELINE_ATTENTION].card_section(config)]
 
 
 def _read_json(path: Path) -> dict:
