@@ -8,6 +8,9 @@ What differs from transformers' `modeling_albert.py`:
   `ForPreTraining` run the prediction head only at the labelled positions (`logits` `[n_scored, vocab]`); the loss
   is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;
 - layers are `GradientCheckpointingLayer`s: activation checkpointing works (transformers' ALBERT has none);
+- the embeddings, `_init_weights` and the token-classification, QA, classification and multiple-choice heads are
+  VariantBERT's, marked `# Copied from` (tests/test_copies.py keeps them equal): the embeddings accept BERT's
+  `cache_length` (always 0 here);
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
   `trust_remote_code=True` without this package installed;
 - the MLM head adds its output bias (`predictions.bias`) itself and its decoder has none, and `_no_split_modules`
@@ -47,6 +50,7 @@ from .modeling_variant_utils import (
     VariantPreTrainedModel,
     add_admin_omega,
     admin_residual,
+    attention_projections,
     scored_positions,
     sequence_classification_loss,
     span_loss,
@@ -65,6 +69,7 @@ AUTO_MAP = {
 }
 
 
+# Copied from modeling_variant_bert.VariantBertEmbeddings with Bert->Albert, BERT->ALBERT, hidden_size->embedding_size
 class VariantAlbertEmbeddings(nn.Module):
     """Word, position and token-type embeddings of width `embedding_size` (as transformers' ALBERT)."""
 
@@ -80,15 +85,15 @@ class VariantAlbertEmbeddings(nn.Module):
         )
         self.register_buffer("token_type_ids", torch.zeros(self.position_ids.size(), dtype=torch.long), persistent=False)
 
-    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None):
+    def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, cache_length=0):
         batch_size, seq_length = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
         if position_ids is None:
-            if seq_length > self.position_ids.shape[1]:
+            if cache_length + seq_length > self.position_ids.shape[1]:
                 raise ValueError(
-                    f"The sequence ({seq_length} positions) is longer than `max_position_embeddings`"
+                    f"The sequence ({cache_length + seq_length} positions) is longer than `max_position_embeddings`"
                     f"={self.position_ids.shape[1]}; shorten or truncate the input."
                 )
-            position_ids = self.position_ids[:, :seq_length]
+            position_ids = self.position_ids[:, cache_length : cache_length + seq_length]
         if token_type_ids is None:
             token_type_ids = self.token_type_ids.expand(position_ids.shape[0], -1)
             token_type_ids = torch.gather(token_type_ids, 1, position_ids).expand(batch_size, seq_length)
@@ -96,7 +101,8 @@ class VariantAlbertEmbeddings(nn.Module):
             inputs_embeds = self.word_embeddings(input_ids)
         embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
         embeddings = embeddings + self.position_embeddings(position_ids)
-        return self.dropout(self.LayerNorm(embeddings))
+        embeddings = self.LayerNorm(embeddings)
+        return self.dropout(embeddings)
 
 
 class VariantAlbertAttention(nn.Module):
@@ -107,9 +113,7 @@ class VariantAlbertAttention(nn.Module):
         self.config = config
         self.spec = spec = resolve_attention(config)
         # the projections the attention type has (general bilinear: no key or value, pure synthesizers: no query/key)
-        self.query = nn.Linear(config.hidden_size, spec.query_size) if spec.has_query else None
-        self.key = nn.Linear(config.hidden_size, spec.query_size) if spec.has_key else None
-        self.value = nn.Linear(config.hidden_size, spec.value_size) if spec.has_value else None
+        self.query, self.key, self.value = attention_projections(spec, config.hidden_size)
         self.core = attention_core(spec)
         self.dense = nn.Linear(spec.value_size, config.hidden_size)  # h_v * d_v -> hidden
         self.output_dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -118,8 +122,8 @@ class VariantAlbertAttention(nn.Module):
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
         b, n = hidden_states.shape[:2]
-        query = self.core.project_query(hidden_states, self.query)
-        key, value = self.core.project_memory(hidden_states, self.key, self.value)
+        query = self.core.project_query(hidden_states, self.query)  # [b, h_k, n, d_k]
+        key, value = self.core.project_memory(hidden_states, self.key, self.value)  # no cache: ALBERT is an encoder
         attn_output, attn_weights = self.core(
             query, key, value, attention_mask, hidden_states,
             attn_implementation=self.config._attn_implementation, **kwargs,
@@ -189,6 +193,7 @@ class VariantAlbertPreTrainedModel(VariantPreTrainedModel):
     auto_map = AUTO_MAP
     _can_record_outputs = {"hidden_states": VariantAlbertLayer, "attentions": VariantAlbertAttention}
 
+    # Copied from modeling_variant_bert.VariantBertPreTrainedModel._init_weights with Bert->Albert, LMPredictionHead->MLMHead
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, VariantAlbertMLMHead):
@@ -281,20 +286,13 @@ class _VariantAlbertWithMLMHead(VariantAlbertPreTrainedModel):
 
     _tied_weights_keys = {"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight"}
     _keys_to_ignore_on_load_unexpected = [r"predictions\.decoder\.bias"]  # transformers' second name of the bias
+    _output_bias_name = "predictions.bias"  # the head's own bias: `resize_token_embeddings` pads it
 
     def get_output_embeddings(self):
         return self.predictions.decoder
 
     def set_output_embeddings(self, new_embeddings):
         self.predictions.decoder = new_embeddings
-
-    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
-        """transformers' resize; the head's own output bias follows as transformers' `tie_weights` pads a tied
-        decoder's bias (the first entries kept, added tokens at 0)."""
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        bias = self.predictions.bias
-        bias.data = nn.functional.pad(bias.data, (0, embeddings.num_embeddings - bias.shape[0]))  # [vocab]
-        return embeddings
 
 
 class VariantAlbertForPreTraining(_VariantAlbertWithMLMHead):
@@ -373,6 +371,7 @@ class VariantAlbertForSequenceClassification(VariantAlbertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    # Copied from modeling_variant_bert.VariantBertForSequenceClassification.forward with bert->albert
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, **kwargs):
@@ -387,6 +386,7 @@ class VariantAlbertForSequenceClassification(VariantAlbertPreTrainedModel):
         )
 
 
+# Copied from modeling_variant_bert.VariantBertForTokenClassification with Bert->Albert, bert->albert, classifier_dropout->classifier_dropout_prob
 class VariantAlbertForTokenClassification(VariantAlbertPreTrainedModel):
     """Per-token classification head."""
 
@@ -394,8 +394,8 @@ class VariantAlbertForTokenClassification(VariantAlbertPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.albert = VariantAlbertModel(config, add_pooling_layer=False)
-        dropout = config.classifier_dropout_prob
-        self.dropout = nn.Dropout(dropout if dropout is not None else config.hidden_dropout_prob)
+        dropout = config.classifier_dropout_prob if config.classifier_dropout_prob is not None else config.hidden_dropout_prob
+        self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -413,6 +413,7 @@ class VariantAlbertForTokenClassification(VariantAlbertPreTrainedModel):
         )
 
 
+# Copied from modeling_variant_bert.VariantBertForQuestionAnswering with Bert->Albert, bert->albert
 class VariantAlbertForQuestionAnswering(VariantAlbertPreTrainedModel):
     """Extractive QA head: start and end logits per token."""
 
@@ -449,6 +450,7 @@ class VariantAlbertForMultipleChoice(VariantAlbertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
+    # Copied from modeling_variant_bert.VariantBertForMultipleChoice.forward with bert->albert
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
                 inputs_embeds=None, labels=None, **kwargs):

@@ -56,7 +56,9 @@ from .modeling_variant_utils import (
     legacy_cache,
     add_admin_omega,
     admin_residual,
+    attention_projections,
     cache_unless_checkpointing,
+    cached_keys_values,
     scored_positions,
     sequence_classification_loss,
     span_loss,
@@ -81,7 +83,7 @@ AUTO_MAP = {
 
 
 class VariantBertEmbeddings(nn.Module):
-    """Word, position and token-type embeddings (as transformers' BERT)."""
+    """Word, position and token-type embeddings of width `hidden_size` (as transformers' BERT)."""
 
     def __init__(self, config):
         super().__init__()
@@ -125,35 +127,18 @@ class _VariantBertAttentionProjections(nn.Module):
         self.config = config
         self.layer_idx = layer_idx
         self.is_causal = is_causal
-        spec = resolve_attention(config, is_causal=is_causal, is_cross_attention=self.is_cross_attention)
-        self.spec = spec
+        self.spec = spec = resolve_attention(config, is_causal=is_causal, is_cross_attention=self.is_cross_attention)
         # the projections the attention type has (general bilinear: no key or value, pure synthesizers: no query/key)
-        self.query = nn.Linear(config.hidden_size, spec.query_size) if spec.has_query else None
-        self.key = nn.Linear(config.hidden_size, spec.query_size) if spec.has_key else None
-        self.value = nn.Linear(config.hidden_size, spec.value_size) if spec.has_value else None
+        self.query, self.key, self.value = attention_projections(spec, config.hidden_size)
         self.core = attention_core(spec)
-
-    def _memory(self, memory: torch.Tensor):
-        """Keys and values of the memory input [b, m, d], heads-first, as they are cached."""
-        return self.core.project_memory(memory, self.key, self.value)
 
     def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, cache=None, **kwargs):
         b, n = hidden_states.shape[:2]
-        query = self.core.project_query(hidden_states, self.query)
-        if self.is_cross_attention:
-            if cache is not None and cache.is_updated.get(self.layer_idx):
-                layer = cache.cross_attention_cache.layers[self.layer_idx]
-                key, value = layer.keys, layer.values
-            else:
-                key, value = self._memory(encoder_hidden_states)
-                if cache is not None:
-                    key, value = cache.cross_attention_cache.update(key, value, self.layer_idx)
-                    cache.is_updated[self.layer_idx] = True
-        else:
-            key, value = self._memory(hidden_states)
-            if cache is not None:
-                self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
-                key, value = self_cache.update(key, value, self.layer_idx)
+        query = self.core.project_query(hidden_states, self.query)  # [b, h_k, n, d_k]
+        memory = encoder_hidden_states if self.is_cross_attention else hidden_states
+        key, value = cached_keys_values(
+            self.core, self.key, self.value, memory, cache, self.layer_idx, self.is_cross_attention
+        )
         attn_output, attn_weights = self.core(
             query, key, value, attention_mask, hidden_states,
             attn_implementation=self.config._attn_implementation, **kwargs,
@@ -398,19 +383,9 @@ class VariantBertModel(VariantBertPreTrainedModel):
     @merge_with_config_defaults
     @output_attentions_from_config
     @capture_outputs
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        encoder_hidden_states=None,
-        encoder_attention_mask=None,
-        cache: Cache | None = None,
-        use_cache=None,
-        **kwargs,
-    ):
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
+                encoder_hidden_states=None, encoder_attention_mask=None, cache: Cache | None = None, use_cache=None,
+                **kwargs):
         cache = legacy_cache(cache, kwargs, self)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
@@ -424,10 +399,7 @@ class VariantBertModel(VariantBertPreTrainedModel):
             )
         cache_length = cache.get_seq_length() if cache is not None else 0
         embedding_output = self.embeddings(
-            input_ids=input_ids,
-            position_ids=position_ids,
-            token_type_ids=token_type_ids,
-            inputs_embeds=inputs_embeds,
+            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds,
             cache_length=cache_length,
         )
         if self.config.is_decoder:
@@ -469,20 +441,13 @@ class _VariantBertWithLMHead(VariantBertPreTrainedModel):
 
     _tied_weights_keys = dict(_TIED_LM_HEAD)
     _keys_to_ignore_on_load_unexpected = [r"cls\.predictions\.decoder\.bias"]  # transformers' second name of the bias
+    _output_bias_name = "cls.predictions.bias"  # the head's own bias: `resize_token_embeddings` pads it
 
     def get_output_embeddings(self):
         return self.cls.predictions.decoder
 
     def set_output_embeddings(self, new_embeddings):
         self.cls.predictions.decoder = new_embeddings
-
-    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
-        """transformers' resize; the head's own output bias follows as transformers' `tie_weights` pads a tied
-        decoder's bias (the first entries kept, added tokens at 0)."""
-        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        bias = self.cls.predictions.bias
-        bias.data = nn.functional.pad(bias.data, (0, embeddings.num_embeddings - bias.shape[0]))  # [vocab]
-        return embeddings
 
 
 class VariantBertForPreTraining(_VariantBertWithLMHead):

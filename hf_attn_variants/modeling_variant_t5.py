@@ -45,8 +45,10 @@ from .configuration_variant_t5 import VariantT5Config
 from .modeling_variant_utils import (
     CACHE_FIELD,
     VariantPreTrainedModel,
+    attention_projections,
     cache_field,
     cache_unless_checkpointing,
+    cached_keys_values,
     legacy_cache,
     sequence_classification_loss,
     span_loss,
@@ -66,13 +68,15 @@ AUTO_MAP = {
 _IGNORE_ON_LOAD = [r"(en|de)coder\.embed_tokens\.weight", r"decoder\.block\.0\.layer\.1\.EncDecAttention\.relative"]
 
 
-def _with_t5_init_std(module: nn.Module, std: float) -> nn.Module:
-    """Record T5's init std on the module that owns the weight; `_init_weights` applies it.
+def _with_t5_init_std(module: nn.Module | None, std: float) -> nn.Module | None:
+    """Record T5's init std on the module that owns the weight (None: a projection the type lacks); `_init_weights`
+    applies it.
 
     The std lives on the weight's own module, not on its parent: for remote code, transformers skips
     `_init_weights` on modules without parameters of their own, so a parent-level branch would never run.
     """
-    module.t5_init_std = std
+    if module is not None:
+        module.t5_init_std = std
     return module
 
 
@@ -158,14 +162,10 @@ class VariantT5Attention(nn.Module):
         factor, d_model = config.initializer_factor, config.d_model
         # the projections the attention type has (general bilinear: no k or v, pure synthesizers: no q or k); T5 has
         # no 1/sqrt(d_k) in the logits: the query's init carries it
-        self.q = self.k = self.v = None
-        if spec.has_query:
-            self.q = _with_t5_init_std(nn.Linear(d_model, spec.query_size, bias=False),
-                                       factor * (d_model * spec.key_head_size) ** -0.5)
-        if spec.has_key:
-            self.k = _with_t5_init_std(nn.Linear(d_model, spec.query_size, bias=False), factor * d_model**-0.5)
-        if spec.has_value:
-            self.v = _with_t5_init_std(nn.Linear(d_model, spec.value_size, bias=False), factor * d_model**-0.5)
+        self.q, self.k, self.v = attention_projections(spec, d_model, bias=False)
+        _with_t5_init_std(self.q, factor * (d_model * spec.key_head_size) ** -0.5)
+        _with_t5_init_std(self.k, factor * d_model**-0.5)
+        _with_t5_init_std(self.v, factor * d_model**-0.5)
         self.o = _with_t5_init_std(nn.Linear(spec.value_size, d_model, bias=False), factor * spec.value_size**-0.5)
         if has_relative_attention_bias:  # one bias per softmax head
             self.relative_attention_bias = _with_t5_init_std(
@@ -204,25 +204,12 @@ class VariantT5Attention(nn.Module):
         )
         return self.relative_attention_bias(buckets).permute([2, 0, 1]).unsqueeze(0)
 
-    def _memory(self, memory):
-        return self.core.project_memory(memory, self.k, self.v)
-
     def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None, cache=None, **kwargs):
         b, n = hidden_states.shape[:2]
         past_seen_tokens = cache.get_seq_length(self.layer_idx) if cache is not None else 0
-        query = self.core.project_query(hidden_states, self.q)
-        if isinstance(cache, EncoderDecoderCache):
-            layer_cache = cache.cross_attention_cache if self.is_cross_attention else cache.self_attention_cache
-        else:
-            layer_cache = cache
-        if self.is_cross_attention and cache is not None and cache.is_updated.get(self.layer_idx):
-            key, value = layer_cache.layers[self.layer_idx].keys, layer_cache.layers[self.layer_idx].values
-        else:
-            key, value = self._memory(key_value_states if self.is_cross_attention else hidden_states)
-            if cache is not None:
-                key, value = layer_cache.update(key, value, self.layer_idx)
-                if self.is_cross_attention:
-                    cache.is_updated[self.layer_idx] = True
+        query = self.core.project_query(hidden_states, self.q)  # [b, h_k, n, d_k]
+        memory = key_value_states if self.is_cross_attention else hidden_states
+        key, value = cached_keys_values(self.core, self.k, self.v, memory, cache, self.layer_idx, self.is_cross_attention)
         if position_bias is None and self.has_relative_attention_bias:
             position_bias = self.compute_bias(n, value.shape[2], hidden_states.device, past_seen_tokens)
         attn_output, attn_weights = self.core(

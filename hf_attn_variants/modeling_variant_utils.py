@@ -1,6 +1,10 @@
-"""What the families share beyond the attention: the `PreTrainedModel` base (full `auto_map`, the variant init,
-fixed synthesizers), Admin's residual, the masked-LM head's scored positions (the `sparse_prediction` argument), and the losses
-of the classification and span-QA heads.
+"""What the families share beyond the attention mathematics: the `PreTrainedModel` base (full `auto_map`, the variant
+init, fixed synthesizers, the LM head's own bias under `resize_token_embeddings`), the q/k/v projections an attention
+type has and its keys/values through a cache, Admin's residual, the masked-LM head's scored positions (the
+`sparse_prediction` argument), and the losses of the classification and span-QA heads.
+
+What a family keeps readable top to bottom (embeddings, heads) and repeats from another family is marked
+`# Copied from modeling_variant_<family>.<name> with A->B`; tests/test_copies.py keeps each copy equal to its original.
 
 Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
 """
@@ -13,6 +17,7 @@ from torch import nn
 from torch.nn import BCEWithLogitsLoss, CrossEntropyLoss, MSELoss
 from transformers import PretrainedConfig, PreTrainedModel
 from transformers import initialization as init
+from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import logging
 
@@ -87,6 +92,37 @@ def cache_unless_checkpointing(module, use_cache, layers) -> bool:
     return bool(use_cache)
 
 
+def attention_projections(spec, width: int, bias: bool = True):
+    """The query, key and value projections `width -> heads * head size` that the attention type of `spec` has, None
+    where it has none (general bilinear: no key or value, pure synthesizers: no query or key). The family names them
+    (BERT's `query`/`key`/`value`, T5's `q`/`k`/`v`) and builds the core with `attention_core(spec)`."""
+    query = nn.Linear(width, spec.query_size, bias=bias) if spec.has_query else None
+    key = nn.Linear(width, spec.query_size, bias=bias) if spec.has_key else None
+    value = nn.Linear(width, spec.value_size, bias=bias) if spec.has_value else None
+    return query, key, value
+
+
+def cached_keys_values(core, key_proj, value_proj, memory, cache, layer_idx, is_cross_attention):
+    """Keys and values of the memory input [b, m, d] as `core.project_memory` gives them (heads-first), through the
+    decoder's cache when there is one.
+
+    Self-attention appends this step's keys/values to the layer's cache (`cache.self_attention_cache` of an
+    `EncoderDecoderCache`, or the cache itself) and attends to all of them. Cross-attention projects the encoder
+    output once, on the first step, into `cache.cross_attention_cache`, and reads it back on later steps.
+    """
+    if cache is None:
+        return core.project_memory(memory, key_proj, value_proj)
+    if not is_cross_attention:
+        self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        return self_cache.update(*core.project_memory(memory, key_proj, value_proj), layer_idx)
+    if cache.is_updated.get(layer_idx):
+        layer = cache.cross_attention_cache.layers[layer_idx]
+        return layer.keys, layer.values
+    key, value = cache.cross_attention_cache.update(*core.project_memory(memory, key_proj, value_proj), layer_idx)
+    cache.is_updated[layer_idx] = True
+    return key, value
+
+
 def admin_residual(module, residual: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
     """The LayerNorm input of a Post-LN residual: `omega * residual + branch` under Admin (`module.admin_omega`),
     else `residual + branch`. While `hf_attn_variants.admin` profiles, `module.admin_recorder` sees each branch."""
@@ -152,10 +188,12 @@ class VariantPreTrainedModel(PreTrainedModel):
 
     A family sets `config_class`, `base_model_prefix`, `_can_record_outputs` and `auto_map` (every Auto class a
     saved checkpoint answers to: `save_pretrained` alone records only the saved class), and adds `_init_weights`
-    branches for its own modules.
+    branches for its own modules. A head whose LM head owns its output bias beside a tied decoder names it in
+    `_output_bias_name`, so `resize_token_embeddings` resizes it too.
     """
 
     auto_map: dict[str, str] = {}
+    _output_bias_name: str | None = None
     supports_gradient_checkpointing = True
     # The heads average their loss over the batch and ignore `num_items_in_batch`: tell Trainer, so it neither
     # scales the loss by the number of processes nor skips its own gradient-accumulation averaging. A token-level
@@ -249,6 +287,15 @@ class VariantPreTrainedModel(PreTrainedModel):
             return super().save_pretrained(save_directory, *args, **kwargs)
         finally:
             made.__module__, made.__name__ = names
+
+    def resize_token_embeddings(self, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        """transformers' resize; the LM head's own output bias (`_output_bias_name`) follows as transformers'
+        `tie_weights` pads a tied decoder's bias (the first entries kept, added tokens at 0)."""
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if self._output_bias_name is not None:
+            bias = self.get_parameter(self._output_bias_name)
+            bias.data = nn.functional.pad(bias.data, (0, embeddings.num_embeddings - bias.shape[0]))  # [vocab]
+        return embeddings
 
     def mark_tied_weights_as_initialized(self, loading_info):
         """transformers' own (>= 5.25), keeping a missing tie source missing.
