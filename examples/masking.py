@@ -62,21 +62,16 @@ class MaskedLMCollator:
     """Pads a list of examples and masks those without labels (per-example generators, see `example_generator`).
 
     Examples that already carry `labels` (a pre-masked eval set: the same masks at every evaluation and for every
-    model) are only padded. `epoch` is advanced by `EpochCallback`, so each epoch masks differently. With
-    `sparse_prediction`, every batch also carries `sparse_prediction=True`, the masked-LM heads' forward argument:
-    Trainer hands it to the model with the tensors, and the head predicts at the labelled positions only. It is an
-    argument of the call, not of the model, so the saved checkpoint keeps transformers' full logits.
+    model) are only padded. `epoch` is advanced by `EpochCallback`, so each epoch masks differently.
     """
 
-    def __init__(self, tokenizer, probability: float = 0.15, whole_word: bool = False, seed: int = 0,
-                 sparse_prediction: bool = False):
+    def __init__(self, tokenizer, probability: float = 0.15, whole_word: bool = False, seed: int = 0):
         if not 0 < probability < 1:
             raise ValueError(f"`mlm_probability` must be in (0, 1), got {probability}.")
         if tokenizer.mask_token_id is None:
             raise ValueError("The tokenizer has no mask token, which masked-LM pretraining needs.")
         self.tokenizer, self.probability, self.seed, self.epoch = tokenizer, probability, seed, 0
         self.continues = word_continuation(tokenizer) if whole_word else None
-        self.sparse_prediction = sparse_prediction
 
     def mask(self, example: dict) -> dict:
         generator = example_generator(example["input_ids"], self.seed, self.epoch)
@@ -86,10 +81,7 @@ class MaskedLMCollator:
 
     def __call__(self, examples: list[dict]) -> dict:
         examples = [e if "labels" in e else self.mask(e) for e in examples]
-        batch = pad_batch(examples, self.tokenizer.pad_token_id)
-        if self.sparse_prediction:
-            batch["sparse_prediction"] = True
-        return batch
+        return pad_batch(examples, self.tokenizer.pad_token_id)
 
 
 def pad_batch(examples: list[dict], pad_token_id: int) -> dict:

@@ -106,8 +106,8 @@ class PretrainingModelArguments(ModelArguments):
                 "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."})
     sparse_prediction: bool = field(default=True, metadata={
         "help": "Run the masked-LM head (transform + vocabulary projection) only at the positions that carry a "
-                "label (the heads' forward argument sparse_prediction, which the collator adds to every batch): the "
-                "same loss and gradients, a cheaper step. Not saved: the checkpoint gives transformers' full "
+                "label (the heads' forward argument sparse_prediction, passed by the script's Trainer): the same "
+                "loss and gradients, a cheaper step. Not saved: the checkpoint gives transformers' full "
                 "[batch, seq, vocab] logits to anyone who calls it, with or without labels."})
     t5_adafactor: bool = field(default=False, metadata={
         "help": "Train with T5's Adafactor (mesh-tensorflow's, as T5 pretrained) instead of --optim: transformers' "
@@ -135,6 +135,21 @@ def mask_batch(batch, collator):
     sees the same masks."""
     masked = [collator.mask({"input_ids": ids}) for ids in batch["input_ids"]]
     return {"input_ids": [m["input_ids"].tolist() for m in masked], "labels": [m["labels"].tolist() for m in masked]}
+
+
+class MaskedLMTrainer(Trainer):
+    """Trainer whose training and evaluation calls pass `sparse_prediction` to the masked-LM head
+    (--sparse_prediction): an argument of the call, not of the model or the batch, so the saved checkpoint keeps
+    transformers' full logits and the batches stay tensors for every callback."""
+
+    def __init__(self, *args, sparse_prediction: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.sparse_prediction = sparse_prediction
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        if self.sparse_prediction:
+            inputs = {**inputs, "sparse_prediction": True}
+        return super().compute_loss(model, inputs, *args, **kwargs)
 
 
 def compute_metrics(prediction):
@@ -317,7 +332,7 @@ def main(argv=None) -> dict:
     align_tokenizer(tokenizer, model.config)
 
     collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
-                                training_args.seed, sparse_prediction=model_args.sparse_prediction)
+                                training_args.seed)
     train_set, eval_set = training_sets(raw, tokenizer, column, data_args, training_args)
     if eval_set is None:
         training_args.eval_strategy = "no"
@@ -330,10 +345,10 @@ def main(argv=None) -> dict:
         callbacks.append(profiler)
 
     training_args.remove_unused_columns = False  # the collator needs every field; the model takes them all
-    trainer = Trainer(
+    trainer = MaskedLMTrainer(
         model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set, data_collator=collator,
         processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
-        callbacks=callbacks,
+        callbacks=callbacks, sparse_prediction=model_args.sparse_prediction,
     )
     trainer.optimizer = build_optimizer(model, model_args, training_args, trainer.get_decay_parameter_names(model))
 
