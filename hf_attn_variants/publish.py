@@ -247,14 +247,48 @@ def _evaluation_text(quality: list, source: str | None, info: dict) -> str:
             + ("\n\n" + "; ".join(meanings) + "." if meanings else ""))
 
 
-def _parameter_count(folder: Path) -> str:
+def parameter_total(folder) -> int:
+    """The number of weights in a checkpoint folder's safetensors files (tied weights stored once)."""
     total = 0
-    for shape in checkpoint_shapes(folder).values():
+    for shape in checkpoint_shapes(Path(folder)).values():
         count = 1
         for size in shape:
             count *= size
         total += count
+    return total
+
+
+def _parameter_text(total: int) -> str:
     return f"{total / 1e6:.1f}M" if total >= 1e5 else f"{total / 1e3:.1f}k"
+
+
+@dataclass(frozen=True)
+class CardRecord:
+    """What a model card is rendered from: the checkpoint's `config` (config.json, as a dict), its training record
+    `info` (training_info.json), its `metrics` and the file they were read from (`source`), its parameter count, its
+    tokenizer's mask token (None: no tokenizer files), and optionally `reproduce`: how to make the weights again,
+    for a checkpoint whose weights are kept nowhere (`command`, `git_commit`, `files` {file: sha256}, `hardware`,
+    `cpu_minutes`, `rerun`; see `hf_attn_variants.release`). `read_card_record` reads it from a checkpoint folder."""
+
+    config: dict
+    info: dict
+    metrics: dict
+    source: str | None
+    num_parameters: int
+    mask_token: str | None
+    reproduce: dict | None = None
+
+
+def read_card_record(folder) -> CardRecord:
+    """The `CardRecord` of a checkpoint folder: config.json, its run's records (`read_run`), the weights' parameter
+    count and the tokenizer's mask token ("[MASK]" when the tokenizer files do not name one)."""
+    folder = Path(folder)
+    info, metrics, source = read_run(folder)
+    mask_token = None
+    if any((folder / name).is_file() for name in TOKENIZER_FILES):
+        mask = _read_json(folder / "tokenizer_config.json").get("mask_token")
+        mask_token = mask if isinstance(mask, str) and mask else "[MASK]"
+    return CardRecord(_read_json(folder / "config.json"), info, metrics, source, parameter_total(folder), mask_token)
 
 
 def render_card(folder, repo_id: str, revision: str | None, *, license: str = "apache-2.0",
@@ -275,17 +309,24 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
     files), base_model, pipeline_tag and a model-index of the evaluation metrics measured on a Hub dataset (each
     with its id, config and split). The text names the data each number comes from.
     """
-    folder = Path(folder)
-    config = _read_json(folder / "config.json")
+    return render_record(read_card_record(folder), repo_id, revision, license=license, base_model=base_model,
+                         where=str(folder))
+
+
+def render_record(record: CardRecord, repo_id: str, revision: str | None, *, license: str = "apache-2.0",
+                  base_model: str | None = None, where: str = "the record") -> ModelCard:
+    """The model card of the checkpoint a `CardRecord` describes (`render_card` reads one from a folder; the
+    release cards of `hf_attn_variants.release` are made from runs whose weights are not kept). With
+    `record.reproduce`, the card gains a section saying how to make the weights again."""
+    config, info, metrics, source = record.config, record.info, record.metrics, record.source
     if config.get("model_type") not in [f.model_type for f in FAMILIES.values()]:
-        raise ValueError(f"{folder} is not a hf-attn-variants checkpoint (model_type {config.get('model_type')!r}).")
+        raise ValueError(f"{where} is not a hf-attn-variants checkpoint (model_type {config.get('model_type')!r}).")
     architecture = (config.get("architectures") or [family_of(config).base_model])[0]
     auto_class = next((auto for auto, target in config.get("auto_map", {}).items()
                        if target.split(".")[-1] == architecture), None)
     if auto_class is None:
-        raise ValueError(f"{folder}/config.json's auto_map names no Auto class for {architecture}: re-save the model "
+        raise ValueError(f"{where}/config.json's auto_map names no Auto class for {architecture}: re-save the model "
                          "with save_pretrained from this package.")
-    info, metrics, source = read_run(folder)
     quality = _quality_metrics(metrics, info)
     suffix = next(s for s in PIPELINE_TAGS if architecture.endswith(s))
     task = info.get("task") or PIPELINE_TAGS[suffix]
@@ -298,11 +339,10 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
     base_model = base_model or (recorded if is_hub_id(recorded) else None)
     model_name = repo_id.split("/")[-1]
 
-    has_tokenizer = any((folder / name).is_file() for name in TOKENIZER_FILES)
+    has_tokenizer = record.mask_token is not None
     usage, example_input = USAGE.get(PIPELINE_TAGS[suffix], (None, None))
     if PIPELINE_TAGS[suffix] == "fill-mask" and has_tokenizer:
-        mask = _read_json(folder / "tokenizer_config.json").get("mask_token") or "[MASK]"
-        example_input = json.dumps(f"The dictionary defines a cynic as a {mask if isinstance(mask, str) else '[MASK]'}.")
+        example_input = json.dumps(f"The dictionary defines a cynic as a {record.mask_token}.")
     texts, papers = _load_yaml("attention.yaml"), _load_yaml("papers.yaml")
     setups = [texts[key] for key in attention_setups(config)]
     own = [key for setup in setups for key in setup["papers"]]
@@ -333,7 +373,7 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
                            + (f" on {dataset}" if dataset else "") + "); they are not comparable with the papers' "
                            "results at full scale.")
     summary = (f"A {family} model (`{architecture}`) with {' and '.join(s['title'] for s in setups)}, "
-               f"{_parameter_count(folder)} parameters, built with hf-attn-variants"
+               f"{_parameter_text(record.num_parameters)} parameters, built with hf-attn-variants"
                + (f" from the preset `{info['preset']}`" if info.get("preset") else "") + ".")
     return ModelCard.from_template(
         card_data,
@@ -353,9 +393,37 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
         training=_training_text(info, metrics, source),
         evaluation=_evaluation_text(quality, source, info),
         limitations=limitations,
+        reproduce=_reproduce_text(record.reproduce, info) if record.reproduce else None,
         own_papers=[papers[k] for k in dict.fromkeys(own)],
         other_papers=[p for k, p in papers.items() if k not in own],
     )
+
+
+def _reproduce_text(reproduce: dict, info: dict) -> str:
+    """The card's "Reproducing the weights" text: the command at its commit, the files it read by hash, what it cost,
+    and the command that re-runs it and compares (`rerun`), from a `CardRecord.reproduce`."""
+    commit = reproduce["git_commit"]
+    steps = (info.get("training") or {}).get("steps") or (info.get("training") or {}).get("max_steps")
+    cost = (f" ({steps} steps: {reproduce['minutes']:.0f} minutes of training on one CPU thread; CPU: "
+            f"{reproduce['hardware']})" if reproduce.get("minutes") and reproduce.get("hardware") else "")
+    parts = [
+        "The weights are not stored in the hf-attn-variants repository: this card was rendered from the record of "
+        f"{reproduce.get('run') or 'the run that trained them'}, and the command below trains them again" + cost
+        + ". Run it from the root of a "
+        f"checkout of hf-attn-variants at commit `{commit}` (the code that ran), installed with `pip install -e .`; "
+        "its output folder is the checkpoint, with this card's files (weights, config, code, tokenizer, metrics):",
+        f"```bash\ngit checkout {commit}\n{reproduce['command']}\n```",
+    ]
+    if reproduce.get("files"):
+        parts.append("What the run read, by SHA-256 (the command's output folder holds the same tokenizer.json):\n\n"
+                     + _table(((f"`{name}`", f"`{digest}`") for name, digest in reproduce["files"].items()),
+                              ("file", "sha256")))
+    if reproduce.get("rerun"):
+        parts.append(f"`{reproduce['rerun']}` re-runs it in a scratch cache and prints the recorded and the new "
+                     "held-out loss.")
+    parts.append("Another CPU rounds differently, so a checkpoint trained again ends near, not exactly at, the "
+                 "numbers above (docs/research.md measures the drift).")
+    return "\n\n".join(parts)
 
 
 def _variant_fields(config: dict) -> tuple[str, ...]:
@@ -433,7 +501,7 @@ class Published:
 
 def upload_card(folder, repo_id: str, revision: str | None = None, token: str | None = None, *,
                 license: str = "apache-2.0", base_model: str | None = None,
-                commit_message: str = "Model card (hf-attn-variants)") -> Published:
+                commit_message: str = "Model card (hf-attn-variants)", record: CardRecord | None = None) -> Published:
     """Replace the README.md of `repo_id` with the card of `folder`, after the model was pushed there (by
     `Trainer.push_to_hub`, `model.push_to_hub` or `publish`).
 
@@ -441,6 +509,7 @@ def upload_card(folder, repo_id: str, revision: str | None = None, token: str | 
     the model's code. The same commit removes files that `publish` would not have uploaded (`is_published`: e.g.
     Trainer's `training_args.bin`, `trainer_state.json`, `runs/`), so a Trainer push followed by `upload_card`
     leaves the same files as `publish`. The card's metadata is validated by the Hub (`ModelCard.validate`) first.
+    With `record`, the card is rendered from it instead of the folder's files (a release card, see `publish`).
     """
     folder = Path(folder)
     config = _check_folder(folder)
@@ -450,7 +519,8 @@ def upload_card(folder, repo_id: str, revision: str | None = None, token: str | 
     needed = {"config.json"} | {t.split(".")[0] + ".py" for t in config["auto_map"].values()}
     if not needed <= remote:
         raise ValueError(f"{repo_id} at {info.sha} lacks {sorted(needed - remote)}: push the model before its card.")
-    card = render_card(folder, repo_id, info.sha, license=license, base_model=base_model)
+    card = render_record(record or read_card_record(folder), repo_id, info.sha, license=license,
+                         base_model=base_model, where=str(folder))
     card.validate()
     operations = [CommitOperationAdd("README.md", str(card).encode())]
     operations += [CommitOperationDelete(path) for path in sorted(remote) if not is_published(path)]
@@ -460,7 +530,7 @@ def upload_card(folder, repo_id: str, revision: str | None = None, token: str | 
 
 def publish(folder, repo_id: str, *, private: bool = False, revision: str | None = None,
             commit_message: str | None = None, token: str | None = None, license: str = "apache-2.0",
-            base_model: str | None = None) -> Published:
+            base_model: str | None = None, record: CardRecord | None = None) -> Published:
     """Check, upload and document the checkpoint in `folder` as the Hub model repository `repo_id`.
 
     1. `check_loads`: the folder loads with `trust_remote_code=True` where this package is not installed.
@@ -473,11 +543,15 @@ def publish(folder, repo_id: str, *, private: bool = False, revision: str | None
         revision: a branch to publish to (created from main if it does not exist); default main.
         commit_message: the message of the model commit.
         token, license, base_model: the Hub token (default: the logged-in one); see `render_card`.
+        record: render the card from this `CardRecord` instead of the folder's files: a release of the top-level
+            model_cards/ (`release.release_record`), whose card describes the recorded run and how to re-train it;
+            the caller checks that the folder holds that model (`release.check_matches`).
     """
     folder = Path(folder)
     _check_folder(folder)
     check_loads(folder)
-    render_card(folder, repo_id, "main", license=license, base_model=base_model).validate()  # metadata only
+    render_record(record or read_card_record(folder), repo_id, "main", license=license,
+                  base_model=base_model).validate()  # metadata only
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
     if revision and revision != "main":
@@ -485,8 +559,9 @@ def publish(folder, repo_id: str, *, private: bool = False, revision: str | None
     files = sorted(p.name for p in folder.iterdir() if p.is_file() and is_published(p.name) and p.name != "README.md")
     api.create_commit(repo_id, [CommitOperationAdd(name, str(folder / name)) for name in files],
                       commit_message=commit_message or f"Upload {folder.name} (hf-attn-variants)", revision=revision)
-    return upload_card(folder, repo_id, revision=revision, token=token, license=license, base_model=base_model)
+    return upload_card(folder, repo_id, revision=revision, token=token, license=license, base_model=base_model,
+                       record=record)
 
 
-__all__ = ["Published", "attention_setups", "check_loads", "is_published", "publish", "read_run", "render_card",
-           "upload_card"]
+__all__ = ["CardRecord", "Published", "attention_setups", "check_loads", "is_published", "parameter_total", "publish",
+           "read_card_record", "read_run", "render_card", "render_record", "upload_card"]

@@ -18,7 +18,8 @@ from conftest import build
 from hf_attn_variants.isolation import run_isolated
 from hub_server import card_metadata_errors
 from hf_attn_variants.presets import PRESETS, preset_config
-from hf_attn_variants.publish import _load_yaml, attention_setups, is_published, publish, render_card
+from hf_attn_variants.publish import _load_yaml, attention_setups, is_published, publish, render_card, render_record
+from hf_attn_variants.release import record_from_json
 
 CODE = {"attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
         "configuration_variant_bert.py", "modeling_variant_bert.py"}
@@ -70,6 +71,15 @@ PUSH = textwrap.dedent(
     published = upload_card(run, "tester/trainer-path")
     assert main(["publish", str(run), "tester/cli-path", "--private", "--revision", "dev",
                  "--commit-message", "First release"]) == 0
+
+    # a release of model_cards/: the run's record (no weights), its card, then publish --release with that card
+    from hf_attn_variants.release import record_run
+    (work / "records").mkdir()
+    (work / "records" / "bert-mini-talking-heads.json").write_text(json.dumps(record_run(run, "python train.py", "0123abc")))
+    sources = ["--results", str(work / "no-results.jsonl"), "--records", str(work / "records")]
+    assert main(["cards", "--out", str(work / "cards"), *sources]) == 0
+    assert main(["publish", str(run), "tester/release-path", "--release", "bert-mini-talking-heads", *sources,
+                 "--cards", str(work / "cards")]) == 0
 
     model.eval()
     inputs = probe_inputs(model.config, "VariantBertForMaskedLM")
@@ -144,6 +154,20 @@ def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_
     texts = [_card(f)[0].replace(n, "REPO").replace(c, "SHA") for n, f, c in
              (("trainer-path", trainer_files, trainer_commit), ("cli-path", cli_files, cli_commit))]
     assert texts[0] == texts[1]
+
+    # publish --release: the same files, and the card of model_cards/ with its reproduction section, addressed to
+    # the repository and pinned to its model commit
+    release_files = state.files("tester/release-path")
+    release_repo = state.repos["tester/release-path"]
+    release_commit = release_repo.commits[release_repo.branches["main"]]["parent"]
+    record = record_from_json(json.loads((tmp_path / "records" / "bert-mini-talking-heads.json").read_text()))
+    release_card = release_files["README.md"].decode()
+    assert set(release_files) == set(cli_files) and card_metadata_errors(release_card) == []
+    assert release_card == str(render_record(record, "tester/release-path", release_commit))
+    assert "## Reproducing the weights" in release_card and "git checkout 0123abc\npython train.py" in release_card
+    committed = (tmp_path / "cards" / "bert-mini-talking-heads" / "README.md").read_text()
+    # the folder's card: the same record, unpinned and addressed to the default owner
+    assert committed == str(render_record(record, "hf-attn-variants/bert-mini-talking-heads", None))
 
     # pull both at their pinned revisions where the package cannot be imported: identical outputs
     jobs = [["tester/trainer-path", trainer_commit, str(tmp_path / "a.pt")],

@@ -1,0 +1,154 @@
+"""The top-level model_cards/: the committed cards are what `hf-attn-variants cards` renders from the recorded runs
+(so they cannot drift), the release rule picks what experiments/results.jsonl says (checked by an independent
+filter over the raw rows), and each card carries its run's numbers, command, commit and hashes."""
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import build
+
+from hf_attn_variants.cli import main
+from hf_attn_variants.publish import read_card_record, render_card, render_record
+from hf_attn_variants.release import (RELEASES, check_matches, pick, record_from_json, record_run, release_record,
+                                      release_set, row_record)
+from hub_server import card_metadata_errors
+
+ROOT = Path(__file__).resolve().parent.parent
+CARDS = ROOT / "model_cards"
+
+
+@contextlib.contextmanager
+def _in(folder):
+    before = os.getcwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def _texts(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_text() for p in folder.rglob("*.md")}
+
+
+@pytest.fixture(scope="module")
+def released():
+    return {r.release.name: r for r in release_set(ROOT)}
+
+
+def test_committed_cards_equal_what_the_command_renders(tmp_path):
+    with _in(ROOT):
+        assert main(["cards", "--out", str(tmp_path)]) == 0
+    committed, rendered = _texts(CARDS), _texts(tmp_path)
+    assert set(committed) == set(rendered), "run `hf-attn-variants cards --out model_cards` and commit the result"
+    stale = [name for name in committed if committed[name] != rendered[name]]
+    assert not stale, f"{stale} differ from what `hf-attn-variants cards --out model_cards` renders: re-run it"
+
+
+def _raw_rows():
+    return [json.loads(line) for line in (ROOT / "experiments/results.jsonl").read_text().splitlines() if line]
+
+
+# the release's setup read off the raw rows (not through the presets): at width 256 means no hidden_size override
+RAW_SETUPS = {
+    "bert-mini-kjv-dot-product": lambda p, o, t: p == "bert-mini-dot-product" and o["attention_type"] == "dot_product",
+    "bert-mini-kjv-talking-heads": lambda p, o, t: o.get("attention_type") == "talking_heads",
+    "bert-mini-kjv-synthesizer-mixture": lambda p, o, t: o.get("synthesizer_components") == ["dot_product", "random"],
+    "bert-mini-kjv-single-head-admin": lambda p, o, t: p == "bert-mini-single-head-admin" and o.get("admin", True)
+    and t.get("admin_init") == "closed_form",
+}
+
+
+@pytest.mark.parametrize("name", sorted(RAW_SETUPS))
+def test_each_research_card_is_the_best_long_row_of_its_setup_and_carries_its_record(released, name):
+    rows = [r for r in _raw_rows() if r["steps"] == 1600 and not r["diverged"] and r.get("tokenizer_sha256")
+            and "hidden_size" not in r["config"]["overrides"]
+            and RAW_SETUPS[name](r["config"]["preset"], r["config"]["overrides"], r["config"]["training"])]
+    best = min(rows, key=lambda r: r["eval_loss"])
+    assert len(rows) >= 3 and released[name].run == f"`{best['id']}`"
+
+    text = (CARDS / name / "README.md").read_text()
+    assert card_metadata_errors(text) == []
+    assert f"| mlm_loss | {best['eval_loss']:.4g} |" in text and f"| train_loss | {best['train_loss']:.4g} |" in text
+    assert best["train_command"] in text and f"git checkout {best['git_commit']}" in text
+    for digest in (best["tokenizer_sha256"], best["train_text_sha256"], best["validation_text_sha256"]):
+        assert f"`{digest}`" in text
+    assert f"{best['num_parameters'] / 1e6:.1f}M parameters" in text
+    index = (CARDS / "README.md").read_text()
+    assert f"| {best['eval_loss']:.4f} | `{best['id']}` | [card]({name}/README.md) |" in index
+
+
+def test_main_job_card_comes_from_its_committed_record(released):
+    data = json.loads((CARDS / "records/bert-mini-talking-heads.json").read_text())
+    text = (CARDS / "bert-mini-talking-heads/README.md").read_text()
+    assert data["training_info"]["preset"] == "bert-mini-talking-heads" and data["metrics"]["num_parameters"] > 5e6
+    assert f"| mlm_loss | {data['metrics']['eval_mlm_loss']:.4g} |" in text
+    assert "python examples/run_pretraining.py\n```" in text and data["reproduce"]["git_commit"] in text
+    assert not (CARDS / "bert-mini-talking-heads/model.safetensors").exists()
+    assert released["t5-mini-kjv-talking-heads"].record is None  # T5: not yet
+    assert "| T5 | talking heads |  | not yet" in (CARDS / "README.md").read_text()
+
+
+def _row(**changes):
+    base = {"id": "c/v/s/seed0", "seed": 0, "steps": 1600, "diverged": False, "eval_loss": 5.3,
+            "tokenizer_sha256": "t", "train_text_sha256": "d", "git_commit": "abc",
+            "config": {"preset": "bert-mini-dot-product", "overrides": {"attention_type": "talking_heads"},
+                       "training": {}}}
+    return {**base, **changes}
+
+
+def test_rule_picks_the_lowest_long_committed_width_256_row_of_the_setup():
+    release = next(r for r in RELEASES if r.name == "bert-mini-kjv-talking-heads")
+    rows = [_row(id="ok-high", eval_loss=5.25), _row(id="ok-low", eval_loss=5.22),
+            _row(id="short", eval_loss=5.0, steps=400), _row(id="diverged", eval_loss=5.0, diverged=True),
+            _row(id="dirty", eval_loss=5.0, git_commit="abc+dirty"), _row(id="no-hash", eval_loss=5.0,
+                                                                         tokenizer_sha256=None),
+            _row(id="wide", eval_loss=5.0, config={"preset": "bert-mini-dot-product", "training": {}, "overrides": {
+                "attention_type": "talking_heads", "hidden_size": 384, "intermediate_size": 1536}}),
+            _row(id="dot", eval_loss=5.0, config={"preset": "bert-mini-dot-product", "training": {},
+                                                  "overrides": {"attention_type": "dot_product"}})]
+    assert pick(release, rows)["id"] == "ok-low"
+    assert pick(release, rows[2:]) is None
+
+
+def test_row_record_refuses_a_row_its_preset_no_longer_builds():
+    row = next(r for r in _raw_rows() if r["id"] == "talking_heads/talking-heads/h16-lr1e-3-steps1600/seed0")
+    assert row_record(row, ROOT).num_parameters == row["num_parameters"]
+    with pytest.raises(ValueError, match="would describe another model"):
+        row_record({**row, "num_parameters": row["num_parameters"] + 1}, ROOT)
+
+
+def test_a_record_renders_the_card_of_its_folder(tmp_path):
+    """record_run's JSON keeps everything the card reads: rendered from it, the card is the folder's own card plus
+    the section on reproducing the weights."""
+    build("VariantBertForMaskedLM", "talking_heads").save_pretrained(tmp_path)
+    (tmp_path / "all_results.json").write_text(json.dumps({"eval_mlm_loss": 6.5, "train_loss": 7.0}))
+    (tmp_path / "training_info.json").write_text(json.dumps({"script": "examples/run_pretraining.py",
+                                                             "task": "fill-mask", "training": {"steps": 3}}))
+    data = json.loads(json.dumps(record_run(tmp_path, "python train.py", "0123abc", [tmp_path / "config.json"])))
+    from_record = str(render_record(record_from_json(data), "me/model", None))
+    own = str(render_card(tmp_path, "me/model", None))
+    head, rest = from_record.split("## Reproducing the weights\n", 1)
+    assert head + "## Limitations" + rest.split("## Limitations", 1)[1] == own
+    assert "git checkout 0123abc\npython train.py\n```" in rest
+
+    # a folder holding another model is refused, naming the field
+    other = tmp_path / "other"
+    build("VariantBertForMaskedLM", "dot_product").save_pretrained(other)
+    with pytest.raises(ValueError, match="attention_type"):
+        check_matches(other, record_from_json(data), "me/model")
+    check_matches(tmp_path, read_card_record(tmp_path), "me/model")
+
+
+def test_publish_release_refuses_a_stale_card(tmp_path):
+    shutil.copytree(CARDS, tmp_path / "cards")
+    card = tmp_path / "cards/bert-mini-talking-heads/README.md"
+    assert release_record("bert-mini-talking-heads", ROOT, cards=tmp_path / "cards").num_parameters > 0
+    card.write_text(card.read_text().replace("6.761", "6.5"))
+    with pytest.raises(ValueError, match="out of date"):
+        release_record("bert-mini-talking-heads", ROOT, cards=tmp_path / "cards")
