@@ -2,31 +2,38 @@
 
 This file is copied next to every saved checkpoint (remote code), so it imports only torch, public transformers API
 and its siblings `configuration_variant_attention` (the fields, their validation and the `AttentionSpec` it resolves),
-`talking_heads_blockwise` (the heads map, talking heads' formula and its blockwise core) and, only when that algorithm
-is asked for, `talking_heads_triton`.
+`talking_heads_blockwise` (the heads map, talking heads' formula and its eager and blockwise algorithms) and, only when
+that algorithm is asked for, `talking_heads_triton`.
 
 A family's attention module keeps its own projections, named as in the upstream transformers model (so vanilla
 checkpoints load), builds those the spec asks for (`spec.has_query/has_key/has_value`), and hands the projected heads
 to the attention class of its type, `ATTENTION_CLASSES[spec.attention_type]`, which owns every parameter the type
-adds, its initialisation and its forward:
+adds and its initialisation, and picks the function that computes it:
 
-    DotProductAttention      softmax(q k^T * s + mask) v, dispatched to ``ALL_ATTENTION_FUNCTIONS`` (SDPA) when
-                             nothing needs the weights, else computed as transformers' ``eager_attention_forward``.
+    DotProductAttention      softmax(q k^T * s + mask) v: transformers' ``ALL_ATTENTION_FUNCTIONS[attn_implementation]``
+                             (SDPA) when nothing needs the weights, else `dot_product_eager_forward`.
     TalkingHeadsAttention    J = q k^T * s over h_k heads; L = J P_l (+ dynamic terms) over h heads; + mask (+ position
                              bias); W = softmax(L); U = W P_w (+ dynamic terms) over h_v heads; dropout(U) v.
-                             (Shazeer et al. 2020) Eager, or blockwise / Triton in O(n) memory (`attention_algorithm`,
-                             `TALKING_HEADS_ALGORITHMS`).
+                             (Shazeer et al. 2020) `talking_heads_attention_forward`: eager, blockwise or Triton
+                             (`attention_algorithm`, `TALKING_HEADS_ALGORITHMS`).
     SynthesizerAttention     logits = sum_c alpha_c S_c over components (dense, random, factorized_dense,
                              factorized_random, dot_product) + mask; softmax; dropout; v.  (Tay et al. 2020)
+                             `synthesizer_sdpa_forward` (one SDPA call) or `synthesizer_eager_forward`.
     GeneralBilinearAttention h heads, each a full d x d bilinear form: logits[h, i, j] = q_i[h] . m_j * s + mask with
                              q = x W_q + b_q [h, d]; the memory m is the keys and the values.  (Shazeer et al. 2020,
-                             mesh-tensorflow's GeneralBilinearSelfAttention)
+                             mesh-tensorflow's GeneralBilinearSelfAttention) `general_bilinear_eager_forward`.
+
+Every one of these functions has transformers' attention interface, as ``eager_attention_forward`` in
+transformers' BERT: ``fn(module, query, key, value, attention_mask, scaling=..., dropout=..., **kwargs)`` with the
+keyword extras `position_bias` (T5), `hidden_states` (the query input [b, n, d], read by dense synthesizers and
+talking heads' dynamic maps) and `output_attentions`, returning (attn_output [b, n, heads, d], attn_weights or None).
 
 The base, `VariantAttentionCore`, holds what they share: the mask (padding, causal, position bias), dropout,
 recomputation and the memory as it is cached. Shapes: b batch, n query length, m key length, h_k/h/h_v key, softmax
 and value heads, d_k/d_v head sizes.
 """
 
+import functools
 import importlib.util
 from collections.abc import Callable
 
@@ -39,11 +46,15 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 from .configuration_variant_attention import ATTENTION_TYPES, AttentionSpec
-from .talking_heads_blockwise import causal_bias, mix_heads, talking_heads_blockwise
+from .talking_heads_blockwise import causal_bias, talking_heads_blockwise, talking_heads_eager
 
 logger = logging.get_logger(__name__)
 
-# synthesizer components that fold into one SDPA call (see synthesizer_sdpa)
+# transformers' attention interface: fn(module, query, key, value, attention_mask, scaling=..., dropout=..., **kwargs)
+# -> (attn_output [b, n, heads, d], attn_weights [b, heads, n, m] or None)
+AttentionFunction = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
+
+# synthesizer components that fold into one SDPA call (see synthesizer_sdpa_forward)
 _SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
 
 
@@ -61,6 +72,17 @@ def causal_mask(n: int, m: int, dtype: torch.dtype, device) -> torch.Tensor:
     return causal_bias(n, m, dtype, device)[None, None]
 
 
+def attention_bias(module, attention_mask, position_bias, n: int, value: torch.Tensor, causal: bool = True):
+    """The additive bias of n queries over value's m keys: the mask (with `causal`, a causal mask where the layer is
+    causal and no mask is given), plus the position bias; None where there is neither."""
+    if causal and attention_mask is None and module.is_causal and n > 1:
+        attention_mask = causal_mask(n, value.shape[2], value.dtype, value.device)
+    bias = additive_mask(attention_mask, value.dtype)
+    if position_bias is not None:
+        bias = position_bias if bias is None else bias + position_bias
+    return bias
+
+
 def _softmax(logits: torch.Tensor) -> torch.Tensor:
     """Softmax over keys; half-precision logits are normalised in float32 (as transformers' T5 does)."""
     if logits.dtype in (torch.float16, torch.bfloat16):
@@ -68,23 +90,29 @@ def _softmax(logits: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits, dim=-1)
 
 
-def mix_heads_(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """In-place `mix_heads` for square maps, without autograd: x [b, h, n, m] is overwritten with the result.
+def recomputing(module) -> bool:
+    """Whether an eager path recomputes its weights in backward: `attention_recompute` while training with
+    gradients."""
+    return module.spec.recompute and module.training and torch.is_grad_enabled()
 
-    On the CPU a fresh attention-sized tensor costs more in page faults than the arithmetic that fills it (measured
-    here at b=8, h=12, n=m=512: ~40 ms to allocate and touch 100 MB, ~7 ms for an in-place pass), so inference
-    mixes each batch item into one reused [h, n*m] scratch buffer and copies it back.
-    """
-    b, h, n, m = x.shape
-    flat = x.view(b, h, n * m)
-    weight = proj.t().to(x.dtype)
-    scratch = x.new_empty(h, n * m)
-    for i in range(b):
-        torch.mm(weight, flat[i], out=scratch)
-        flat[i].copy_(scratch)
-    if bias is not None:
-        x.add_(bias)
-    return x
+
+def recomputed_while_training(forward: AttentionFunction) -> AttentionFunction:
+    """An eager attention function run under activation checkpointing where `recomputing(module)`: backward
+    recomputes the [b, heads, n, m] weights instead of keeping them."""
+
+    @functools.wraps(forward)
+    def wrapper(module, *args, **kwargs):
+        if recomputing(module):
+            return checkpoint(forward, module, *args, use_reentrant=False, **kwargs)
+        return forward(module, *args, **kwargs)
+
+    return wrapper
+
+
+def _weighted_values(module, weights: torch.Tensor, value: torch.Tensor, dropout: float):
+    """dropout(weights) [b, h, n, m] times value [b, h, m, d_v], heads-last, with the dropped weights."""
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights  # [b, n, h, d_v]
 
 
 def talking_heads_triton(query, *args, **kwargs) -> torch.Tensor:
@@ -102,15 +130,18 @@ def talking_heads_triton(query, *args, **kwargs) -> torch.Tensor:
     return kernel(query, *args, **kwargs)
 
 
-# attention_algorithm -> the function computing talking heads' formula (talking_heads_blockwise's docstring)
+# attention_algorithm -> the function computing talking heads' formula from its arguments (talking_heads_blockwise's
+# docstring; `TalkingHeadsAttention.formula_arguments` makes them): out [b, h_v, n, d_v]. Only the eager one keeps the
+# weights, returned with `return_weights=True`.
 TALKING_HEADS_ALGORITHMS: dict[str, Callable[..., torch.Tensor]] = {
+    "eager": talking_heads_eager,
     "blockwise": talking_heads_blockwise,
     "triton": talking_heads_triton,
 }
 
 
-# Without gradients "auto" keeps the eager core (in place: one attention-sized buffer, no recomputation) up to this
-# many elements of [b, heads, n, m] (256 MiB in float32), and goes blockwise beyond.
+# Without gradients "auto" keeps the eager algorithm (W computed in place of L, no recomputation) up to this many
+# elements of [b, heads, n, m] (256 MiB in float32), and goes blockwise beyond.
 EAGER_INFERENCE_ELEMENTS = 1 << 26
 
 # The GPUs (`torch.cuda.get_device_name()`) on which `benchmarks/gpu_check.py --kernel` has passed: only there does
@@ -131,13 +162,35 @@ def talking_heads_algorithm(name: str, device: torch.device, elements: int) -> s
 
     "auto" runs only verified code: the Triton kernel on a CUDA device named in `TRITON_VERIFIED_GPUS` where triton is
     installed; else, on any device, the blockwise core while gradients are recorded (it keeps no n x m tensor for
-    backward) or when the eager core's buffer would pass `EAGER_INFERENCE_ELEMENTS`, and the eager core otherwise (in
-    place without gradients: nothing to recompute)."""
+    backward) or when the eager algorithm's tensors would pass `EAGER_INFERENCE_ELEMENTS`, and the eager algorithm
+    otherwise (without gradients: nothing to recompute)."""
     if name != "auto":
         return name
     if device.type == "cuda" and triton_verified_on(device):
         return "triton"
     return "blockwise" if torch.is_grad_enabled() or elements > EAGER_INFERENCE_ELEMENTS else "eager"
+
+
+def talking_heads_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
+                                    hidden_states, position_bias=None, output_attentions=False, **kwargs):
+    """Talking heads: the formula's arguments (`module.formula_arguments`), computed by the algorithm of
+    `TALKING_HEADS_ALGORITHMS` that `attention_algorithm` names ("auto": `talking_heads_algorithm`), the eager one
+    where `output_attentions` asks for the weights (which it returns, U after dropout)."""
+    spec, (b, n), m = module.spec, hidden_states.shape[:2], value.shape[2]
+    elements = b * max(spec.num_key_heads, spec.num_heads, spec.num_value_heads) * n * m
+    algorithm = "eager" if output_attentions else talking_heads_algorithm(spec.algorithm, query.device, elements)
+    formula = TALKING_HEADS_ALGORITHMS[algorithm]
+    if algorithm == "eager" and recomputing(module):
+        formula = functools.partial(checkpoint, formula, use_reentrant=False)
+    bias = attention_bias(module, attention_mask, position_bias, n, value, causal=False)
+    causal = attention_mask is None and spec.is_causal and n > 1  # a causal mask made by the algorithm (per block)
+    key, value, maps = module.formula_arguments(key, value, hidden_states)
+    options = dict(scaling=module.scaling if scaling is None else scaling, causal=causal, dropout=dropout)
+    if output_attentions:
+        out, weights = formula(query, key, value, bias, **maps, **options, return_weights=True)
+    else:
+        out, weights = formula(query, key, value, bias, **maps, **options), None  # [b, h_v, n, d_v]
+    return out.transpose(1, 2).contiguous(), weights  # [b, n, h_v, d_v]
 
 
 class VariantAttentionCore(nn.Module):
@@ -146,11 +199,11 @@ class VariantAttentionCore(nn.Module):
 
     Inputs are heads-first: query [b, h_k, n, d_k] (None without queries), key and value as `prepare_memory` returns
     them; the output is heads-last [b, n, h_v, d_v] (as transformers' attention functions return it), together with
-    the attention weights [b, h_v, n, m] that multiply V (None on a fused path).
+    the attention weights [b, h_v, n, m] that multiply V (None where the function does not materialise them).
 
-    A subclass gives `attention_weights` (the eager softmax weights, mask included) and, where it has them, its own
-    parameters (`init_variant_weights`), cached memory layout (`prepare_memory`), input checks (`check_lengths`) and a
-    fused path (`fused`).
+    A subclass gives `attention_function` (its functions, with transformers' attention interface) and, where it has
+    them, its own parameters (`init_variant_weights`), cached memory layout (`prepare_memory`) and input checks
+    (`check_lengths`).
     """
 
     def __init__(self, spec: AttentionSpec):
@@ -198,13 +251,9 @@ class VariantAttentionCore(nn.Module):
     def check_lengths(self, n: int, m: int) -> None:
         """Raise a ValueError for n queries over m keys that the type cannot attend over."""
 
-    def fused(self, query, key, value, attention_mask, hidden_states, position_bias, dropout, attn_implementation,
-              output_attentions, kwargs) -> tuple | None:
-        """A fused path's (output, None), or None where the eager path must run."""
-        return None
-
-    def attention_weights(self, query, key, value, bias, hidden_states) -> torch.Tensor:
-        """The attention weights [b, h_v, n, m] that multiply V (before dropout); `bias` is the additive mask."""
+    def attention_function(self, attn_implementation: str | None, output_attentions: bool, dropout: float,
+                           device: torch.device) -> AttentionFunction:
+        """The function that computes this type's attention for a call (transformers' attention interface)."""
         raise NotImplementedError
 
     def forward(
@@ -221,48 +270,33 @@ class VariantAttentionCore(nn.Module):
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states [b, n, d] is the query input (dense synthesizers and dynamic x2l/x2w read it)."""
-        spec = self.spec
-        dropout = spec.dropout if self.training else 0.0
-        n, m = hidden_states.shape[1], value.shape[2]
-        self.check_lengths(n, m)
-        result = self.fused(query, key, value, attention_mask, hidden_states, position_bias, dropout,
-                            attn_implementation, output_attentions, kwargs)
-        if result is not None:
-            return result
-        if attention_mask is None and spec.is_causal and n > 1:
-            attention_mask = causal_mask(n, m, value.dtype, value.device)
-        bias = additive_mask(attention_mask, value.dtype)
-        if position_bias is not None:
-            bias = position_bias if bias is None else bias + position_bias
-        if spec.recompute and self.training and torch.is_grad_enabled():
-            return checkpoint(self._eager, query, key, value, bias, hidden_states, dropout, use_reentrant=False)
-        return self._eager(query, key, value, bias, hidden_states, dropout)
-
-    def _eager(self, query, key, value, bias, hidden_states, dropout):
-        weights = self.attention_weights(query, key, value, bias, hidden_states)
-        weights = F.dropout(weights, p=dropout, training=self.training)
-        out = torch.matmul(weights, value[..., : self.spec.value_head_size])  # [b, h_v, n, d_v]
-        return out.transpose(1, 2).contiguous(), weights
+        dropout = self.spec.dropout if self.training else 0.0
+        self.check_lengths(hidden_states.shape[1], value.shape[2])
+        attention_forward = self.attention_function(attn_implementation, output_attentions, dropout, value.device)
+        return attention_forward(
+            self, query, key, value, attention_mask, scaling=self.scaling, dropout=dropout,
+            position_bias=position_bias, hidden_states=hidden_states, output_attentions=output_attentions, **kwargs,
+        )
 
 
 class DotProductAttention(VariantAttentionCore):
     """softmax(q k^T * s + mask) v: transformers' attention, through ``ALL_ATTENTION_FUNCTIONS`` where it can."""
 
-    def fused(self, query, key, value, attention_mask, hidden_states, position_bias, dropout, attn_implementation,
-              output_attentions, kwargs):
+    def attention_function(self, attn_implementation, output_attentions, dropout, device):
         if attn_implementation in (None, "eager") or output_attentions:
-            return None
-        attention_fn: Callable = ALL_ATTENTION_FUNCTIONS[attn_implementation]
-        kwargs = {k: v for k, v in kwargs.items() if k != "output_attentions"}
-        if position_bias is not None:
-            kwargs["position_bias"] = position_bias
-        return attention_fn(self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs)
+            return dot_product_eager_forward
+        return ALL_ATTENTION_FUNCTIONS[attn_implementation]
 
-    def attention_weights(self, query, key, value, bias, hidden_states):
-        logits = torch.matmul(query, key.transpose(2, 3)) * self.scaling
-        if bias is not None:
-            logits = logits + bias
-        return _softmax(logits)
+
+@recomputed_while_training
+def dot_product_eager_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
+                              position_bias=None, **kwargs):
+    """softmax(q k^T * s + mask (+ position bias)) v with the weights, as transformers' `eager_attention_forward`
+    (plus T5's position bias, a causal mask where none is given, half-precision softmax in float32)."""
+    scaling = module.scaling if scaling is None else scaling
+    bias = attention_bias(module, attention_mask, position_bias, query.shape[2], value)
+    logits = torch.matmul(query, key.transpose(2, 3)) * scaling  # [b, h, n, m]
+    return _weighted_values(module, _softmax(logits if bias is None else logits + bias), value, dropout)
 
 
 class TalkingHeadsAttention(VariantAttentionCore):
@@ -313,22 +347,9 @@ class TalkingHeadsAttention(VariantAttentionCore):
             value = torch.cat([value, dyn.permute(0, 3, 1, 2)], dim=-1)  # [b, h_v, m, d_v + h]
         return key, value
 
-    def fused(self, query, key, value, attention_mask, hidden_states, position_bias, dropout, attn_implementation,
-              output_attentions, kwargs):
-        """The blockwise or Triton algorithm (`attention_algorithm`), unless the weights are asked for."""
-        spec, n = self.spec, hidden_states.shape[1]
-        heads = max(spec.num_key_heads, spec.num_heads, spec.num_value_heads)
-        algorithm = talking_heads_algorithm(spec.algorithm, query.device, query.shape[0] * heads * n * value.shape[2])
-        if output_attentions or algorithm == "eager":
-            return None
-        causal = attention_mask is None and spec.is_causal and n > 1  # built per block, never n x m
-        bias = additive_mask(attention_mask, value.dtype)
-        if position_bias is not None:
-            bias = position_bias if bias is None else bias + position_bias
-        key, value, maps = self.formula_arguments(key, value, hidden_states)
-        out = TALKING_HEADS_ALGORITHMS[algorithm](query, key, value, bias, **maps, scaling=self.scaling, causal=causal,
-                                                  dropout=dropout)  # [b, h_v, n, d_v]
-        return out.transpose(1, 2).contiguous(), None  # [b, n, h_v, d_v]
+    def attention_function(self, attn_implementation, output_attentions, dropout, device):
+        """Every algorithm (`attention_algorithm`), whatever `attn_implementation` says."""
+        return talking_heads_attention_forward
 
     def formula_arguments(self, key, value, x):
         """key, value, and the maps of `talking_heads_blockwise`'s formula: P_l, P_w and the dynamic maps as
@@ -348,47 +369,6 @@ class TalkingHeadsAttention(VariantAttentionCore):
             maps["m2w"] = value[..., d_v:].permute(0, 2, 3, 1)  # [b, m, h, h_v]
         maps = {name: t if t is None or t.dtype == value.dtype else t.to(value.dtype) for name, t in maps.items()}
         return key[..., :d_k], value[..., :d_v], maps
-
-    def attention_weights(self, query, key, value, bias, x):
-        spec = self.spec
-        b, n = x.shape[:2]
-        d_k, d_v, h = spec.key_head_size, spec.value_head_size, spec.num_heads
-        dots = torch.matmul(query, key[..., :d_k].transpose(2, 3))  # J [b, h_k, n, m], unscaled
-        # without autograd, square maps overwrite J, L and W in place: one attention-sized allocation in all (not
-        # while torch.compile / torch.export trace: `mix_heads_` loops over the batch, which would fix its size)
-        inplace = (not torch.is_grad_enabled() and not spec.dynamic and dots.dtype == torch.float32
-                   and not torch.compiler.is_compiling())
-        if spec.pre_softmax:
-            # L = J (s P_l) + bias: the scaling folds into the h_k x h map, the bias into the GEMM
-            if inplace and spec.num_key_heads == h:
-                logits = mix_heads_(dots, self.pre_softmax_proj * self.scaling, bias)
-            else:
-                logits = mix_heads(dots, self.pre_softmax_proj * self.scaling, bias)  # [b, h, n, m]
-            if "x2l" in spec.dynamic:  # sum_k J[i,j,k] D(x_i)[k,h]
-                dyn = (x @ self.dynamic_x2l.to(x.dtype)).view(b, n, spec.num_key_heads, h) * self.scaling
-                logits = logits + torch.einsum("bkij,bikh->bhij", dots, dyn)
-            if "m2l" in spec.dynamic:  # sum_k J[i,j,k] D(m_j)[k,h]
-                dyn = key[..., d_k:] * self.scaling  # [b, h_k, m, h]
-                logits = logits + torch.einsum("bkij,bkjh->bhij", dots, dyn)
-        else:
-            logits = dots.mul_(self.scaling) if inplace else dots * self.scaling
-            if bias is not None:
-                logits = logits.add_(bias) if inplace else logits + bias
-        if inplace and logits is dots:
-            weights = torch.softmax(logits, dim=-1, out=logits)  # W [b, h, n, m]
-        else:
-            weights = _softmax(logits)  # W [b, h, n, m]
-        if not spec.post_softmax:
-            return weights
-        if inplace and spec.num_value_heads == h:
-            return mix_heads_(weights, self.post_softmax_proj)  # U [b, h_v, n, m]
-        mixed = mix_heads(weights, self.post_softmax_proj)  # U [b, h_v, n, m]
-        if "x2w" in spec.dynamic:
-            dyn = (x @ self.dynamic_x2w.to(x.dtype)).view(b, n, h, spec.num_value_heads)
-            mixed = mixed + torch.einsum("bhij,bihv->bvij", weights, dyn)
-        if "m2w" in spec.dynamic:
-            mixed = mixed + torch.einsum("bhij,bvjh->bvij", weights, value[..., d_v:])
-        return mixed
 
 
 class SynthesizerAttention(VariantAttentionCore):
@@ -460,25 +440,18 @@ class SynthesizerAttention(VariantAttentionCore):
                 f"got {m}; raise `synthesizer_max_position` (and retrain) or shorten the input."
             )
 
-    def fused(self, query, key, value, attention_mask, hidden_states, position_bias, dropout, attn_implementation,
-              output_attentions, kwargs):
+    def attention_function(self, attn_implementation, output_attentions, dropout, device):
         spec = self.spec
         if (  # the fold pays only where a fused kernel can run: on the CPU, SDPA has none with dropout
             attn_implementation == "sdpa"
-            and (dropout == 0.0 or value.device.type != "cpu")
+            and (dropout == 0.0 or device.type != "cpu")
             and not output_attentions
             and not spec.recompute
             and _SDPA_FOLDABLE.issuperset(spec.components)
             and spec.components != ("random",)
         ):
-            return synthesizer_sdpa(self, query, key, value, attention_mask, hidden_states, position_bias, dropout)
-        return None
-
-    def attention_weights(self, query, key, value, bias, hidden_states):
-        logits = synthesizer_logits(self, query, key, hidden_states)
-        if bias is not None:
-            logits = logits + bias
-        return _softmax(logits)
+            return synthesizer_sdpa_forward
+        return synthesizer_eager_forward
 
     def dense_hidden(self, x):
         """relu(x W1^T + b1) per head: [b, n, d] -> [b, h, n, d_h]."""
@@ -501,7 +474,7 @@ class SynthesizerAttention(VariantAttentionCore):
         return weights
 
 
-def synthesizer_logits(core: "SynthesizerAttention", query, key, x) -> torch.Tensor:
+def synthesizer_logits(core: "SynthesizerAttention", query, key, x, scaling: float) -> torch.Tensor:
     """sum_c alpha_c S_c over the components, [b or 1, h, n, m] (masks are added by the caller)."""
     spec = core.spec
     b, n = x.shape[:2]
@@ -513,7 +486,7 @@ def synthesizer_logits(core: "SynthesizerAttention", query, key, x) -> torch.Ten
         hidden = core.dense_hidden(x)
     for comp in spec.components:
         if comp == "dot_product":
-            terms.append(torch.matmul(query, key.transpose(2, 3)) * core.scaling)
+            terms.append(torch.matmul(query, key.transpose(2, 3)) * scaling)
         elif comp == "dense":  # B = relu(W1 x + b1) W2 + b2, sliced to the keys; b2 rides in the GEMM
             ones = hidden.new_ones(*hidden.shape[:-1], 1)
             w2 = torch.cat([core.dense_weight[:, :, :m], core.dense_bias[:, :, :m]], dim=1).to(x.dtype)
@@ -536,42 +509,55 @@ def synthesizer_logits(core: "SynthesizerAttention", query, key, x) -> torch.Ten
     return logits.to(x.dtype)
 
 
-def synthesizer_sdpa(core: "SynthesizerAttention", query, key, value, attention_mask, x, position_bias, dropout):
-    """The synthesizer as one fused SDPA call (no [b, h, n, m] logits in memory when SDPA can avoid them).
+@recomputed_while_training
+def synthesizer_eager_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
+                              hidden_states, position_bias=None, **kwargs):
+    """The synthesizer with its weights: softmax(`synthesizer_logits` + mask (+ position bias)) v."""
+    scaling = module.scaling if scaling is None else scaling
+    logits = synthesizer_logits(module, query, key, hidden_states, scaling)  # [b or 1, h, n, m]
+    bias = attention_bias(module, attention_mask, position_bias, hidden_states.shape[1], value)
+    return _weighted_values(module, _softmax(logits if bias is None else logits + bias), value, dropout)
+
+
+def synthesizer_sdpa_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
+                             hidden_states, position_bias=None, **kwargs):
+    """The synthesizer as one fused SDPA call (no [b, h, n, m] logits in memory when SDPA can avoid them); returns
+    no weights.
 
     Every foldable component is a dot product of a per-query and a per-key vector, so the mixture is one dot
     product of concatenations: q' = [a_dp s q | a_d relu(W1 x + b1) | a_d | a_fr R1[i]] and
     k' = [k | W2[:, j] | b2[j] | R2[j]]. A random component has no such form and joins the mask as a_r R.
     q'/k' (or v) are zero-padded to one head size, as SDPA's fused CPU/GPU kernels require.
     """
-    spec = core.spec
+    spec, x = module.spec, hidden_states
     b, n = x.shape[:2]
     m = value.shape[2]
     start = m - n
-    alpha = core.mixture_alpha()
+    scaling = module.scaling if scaling is None else scaling
+    alpha = module.mixture_alpha()
     qs, ks, extra = [], [], None
     for i, comp in enumerate(spec.components):
         weight = 1.0 if alpha is None else alpha[i]
         if comp == "dot_product":
-            qs.append(query * (weight * core.scaling))
+            qs.append(query * (weight * scaling))
             ks.append(key)
         elif comp == "dense":
-            hidden = core.dense_hidden(x)
+            hidden = module.dense_hidden(x)
             qs.append(torch.cat([hidden, hidden.new_ones(b, spec.num_heads, n, 1)], dim=-1) * weight)
-            k_dense = torch.cat([core.dense_weight[:, :, :m], core.dense_bias[:, :, :m]], dim=1)  # [h, d+1, m]
+            k_dense = torch.cat([module.dense_weight[:, :, :m], module.dense_bias[:, :, :m]], dim=1)  # [h, d+1, m]
             ks.append(k_dense.transpose(1, 2).to(x.dtype).expand(b, -1, -1, -1))
         elif comp == "factorized_random":
-            qs.append(core.factorized_random_r1[:, start : start + n].to(x.dtype).expand(b, -1, -1, -1) * weight)
-            ks.append(core.factorized_random_r2[:, :m].to(x.dtype).expand(b, -1, -1, -1))
+            qs.append(module.factorized_random_r1[:, start : start + n].to(x.dtype).expand(b, -1, -1, -1) * weight)
+            ks.append(module.factorized_random_r2[:, :m].to(x.dtype).expand(b, -1, -1, -1))
         else:  # random: no q.k form, an additive term of the mask
-            extra = (core.random_logits[None, :, start : start + n, :m] * weight).to(x.dtype)
+            extra = (module.random_logits[None, :, start : start + n, :m] * weight).to(x.dtype)
     q, k = torch.cat(qs, dim=-1), torch.cat(ks, dim=-1)
     mask = additive_mask(attention_mask, x.dtype)
     for term in (extra, position_bias):
         if term is not None:
             mask = term if mask is None else mask + term
     is_causal = False
-    if spec.is_causal and attention_mask is None and n > 1:
+    if module.is_causal and attention_mask is None and n > 1:
         if mask is None and n == m:
             is_causal = True
         else:
@@ -602,19 +588,23 @@ class GeneralBilinearAttention(VariantAttentionCore):
         shared = memory[:, None]  # [b, 1, m, d]: the keys and the values of every head
         return shared, shared
 
-    def attention_weights(self, query, key, value, bias, hidden_states):
-        b, h, n, d = query.shape
-        logits = torch.matmul(query.reshape(b, 1, h * n, d), key.transpose(2, 3)).view(b, h, n, -1) * self.scaling
-        if bias is not None:
-            logits = logits + bias
-        return _softmax(logits)  # [b, h, n, m]
+    def attention_function(self, attn_implementation, output_attentions, dropout, device):
+        return general_bilinear_eager_forward
 
-    def _eager(self, query, key, value, bias, hidden_states, dropout):
-        weights = self.attention_weights(query, key, value, bias, hidden_states)
-        dropped = F.dropout(weights, p=dropout, training=self.training)
-        b, h, n, m = dropped.shape
-        out = torch.matmul(dropped.reshape(b, 1, h * n, m), value).view(b, h, n, -1)  # [b, h, n, d]
-        return out.transpose(1, 2).contiguous(), weights
+
+@recomputed_while_training
+def general_bilinear_eager_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
+                                   position_bias=None, **kwargs):
+    """h heads over the memory shared by all ([b, 1, m, d] keys and values), the heads folded into the query rows:
+    the output [b, n, h, d] and the weights softmax(q m^T * s + mask) [b, h, n, m] (before dropout)."""
+    scaling = module.scaling if scaling is None else scaling
+    b, h, n, d = query.shape
+    bias = attention_bias(module, attention_mask, position_bias, n, value)
+    logits = torch.matmul(query.reshape(b, 1, h * n, d), key.transpose(2, 3)).view(b, h, n, -1) * scaling
+    weights = _softmax(logits if bias is None else logits + bias)  # [b, h, n, m]
+    dropped = F.dropout(weights, p=dropout, training=module.training)
+    out = torch.matmul(dropped.reshape(b, 1, h * n, -1), value).view(b, h, n, -1)  # [b, h, n, d]
+    return out.transpose(1, 2).contiguous(), weights
 
 
 ATTENTION_CLASSES: dict[str, type[VariantAttentionCore]] = {

@@ -1,4 +1,6 @@
-"""Talking-heads attention without the n x m tensors: the reference formula and the blockwise core (PyTorch).
+"""Talking-heads attention in PyTorch: the reference formula, and its two algorithms, eager (whole n x m tensors) and
+the blockwise core (no n x m tensor), both made of one formula for L (`talking_heads_logits`) and one for U
+(`talking_heads_mixed`), applied to a whole attention or to a block of query rows.
 
 Copied next to every saved checkpoint (remote code): imports only torch.
 
@@ -60,19 +62,7 @@ def talking_heads_reference(query, key, value, bias=None, pre_proj=None, post_pr
     return torch.einsum("bvij,bvjd->bvid", mixed, value)  # [b, h_v, n, d_v]
 
 
-# ------------------------------------------------------------------------------------------------ the blockwise core
-# Rows per query block: a block's tensors are [b, heads, rows, m]; about this many elements keeps them in the cache.
-BLOCK_ELEMENTS = 1 << 20
-
-
-def block_rows(b: int, heads: int, n: int, m: int, block_size: int | None = None) -> int:
-    """The query rows of one block: `block_size`, or as many as keep a block's [b, heads, rows, m] tensors near
-    `BLOCK_ELEMENTS` elements (at least 16, at most n)."""
-    if block_size is None:
-        block_size = max(16, BLOCK_ELEMENTS // max(1, b * heads * m))
-    return max(1, min(n, block_size))
-
-
+# ------------------------------------------------------------ the formula on a whole attention (eager) or one block
 def mix_heads(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """out[b, o] = sum_i x[b, i] proj[i, o] (+ bias), over the heads axis of x [b, h_in, n, m] -> [b, h_out, n, m].
 
@@ -90,6 +80,117 @@ def mix_heads(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = N
     else:
         out = torch.baddbmm(bias.expand(b, -1, n, m).reshape(b, -1, n * m), weight, flat)
     return out.view(b, h_out, n, m)
+
+
+def mix_heads_(x: torch.Tensor, proj: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`mix_heads` in place for a square map (else `mix_heads`), without autograd: x [b, h, n, m] is overwritten.
+
+    On the CPU a fresh attention-sized tensor costs more in page faults than the arithmetic that fills it, so the
+    eager algorithm's inference mixes each batch item into one reused [h, n*m] scratch buffer and copies it back
+    (BERT-base's core at b=8, n=512: 1.3x faster and 50-100 MiB less peak memory than fresh tensors; measured in
+    docs/attention-algorithms.md).
+    """
+    b, h, n, m = x.shape
+    if proj.shape[0] != proj.shape[1]:
+        return mix_heads(x, proj, bias)
+    flat = x.view(b, h, n * m)
+    weight = proj.t().to(x.dtype)
+    scratch = x.new_empty(h, n * m)
+    for i in range(b):
+        torch.mm(weight, flat[i], out=scratch)
+        flat[i].copy_(scratch)
+    return x if bias is None else x.add_(bias)
+
+
+def _row_maps(t: torch.Tensor) -> torch.Tensor:
+    """A per-query dynamic map [b, r, h_in, h_out] as [b, h_in, h_out, r, 1]: map[:, a] broadcasts over the keys."""
+    return t.permute(0, 2, 3, 1)[..., None]
+
+
+def _key_maps(t: torch.Tensor) -> torch.Tensor:
+    """A per-key dynamic map [b, k, h_in, h_out] as [b, h_in, h_out, 1, k] (keys contiguous): broadcasts over rows."""
+    return t.permute(0, 2, 3, 1).contiguous()[:, :, :, None]
+
+
+def _add_dynamic(out: torch.Tensor, x: torch.Tensor, maps: list[torch.Tensor]) -> torch.Tensor:
+    """out[b, o, i, j] += sum_a x[b, a, i, j] D[b, a, o, i or j] for each map D (`_row_maps` / `_key_maps` layout):
+    one broadcast multiply-add per input head over the block, with no [b, r, k, h_in, h_out] tensor and no
+    permuted copy of the block (einsum batches over rows or keys: GEMMs of a few heads, a per-key copy)."""
+    for a in range(x.shape[1]):
+        for dyn in maps:
+            out.addcmul_(x[:, a : a + 1], dyn[:, a])
+    return out
+
+
+def talking_heads_logits(query, key, bias, pre_proj, x2l, m2l, scaling: float, causal=None, mix=mix_heads):
+    """J [b, h_k, r, k] and L [b, h, r, k] of the formula for r query rows over k keys: a whole attention (the eager
+    algorithm) or one block. x2l [b, r, h_k, h] and m2l [b, k, h_k, h] are cut to those rows and keys; `causal` is an
+    additive [r, k] causal mask, or None; `mix` maps the heads (`mix_heads_`: L overwrites J)."""
+    dots = torch.matmul(query, key.transpose(2, 3))  # J [b, h_k, r, k]
+    if pre_proj is None:
+        logits = dots * scaling if bias is None else torch.add(bias, dots, alpha=scaling)
+    else:
+        logits = mix(dots, pre_proj * scaling, bias)  # [b, h, r, k]
+        # + s sum_k J[i,j,k] (D(x_i)[k,h] + D(m_j)[k,h])
+        dynamic = [_row_maps(x2l * scaling)] if x2l is not None else []
+        dynamic += [_key_maps(m2l * scaling)] if m2l is not None else []
+        _add_dynamic(logits, dots, dynamic)
+    if causal is not None:
+        logits += causal
+    return dots, logits
+
+
+def talking_heads_mixed(weights: torch.Tensor, post_proj, x2w, m2w, mix=mix_heads) -> torch.Tensor:
+    """U [b, h_v, r, k] from the softmax weights W [b, h, r, k] (a whole attention or one block); x2w [b, r, h, h_v]
+    and m2w [b, k, h, h_v] cut to its rows and keys; `mix` maps the heads (`mix_heads_`: U overwrites W)."""
+    if post_proj is None:
+        return weights
+    dynamic = [_row_maps(x2w)] if x2w is not None else []
+    dynamic += [_key_maps(m2w)] if m2w is not None else []
+    return _add_dynamic(mix(weights, post_proj), weights, dynamic)  # [b, h_v, r, k]
+
+
+def softmax_keys(logits: torch.Tensor) -> torch.Tensor:
+    """W = softmax(L) over the keys (in float32 for half-precision logits, as transformers' T5), in place on L where
+    autograd does not need L."""
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        return torch.softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
+    if torch.is_grad_enabled() and logits.requires_grad:
+        return torch.softmax(logits, dim=-1)
+    return torch.softmax(logits, dim=-1, out=logits)
+
+
+def talking_heads_eager(query, key, value, bias=None, pre_proj=None, post_proj=None, x2l=None, m2l=None, x2w=None,
+                        m2w=None, *, scaling: float, causal: bool = False, dropout: float = 0.0,
+                        return_weights: bool = False):
+    """The formula of this module on whole [b, heads, n, m] tensors: out [b, h_v, n, d_v], and with `return_weights`
+    also the weights that multiply V, dropout(U) [b, h_v, n, m]. Differentiable by autograd, which keeps J, W and U
+    for backward. Without gradients W overwrites L, and for static maps in float32 one buffer holds J, L, W and U in
+    turn (`mix_heads_`; not while torch.compile / torch.export trace, as its loop over the batch would fix its size)."""
+    n, m = query.shape[2], key.shape[2]
+    in_place = (not torch.is_grad_enabled() and query.dtype == torch.float32 and not torch.compiler.is_compiling()
+                and all(t is None for t in (x2l, m2l, x2w, m2w)))
+    mix = mix_heads_ if in_place else mix_heads
+    mask = causal_bias(n, m, query.dtype, query.device) if causal else None
+    weights = softmax_keys(talking_heads_logits(query, key, bias, pre_proj, x2l, m2l, scaling, mask, mix)[1])  # W
+    mixed = talking_heads_mixed(weights, post_proj, x2w, m2w, mix)  # U [b, h_v, n, m]
+    if dropout > 0.0:
+        mixed = torch.nn.functional.dropout(mixed, p=dropout)
+    out = torch.matmul(mixed, value)  # [b, h_v, n, d_v]
+    return (out, mixed) if return_weights else out
+
+
+# ---------------------------------------------------------------------------------------------- the blockwise core
+# Rows per query block: a block's tensors are [b, heads, rows, m]; about this many elements keeps them in the cache.
+BLOCK_ELEMENTS = 1 << 20
+
+
+def block_rows(b: int, heads: int, n: int, m: int, block_size: int | None = None) -> int:
+    """The query rows of one block: `block_size`, or as many as keep a block's [b, heads, rows, m] tensors near
+    `BLOCK_ELEMENTS` elements (at least 16, at most n)."""
+    if block_size is None:
+        block_size = max(16, BLOCK_ELEMENTS // max(1, b * heads * m))
+    return max(1, min(n, block_size))
 
 
 def _rows(t: torch.Tensor | None, rows: slice, dim: int, keys: int | None = None) -> torch.Tensor | None:
@@ -120,56 +221,12 @@ class _Block:
         self.m2w = None if inputs["m2w"] is None else inputs["m2w"][:, :k]
 
 
-def _row_maps(t: torch.Tensor) -> torch.Tensor:
-    """A per-query dynamic map [b, r, h_in, h_out] as [b, h_in, h_out, r, 1]: map[:, a] broadcasts over the keys."""
-    return t.permute(0, 2, 3, 1)[..., None]
-
-
-def _key_maps(t: torch.Tensor) -> torch.Tensor:
-    """A per-key dynamic map [b, k, h_in, h_out] as [b, h_in, h_out, 1, k] (keys contiguous): broadcasts over rows."""
-    return t.permute(0, 2, 3, 1).contiguous()[:, :, :, None]
-
-
-def _add_dynamic(out: torch.Tensor, x: torch.Tensor, maps: list[torch.Tensor]) -> torch.Tensor:
-    """out[b, o, i, j] += sum_a x[b, a, i, j] D[b, a, o, i or j] for each map D (`_row_maps` / `_key_maps` layout):
-    one broadcast multiply-add per input head over the block, with no [b, r, k, h_in, h_out] tensor and no
-    permuted copy of the block (einsum batches over rows or keys: GEMMs of a few heads, a per-key copy)."""
-    for a in range(x.shape[1]):
-        for dyn in maps:
-            out.addcmul_(x[:, a : a + 1], dyn[:, a])
-    return out
-
-
-def _logits(blk: _Block, pre_proj, scaling: float):
-    """J [b, h_k, r, k] and L [b, h, r, k] of a block (mask, position bias and causal mask included)."""
-    dots = torch.matmul(blk.query, blk.key.transpose(2, 3))  # J [b, h_k, r, k]
-    if pre_proj is None:
-        logits = dots * scaling if blk.bias is None else torch.add(blk.bias, dots, alpha=scaling)
-    else:
-        logits = mix_heads(dots, pre_proj * scaling, blk.bias)  # [b, h, r, k]
-        # + s sum_k J[i,j,k] (D(x_i)[k,h] + D(m_j)[k,h])
-        dynamic = [_row_maps(blk.x2l * scaling)] if blk.x2l is not None else []
-        dynamic += [_key_maps(blk.m2l * scaling)] if blk.m2l is not None else []
-        _add_dynamic(logits, dots, dynamic)
+def _block_logits(blk: _Block, pre_proj, scaling: float):
+    """`talking_heads_logits` of a block, its causal mask cut to the block's rows and keys."""
+    causal = None
     if blk.causal:
-        logits += causal_bias(blk.n, blk.m, logits.dtype, logits.device, blk.rows)[:, : blk.keys]
-    return dots, logits
-
-
-def _mixed(blk: _Block, weights: torch.Tensor, post_proj) -> torch.Tensor:
-    """U [b, h_v, r, k] from the block's softmax weights W [b, h, r, k]."""
-    if post_proj is None:
-        return weights
-    dynamic = [_row_maps(blk.x2w)] if blk.x2w is not None else []
-    dynamic += [_key_maps(blk.m2w)] if blk.m2w is not None else []
-    return _add_dynamic(mix_heads(weights, post_proj), weights, dynamic)  # [b, h_v, r, k]
-
-
-def _softmax_(logits: torch.Tensor) -> torch.Tensor:
-    """W = softmax(L) over the keys, in place on L (in float32 for half-precision logits, as transformers' T5)."""
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        return torch.softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
-    return torch.softmax(logits, dim=-1, out=logits)
+        causal = causal_bias(blk.n, blk.m, blk.query.dtype, blk.query.device, blk.rows)[:, : blk.keys]
+    return talking_heads_logits(blk.query, blk.key, blk.bias, pre_proj, blk.x2l, blk.m2l, scaling, causal)
 
 
 def _dropout_keep(shape, p: float, seed: int, block: int, device) -> torch.Tensor:
@@ -206,7 +263,8 @@ class BlockwiseTalkingHeads(torch.autograd.Function):
         out = value.new_empty(b, h_v, n, d_v)
         for index, start in enumerate(range(0, n, step)):
             blk = _Block(inputs, slice(start, min(n, start + step)), causal, n, m)
-            mixed = _mixed(blk, _softmax_(_logits(blk, pre_proj, scaling)[1]), post_proj)  # U [b, h_v, r, k]
+            weights = softmax_keys(_block_logits(blk, pre_proj, scaling)[1])  # W [b, h, r, k]
+            mixed = talking_heads_mixed(weights, post_proj, blk.x2w, blk.m2w)  # U [b, h_v, r, k]
             if dropout > 0.0:  # U * keep / (1 - p), the scale on the small product
                 mixed.mul_(_dropout_keep(mixed.shape, dropout, seed, index, mixed.device))
             out[:, :, blk.rows] = torch.matmul(mixed, blk.value).div_(1.0 - dropout)  # [b, h_v, r, d_v]
@@ -275,9 +333,9 @@ def _dynamic_grads(grads: dict, row_name: str, key_name: str, blk: _Block, x, gr
 def _block_backward(blk: _Block, inputs: dict, grads: dict, grad_out, keep, scaling: float) -> None:
     """Add one block's share of every gradient to `grads`; grad_out [b, h_v, r, d_v], keep the dropout multiplier."""
     pre, post, k, rows = inputs["pre_proj"], inputs["post_proj"], blk.keys, blk.rows
-    dots, logits = _logits(blk, pre, scaling)
-    weights = _softmax_(logits)  # W [b, h, r, k]
-    mixed = _mixed(blk, weights, post)  # U [b, h_v, r, k]
+    dots, logits = _block_logits(blk, pre, scaling)
+    weights = softmax_keys(logits)  # W [b, h, r, k]
+    mixed = talking_heads_mixed(weights, post, blk.x2w, blk.m2w)  # U [b, h_v, r, k]
     grad_mixed = torch.matmul(grad_out, blk.value.transpose(2, 3))  # dU [b, h_v, r, k]
     if keep is not None:
         mixed = mixed * keep if post is None else mixed.mul_(keep)  # W itself is needed below
