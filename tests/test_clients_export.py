@@ -3,7 +3,7 @@ talking-heads and Synthesizer models, with dynamic batch and length, padding mas
 
 Exported in eval mode under `torch.no_grad()`: there `attention_algorithm="auto"` runs talking heads' eager core,
 which traces to plain aten ops (the in-place path that loops over the batch is left to eager runs, see
-`TalkingHeadsAttention.attention_weights`). A training graph (gradients on) needs `attention_algorithm="eager"`:
+`talking_heads_blockwise.talking_heads_eager`). A training graph (gradients on) needs `attention_algorithm="eager"`:
 "auto" takes the blockwise core there, whose Python loop over query blocks fixes the length (the last test).
 """
 
