@@ -369,6 +369,17 @@ def talking_heads_blockwise(query, key, value, bias=None, pre_proj=None, post_pr
                             block_size: int | None = None) -> torch.Tensor:
     """The formula of this module, blockwise (`BlockwiseTalkingHeads`): out [b, h_v, n, d_v]. `dropout` draws its
     seed from torch's generator, so `torch.manual_seed` makes a run reproducible."""
-    seed = int(torch.randint(0, 2**62, (), device="cpu")) if dropout > 0.0 else 0
-    return BlockwiseTalkingHeads.apply(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling,
+    if dropout > 0.0:
+        seed = int(torch.randint(0, 2**62, (), device="cpu"))
+        return _blockwise_with_dropout(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling,
                                        causal, dropout, seed, block_size)
+    return BlockwiseTalkingHeads.apply(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling,
+                                       causal, 0.0, 0, block_size)
+
+
+@torch.compiler.disable
+def _blockwise_with_dropout(*args) -> torch.Tensor:
+    """`BlockwiseTalkingHeads` with dropout, run outside torch.compile's graph. Inductor (torch 2.13) fails to compile
+    the per-block dropout generators (`InductorError: KeyError: 'buf1'` in its CPU code generation), and the seed
+    drawn just before already breaks the graph, so nothing is lost: the core runs as it does uncompiled."""
+    return BlockwiseTalkingHeads.apply(*args)
