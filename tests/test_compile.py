@@ -53,6 +53,19 @@ def _loss_logits_grads(model, inputs, run=None):
     return output.loss.detach(), output.logits.detach(), grads
 
 
+def _assert_equals_eager(compiled, model, inputs):
+    """The compiled step's loss, logits and every gradient equal the uncompiled model's on `inputs`; returns the
+    uncompiled logits."""
+    loss, logits, grads = compiled
+    eager_loss, eager_logits, eager_grads = _loss_logits_grads(model, inputs)
+    torch.testing.assert_close(loss, eager_loss, **TOLERANCE)
+    torch.testing.assert_close(logits, eager_logits, **TOLERANCE)
+    assert grads.keys() == eager_grads.keys() and len(grads) > 0
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(grads[name], grad, **TOLERANCE, msg=name)
+    return eager_logits
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_compiled_forward_and_backward_equal_eager(case):
     head, variant, backend, overrides = CASES[case]
@@ -63,12 +76,7 @@ def test_compiled_forward_and_backward_equal_eager(case):
 
     loss, logits, grads = _loss_logits_grads(model, inputs, run=compiled)
     assert counter.frame_count == 1 and counter.op_count > 0  # one graph, compiled: not eager in disguise
-    eager_loss, eager_logits, eager_grads = _loss_logits_grads(model, inputs)
-    torch.testing.assert_close(loss, eager_loss, **TOLERANCE)
-    torch.testing.assert_close(logits, eager_logits, **TOLERANCE)
-    assert grads.keys() == eager_grads.keys() and len(grads) > 0
-    for name, grad in eager_grads.items():
-        torch.testing.assert_close(grads[name], grad, **TOLERANCE, msg=name)
+    _assert_equals_eager((loss, logits, grads), model, inputs)
 
 
 def test_sparse_prediction_compiles_without_fullgraph_as_one_graph():
@@ -81,11 +89,7 @@ def test_sparse_prediction_compiles_without_fullgraph_as_one_graph():
     with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
         loss, logits, grads = _loss_logits_grads(model, inputs, run=torch.compile(model, backend=counter))
     assert counter.frame_count == 1 and counter.op_count > 0
-    eager_loss, eager_logits, eager_grads = _loss_logits_grads(model, inputs)
-    torch.testing.assert_close(loss, eager_loss, **TOLERANCE)
-    torch.testing.assert_close(logits, eager_logits, **TOLERANCE)
-    for name, grad in eager_grads.items():
-        torch.testing.assert_close(grads[name], grad, **TOLERANCE, msg=name)
+    _assert_equals_eager((loss, logits, grads), model, inputs)
 
 
 def test_talking_heads_with_attention_dropout_trains_compiled_with_inductor(monkeypatch):
@@ -102,11 +106,6 @@ def test_talking_heads_with_attention_dropout_trains_compiled_with_inductor(monk
                   attention_probs_dropout_prob=0.1).train()
     inputs = head_inputs("VariantBertForMaskedLM")
     loss, logits, grads = _loss_logits_grads(model, inputs, run=torch.compile(model))
-    eager_loss, eager_logits, eager_grads = _loss_logits_grads(model, inputs)
-    torch.testing.assert_close(loss, eager_loss, **TOLERANCE)
-    torch.testing.assert_close(logits, eager_logits, **TOLERANCE)
-    assert grads.keys() == eager_grads.keys() and len(grads) > 0
-    for name, grad in eager_grads.items():
-        torch.testing.assert_close(grads[name], grad, **TOLERANCE, msg=name)
+    eager_logits = _assert_equals_eager((loss, logits, grads), model, inputs)
     fixed[0] = 54321  # non-vacuity: another seed drops other weights
     assert not torch.allclose(_loss_logits_grads(model, inputs)[1], eager_logits, **TOLERANCE)
