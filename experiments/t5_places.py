@@ -90,7 +90,7 @@ EPOCH_STEPS = 398  # 6355 training blocks of 141 raw tokens, batches of 16 (the 
 # What cells.SCREEN_RULE picked from the screen; None: the screen has not run.
 SCREEN_PICK = {
     "dot-product": "2e-3",  # the screen, 2026-12-04: 5.117 / 4.730 / 4.573 at lr 5e-4 / 1e-3 / 2e-3
-    "th-encoder": None,
+    "th-encoder": "2e-3",  # the screen, 2026-12-04: 5.119 / 4.731 / 4.584
     "th-decoder": None,
     "th-everywhere": None,
 }
