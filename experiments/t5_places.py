@@ -91,7 +91,7 @@ EPOCH_STEPS = 398  # 6355 training blocks of 141 raw tokens, batches of 16 (the 
 SCREEN_PICK = {
     "dot-product": "2e-3",  # the screen, 2026-12-04: 5.117 / 4.730 / 4.573 at lr 5e-4 / 1e-3 / 2e-3
     "th-encoder": "2e-3",  # the screen, 2026-12-04: 5.119 / 4.731 / 4.584
-    "th-decoder": None,
+    "th-decoder": "2e-3",  # the screen, 2026-12-04: 5.127 / 4.736 / 4.584
     "th-everywhere": None,
 }
 LONG_LR = long_lrs({}, SCREEN_PICK)
