@@ -15,7 +15,6 @@ import textwrap
 
 import pytest
 import torch
-import transformers
 from safetensors.torch import save_file
 from transformers import PreTrainedModel, set_seed
 

@@ -9,7 +9,7 @@ ran the blockwise core (it keeps no weights) and returned an empty tuple: transf
 
 import pytest
 import torch
-from conftest import FAMILIES, VARIANTS, head_inputs, make_config
+from conftest import FAMILIES, head_inputs, make_config
 
 import hf_attn_variants as hav
 
