@@ -208,6 +208,37 @@ def _copy_tokenizer(source: Path, target: Path) -> None:
             shutil.copy2(source / name, target / name)
 
 
+def _variant_setup(source: Path, attention_type, synthesizer_components, architecture, config_overrides):
+    """`convert`'s checks of the source checkpoint and the requested variant, before any weight loads: returns the
+    architecture, the variant class, its config (verified buildable) and the fields that config was given."""
+    config = _read_config(source)
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        hint = " (it is already a variant checkpoint)" if str(model_type).startswith("variant_") else ""
+        raise ValueError(
+            f"{source} holds a {model_type!r} checkpoint{hint}; convert takes transformers "
+            f"{_either(FAMILIES, 'display')} checkpoints (model_type {', '.join(FAMILIES)})."
+        )
+    prefix = FAMILIES[model_type].prefix
+    architecture = architecture or (config.get("architectures") or [f"{prefix}Model"])[0]
+    if not (architecture.startswith(prefix) and hasattr(transformers, architecture)
+            and hasattr(hav, f"Variant{architecture}")):
+        options = sorted(n[len("Variant"):] for n in hav.__all__ if n.startswith(f"Variant{prefix}")
+                         and not n.endswith(("Config", "PreTrainedModel")))
+        raise ValueError(f"No variant of {architecture!r} for a {model_type} checkpoint; choose one of {options}.")
+    if attention_type not in FUNCTION_PRESERVING:
+        raise ValueError(f"attention_type={attention_type!r}; convert supports {', '.join(FUNCTION_PRESERVING)}.")
+    fields = {"attention_type": attention_type, **FUNCTION_PRESERVING[attention_type]}
+    if "synthesizer_components" in ATTENTION_TOOLS[attention_type].config_fields:
+        fields["synthesizer_components"] = list(synthesizer_components)
+    fields.update(config_overrides)
+    variant_class = getattr(hav, f"Variant{architecture}")
+    with _quiet_loading():
+        variant_config = variant_class.config_class.from_pretrained(source, **fields)
+    resolve_attention(variant_config)  # settings the variant cannot be built with are refused before any weight loads
+    return architecture, variant_class, variant_config, fields
+
+
 def convert(
     source,
     output,
@@ -244,33 +275,9 @@ def convert(
     """
     source, output = Path(source), Path(output)
     _check_output(output)
-    config = _read_config(source)
-    model_type = config.get("model_type")
-    if model_type not in FAMILIES:
-        hint = " (it is already a variant checkpoint)" if str(model_type).startswith("variant_") else ""
-        raise ValueError(
-            f"{source} holds a {model_type!r} checkpoint{hint}; convert takes transformers "
-            f"{_either(FAMILIES, 'display')} checkpoints (model_type {', '.join(FAMILIES)})."
-        )
+    architecture, variant_class, variant_config, fields = _variant_setup(
+        source, attention_type, synthesizer_components, architecture, config_overrides)
     shapes = checkpoint_shapes(source)
-    prefix = FAMILIES[model_type].prefix
-    architecture = architecture or (config.get("architectures") or [f"{prefix}Model"])[0]
-    if not (architecture.startswith(prefix) and hasattr(transformers, architecture)
-            and hasattr(hav, f"Variant{architecture}")):
-        options = sorted(n[len("Variant"):] for n in hav.__all__ if n.startswith(f"Variant{prefix}")
-                         and not n.endswith(("Config", "PreTrainedModel")))
-        raise ValueError(f"No variant of {architecture!r} for a {model_type} checkpoint; choose one of {options}.")
-    if attention_type not in FUNCTION_PRESERVING:
-        raise ValueError(f"attention_type={attention_type!r}; convert supports {', '.join(FUNCTION_PRESERVING)}.")
-    fields = {"attention_type": attention_type, **FUNCTION_PRESERVING[attention_type]}
-    if "synthesizer_components" in ATTENTION_TOOLS[attention_type].config_fields:
-        fields["synthesizer_components"] = list(synthesizer_components)
-    fields.update(config_overrides)
-    variant_class = getattr(hav, f"Variant{architecture}")
-    with _quiet_loading():
-        variant_config = variant_class.config_class.from_pretrained(source, **fields)
-    resolve_attention(variant_config)  # settings the variant cannot be built with are refused before any weight loads
-
     reference = _load(getattr(transformers, architecture), source)
     _check_loaded(reference, source, shapes)
     variant = _load(variant_class, source, config=variant_config)

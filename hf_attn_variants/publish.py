@@ -321,22 +321,11 @@ def render_record(record: CardRecord, repo_id: str, revision: str | None, *, lic
     config, info, metrics, source = record.config, record.info, record.metrics, record.source
     if config.get("model_type") not in [f.model_type for f in FAMILIES.values()]:
         raise ValueError(f"{where} is not a hf-attn-variants checkpoint (model_type {config.get('model_type')!r}).")
-    architecture = (config.get("architectures") or [family_of(config).base_model])[0]
-    auto_class = next((auto for auto, target in config.get("auto_map", {}).items()
-                       if target.split(".")[-1] == architecture), None)
-    if auto_class is None:
-        raise ValueError(f"{where}/config.json's auto_map names no Auto class for {architecture}: re-save the model "
-                         "with save_pretrained from this package.")
+    architecture, auto_class = _architecture_and_auto_class(config, where)
     quality = _quality_metrics(metrics, info)
     suffix = next(s for s in PIPELINE_TAGS if architecture.endswith(s))
     task = info.get("task") or PIPELINE_TAGS[suffix]
-    dataset = (info.get("dataset") or {}).get("name")
-    hub_datasets = _hub_datasets(info)
-    if base_model is not None and not is_hub_id(base_model):
-        raise ValueError(f"base_model {base_model!r} is not a Hub repository id (a local folder never is): pass the "
-                         "Hub id the model started from, or none.")
-    recorded = info.get("base_model")  # a record written before base_model held Hub ids only may hold a path
-    base_model = base_model or (recorded if is_hub_id(recorded) else None)
+    base_model = _base_model(base_model, info)
     model_name = repo_id.split("/")[-1]
 
     has_tokenizer = record.mask_token is not None
@@ -347,31 +336,17 @@ def render_record(record: CardRecord, repo_id: str, revision: str | None, *, lic
     setups = [texts[key] for key in attention_setups(config)]
     own = [key for setup in setups for key in setup["papers"]]
     family = family_of(config).display
-    eval_results = [EvalResult(task_type=task, dataset_type=record["hub_id"], dataset_name=record["name"],
-                               dataset_config=record.get("config"), dataset_split=record.get("split"),
-                               metric_type=metric, metric_name=name, metric_value=value)
-                    for name, metric, value, record in quality
-                    if record and record.get("hub_id") and is_hub_id(record["hub_id"])] if task else None
+    eval_results = _eval_results(quality, task)
     card_data = ModelCardData(
         library_name="transformers",
         license=license,
         tags=["hf-attn-variants", "custom_code", family.lower(), *[t for s in setups for t in s["tags"]]],
-        datasets=hub_datasets or None,
+        datasets=_hub_datasets(info) or None,
         base_model=base_model,
         pipeline_tag=PIPELINE_TAGS[suffix],
         model_name=model_name if eval_results else None,
         eval_results=eval_results or None,
     )
-    limitations = [
-        "`trust_remote_code=True` runs this repository's Python files: read them, and pin the revision you read.",
-        *[item for setup in setups for item in setup["limitations"]],
-    ]
-    training = info.get("training") or {}
-    steps = training.get("steps") or training.get("max_steps")  # steps taken; max_steps is -1 for epoch-based runs
-    if steps and steps > 0:
-        limitations.append(f"The metrics describe this run only ({steps} training steps"
-                           + (f" on {dataset}" if dataset else "") + "); they are not comparable with the papers' "
-                           "results at full scale.")
     summary = (f"A {family} model (`{architecture}`) with {' and '.join(s['title'] for s in setups)}, "
                f"{_parameter_text(record.num_parameters)} parameters, built with hf-attn-variants"
                + (f" from the preset `{info['preset']}`" if info.get("preset") else "") + ".")
@@ -392,11 +367,58 @@ def render_record(record: CardRecord, repo_id: str, revision: str | None, *, lic
         example_input=example_input,
         training=_training_text(info, metrics, source),
         evaluation=_evaluation_text(quality, source, info),
-        limitations=limitations,
+        limitations=_limitations(setups, info),
         reproduce=_reproduce_text(record.reproduce, info) if record.reproduce else None,
         own_papers=[papers[k] for k in dict.fromkeys(own)],
         other_papers=[p for k, p in papers.items() if k not in own],
     )
+
+
+def _architecture_and_auto_class(config: dict, where: str) -> tuple[str, str]:
+    """The checkpoint's architecture and the Auto class its auto_map loads it with."""
+    architecture = (config.get("architectures") or [family_of(config).base_model])[0]
+    auto_class = next((auto for auto, target in config.get("auto_map", {}).items()
+                       if target.split(".")[-1] == architecture), None)
+    if auto_class is None:
+        raise ValueError(f"{where}/config.json's auto_map names no Auto class for {architecture}: re-save the model "
+                         "with save_pretrained from this package.")
+    return architecture, auto_class
+
+
+def _base_model(base_model: str | None, info: dict) -> str | None:
+    """The card's base_model: the one passed (a Hub id), else training_info.json's when it is a Hub id."""
+    if base_model is not None and not is_hub_id(base_model):
+        raise ValueError(f"base_model {base_model!r} is not a Hub repository id (a local folder never is): pass the "
+                         "Hub id the model started from, or none.")
+    recorded = info.get("base_model")  # a record written before base_model held Hub ids only may hold a path
+    return base_model or (recorded if is_hub_id(recorded) else None)
+
+
+def _eval_results(quality, task) -> list:
+    """The model-index entries of a card: the quality metrics measured on a Hub dataset (id, config, split)."""
+    if not task:
+        return []
+    return [EvalResult(task_type=task, dataset_type=record["hub_id"], dataset_name=record["name"],
+                       dataset_config=record.get("config"), dataset_split=record.get("split"),
+                       metric_type=metric, metric_name=name, metric_value=value)
+            for name, metric, value, record in quality
+            if record and record.get("hub_id") and is_hub_id(record["hub_id"])]
+
+
+def _limitations(setups, info: dict) -> list[str]:
+    """The card's limitations: remote code, each attention setup's own, and the run's scale."""
+    dataset = (info.get("dataset") or {}).get("name")
+    limitations = [
+        "`trust_remote_code=True` runs this repository's Python files: read them, and pin the revision you read.",
+        *[item for setup in setups for item in setup["limitations"]],
+    ]
+    training = info.get("training") or {}
+    steps = training.get("steps") or training.get("max_steps")  # steps taken; max_steps is -1 for epoch-based runs
+    if steps and steps > 0:
+        limitations.append(f"The metrics describe this run only ({steps} training steps"
+                           + (f" on {dataset}" if dataset else "") + "); they are not comparable with the papers' "
+                           "results at full scale.")
+    return limitations
 
 
 def _reproduce_text(reproduce: dict, info: dict) -> str:
