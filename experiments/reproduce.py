@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cells import EVAL_METRICS, SCRIPT  # noqa: E402
 from provenance import ROOT, sha256  # noqa: E402
 from results_file import RESULTS, load_results  # noqa: E402
 
@@ -100,7 +101,8 @@ def reproduce(row: dict, scratch: Path, at_row_commit: bool = False) -> dict:
     if proc.returncode != 0:
         tail = (scratch / "log.txt").read_text()[-2000:]
         raise RuntimeError(f"The re-run failed (exit {proc.returncode}); log {scratch / 'log.txt'}:\n{tail}")
-    new = json.loads((output_dir / "all_results.json").read_text()).get("eval_mlm_loss")
+    metric = EVAL_METRICS[row.get("config", {}).get("script", SCRIPT)]  # the row's eval_loss: its script's metric
+    new = json.loads((output_dir / "all_results.json").read_text()).get(metric)
     recorded = row.get("eval_loss")
     tokenizer = output_dir / "tokenizer.json"
     return {"id": row["id"], "recorded_eval_loss": recorded, "new_eval_loss": new,

@@ -554,6 +554,26 @@ def test_reproduce_reruns_in_a_scratch_cache(tmp_path, capsys, monkeypatch):
     assert "recorded eval loss 5.5, new 5.25, difference -0.2500" in out and "tokenizer: the same" in out
 
 
+def test_reproduce_reads_the_metric_of_the_rows_script(tmp_path, monkeypatch):
+    """A T5 row's eval_loss is span corruption's target loss (cells.EVAL_METRICS): its re-run is compared on
+    eval_target_loss, not on Trainer's eval_loss beside it; a masked-LM row (no script in its config) on
+    eval_mlm_loss."""
+    import reproduce
+
+    script = ("import json, sys; from pathlib import Path; "
+              "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); "
+              "(out / 'all_results.json').write_text(json.dumps({'eval_loss': 1.0, 'eval_target_loss': 4.5, "
+              "'eval_mlm_loss': 6.5}))")
+    command = f"python -c {shlex.quote(script)} --output_dir recorded/out"
+    results = tmp_path / "results.jsonl"
+    results_file.append_row(results, {"id": "t5/v/s/seed0", "eval_loss": 4.75, "train_command": command,
+                                      "config": {"script": "examples/run_t5_pretraining.py"}})
+    results_file.append_row(results, {"id": "mlm/v/s/seed0", "eval_loss": 6.0, "train_command": command,
+                                      "config": {}})
+    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "my-cache"))
+    assert reproduce.main(["t5/v/s/seed0", "--results", str(results)])["new_eval_loss"] == 4.5
+    assert reproduce.main(["mlm/v/s/seed0", "--results", str(results)])["new_eval_loss"] == 6.5
+
 def test_reproduce_at_the_rows_commit(tmp_path, capsys, monkeypatch):
     """--at_row_commit runs the row's command in a worktree of the commit the row records, first on PYTHONPATH:
     a file changed since then is seen as it was; the worktree is removed afterwards; a row without a commit, made
