@@ -97,6 +97,9 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help=f"smoke run: settings {', '.join(QUICK_SETTINGS)}, "
                    "1 repeat, eager only unless --modes")
     p.add_argument("--markdown", action="store_true", help="print markdown tables")
+    p.add_argument("--profile", type=int, default=0, metavar="K",
+                   help="after the timed steps, profile one more step of each row (torch.profiler) and print its K "
+                        "ops with the most self time, with call counts and their share of the step")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="the models' weights (no autocast)")
     args = p.parse_args(argv)
@@ -183,6 +186,20 @@ class Trainee:
             self._step(batch)
         return clock.ms
 
+    def profile(self, batch, top: int) -> list:
+        """One step under torch.profiler: the `top` ops by self time, as (name, calls, self ms, share of the step's
+        total self time)."""
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            self._step(batch)
+        attribute = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
+        events = prof.key_averages()
+        total = sum(getattr(e, attribute) for e in events) or 1.0
+        ranked = sorted(events, key=lambda e: getattr(e, attribute), reverse=True)[:top]
+        return [(e.key, e.count, getattr(e, attribute) / 1e3, getattr(e, attribute) / total) for e in ranked]
+
     def peak_mib(self, batch) -> float:
         """CUDA only: torch.cuda.max_memory_allocated during one step, above what was allocated before it."""
         torch.cuda.synchronize()
@@ -210,6 +227,8 @@ def measure(setting, mode, args):
         results[name] = {"step": fastest, "compile": (times[name][0] - fastest) / 1e3 if mode == "compile" else None}
         if args.device.type == "cuda":
             results[name]["peak"] = trainee.peak_mib(batch)
+        if args.profile:
+            results[name]["profile"] = trainee.profile(batch, args.profile)
     return results
 
 
@@ -271,6 +290,13 @@ def main(argv=None):
             ratios = twin_ratios(results)
             if ratios:
                 print("\n" + "\n".join(ratios))
+            for name, r in results.items():
+                if "profile" in r:
+                    print(f"\n{'#### ' if args.markdown else ''}{setting_name}, {mode}, {name}: one step's top ops "
+                          "by self time\n")
+                    print(format_table(["op", "calls", "self ms", "share"],
+                                       [[op, str(calls), f"{ms:.1f}", f"{share:.1%}"]
+                                        for op, calls, ms, share in r["profile"]], markdown=args.markdown))
 
 
 if __name__ == "__main__":
