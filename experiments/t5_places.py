@@ -92,7 +92,7 @@ SCREEN_PICK = {
     "dot-product": "2e-3",  # the screen, 2026-12-04: 5.117 / 4.730 / 4.573 at lr 5e-4 / 1e-3 / 2e-3
     "th-encoder": "2e-3",  # the screen, 2026-12-04: 5.119 / 4.731 / 4.584
     "th-decoder": "2e-3",  # the screen, 2026-12-04: 5.127 / 4.736 / 4.584
-    "th-everywhere": None,
+    "th-everywhere": "2e-3",  # the screen, 2026-12-04: 5.123 / 4.727 / 4.576
 }
 LONG_LR = long_lrs({}, SCREEN_PICK)
 
