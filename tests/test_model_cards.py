@@ -67,6 +67,7 @@ RAW_SETUPS = {
 @pytest.mark.parametrize("name", sorted(RAW_SETUPS))
 def test_each_research_card_is_the_best_long_row_of_its_setup_and_carries_its_record(released, name):
     rows = [r for r in _raw_rows() if r["steps"] == 1600 and not r["diverged"] and r.get("tokenizer_sha256")
+            and r["config"]["preset"].startswith("bert-")  # the cards are masked LM's; T5's span rows are not
             and "hidden_size" not in r["config"]["overrides"]
             and RAW_SETUPS[name](r["config"]["preset"], r["config"]["overrides"], r["config"]["training"])]
     best = min(rows, key=lambda r: r["eval_loss"])
