@@ -174,7 +174,9 @@ class Table:
     has a column of the final training loss of the same runs (for long runs, where a model may overfit). A
     `screen` table's columns are the SCREEN_LRS, in order: its block also names each row's pick by SCREEN_RULE.
     `note` goes under the table. `reference` is the unigram point of the table's loss (None: masked LM's,
-    unigram.UNIGRAM_LOSS), against which a run counts as stalled; `loss_name` names the loss in its figure."""
+    unigram.UNIGRAM_LOSS), against which a run counts as stalled; `loss_name` names the loss in its figure. With
+    `paired`, a second table under it gives each later row's final held-out loss minus the first row's (the
+    baseline's) of the same seed, per column, as a `Trend` does."""
 
     name: str
     title: str
@@ -187,6 +189,7 @@ class Table:
     screen: bool = False
     reference: float | None = None
     loss_name: str = "MLM loss"
+    paired: bool = False
 
     def groups(self, variant: str, size: str, aliases: dict | None = None) -> list[tuple[str, str, str]]:
         """The (claim, variant, size) groups whose rows fill an entry: its own, then the groups that hold the runs

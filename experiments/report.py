@@ -275,7 +275,7 @@ def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[st
 def render_trend_table(series: list, trend: Trend) -> str:
     """The trend's numbers: per series and x, the mean ± std of the paired differences, each seed's, and how many
     pairs hold a stalled run (a difference in leaving the unigram plateau, not in the trained models)."""
-    lines = ["| paired difference | " + " | ".join(f"{trend.xlabel} {x}" for x in trend.xs) + " |",
+    lines = ["| paired difference | " + " | ".join(f"{trend.xlabel} {x}".strip() for x in trend.xs) + " |",
              "|---|" + "---:|" * len(trend.xs)]
     for label, per_column in series:
         cells = []
@@ -376,6 +376,9 @@ def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | 
     """The generated block of one table: the table, its note, the curves (or why there are none), its command (see
     `table_patterns` for `cells`)."""
     parts = [f"**{table.title}**", "", render_table(rows, table, aliases)]
+    if table.paired:
+        pairs = Trend(table.name, table.title, (("", table),), tuple(label for label, _ in table.columns), "")
+        parts += ["", render_trend_table(trend_series(rows, pairs, aliases), pairs)]
     if table.note:
         parts += ["", table.note]
     if table.screen:

@@ -164,7 +164,7 @@ def long_note() -> str:
 def long_table() -> Table:
     return Table("t5-long", f"(d) Talking heads in T5 by place, {HEADS} heads of {256 // HEADS}, {LONG_STEPS} steps "
                  "(span-corruption target loss)", CLAIM, ROWS, ((f"{LONG_STEPS} steps", long_size()),), SEEDS,
-                 note=long_note(), train_loss=True, **MEASURE)
+                 note=long_note(), train_loss=True, paired=True, **MEASURE)
 
 
 def control_table() -> Table:

@@ -814,6 +814,23 @@ def test_long_table_shows_train_loss_and_rising_runs():
     assert report.render_table([rising, flat], short, {}).splitlines()[0] == "| variant | small |"
 
 
+def test_paired_table_gives_each_variant_minus_the_baseline_by_seed():
+    """A `paired` table's block has, under the table, each later row's final held-out loss minus the first row's of
+    the same seed (a seed without a finished baseline makes no pair); a table without it has none."""
+    table = cells.Table("long", "A long table", "fake", (("A", "a"), ("B", "b"), ("C", "c")), (("small", "s"),),
+                        seeds=(0, 1, 2), train_loss=True, paired=True)
+    rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "s", 1, 5.2), fake_row("b", "s", 0, 5.1),
+            fake_row("b", "s", 1, 5.0), fake_row("b", "s", 2, 4.0)]  # b's seed 2: no baseline to pair with
+    lines = report.render_block(rows, table, {}, None).splitlines()
+    start = lines.index("| paired difference | small |")
+    assert lines[start + 2] == (f"| B minus A | -0.050 ± {statistics.stdev([0.1, -0.2]):.3f} (seeds 0, 1: +0.100, "
+                                "-0.200) |")
+    assert lines[start + 3] == "| C minus A | pending |"
+    assert start > lines.index("| variant | small: held-out | small: train |")
+    unpaired = cells.Table("long", "A long table", "fake", table.rows, table.columns, seeds=(0, 1, 2))
+    assert "| paired difference | small |" not in report.render_block(rows, unpaired, {}, None)
+
+
 def test_long_curves_pair_each_variant_with_the_baseline_by_seed(tmp_path):
     def run(variant, seed, losses):
         return {**fake_row(variant, "s", seed, losses[-1]), "eval_curve": [[200 * (i + 1), v]
