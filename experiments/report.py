@@ -229,10 +229,10 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
                 if not differences:
                     continue
                 steps = list(differences)
-                for seed_index in range(len(differences[steps[0]])):
+                pairs = len(differences[steps[0]])
+                for seed_index in range(pairs):
                     ax.plot(steps, [differences[s][seed_index] for s in steps], color=f"C{index}", alpha=0.3,
                             linewidth=0.8)
-                pairs = len(differences[steps[0]])
                 ax.plot(steps, [statistics.fmean(differences[s]) for s in steps], color=f"C{index}", linewidth=2,
                         marker=".", label=f"{label} (n={pairs} pair{'s' * (pairs > 1)})")
             ax.axhline(0, color="C0", linewidth=1)
