@@ -72,7 +72,7 @@ RELEASES = (
             setup=lambda c, t: c["attention_type"] == "dot_product" and c["admin"] and _heads(c) == 1
             and t.get("admin_init") == "closed_form"),
     Release("t5-mini-kjv-talking-heads", "t5", "talking heads",
-            pending="not yet: the T5 research rows (experiments/t5_places.py) are being made"),
+            pending="not yet: the rule picks masked-LM rows only; T5's span rows are docs/research.md (d)'s"),
 )
 
 
@@ -315,7 +315,8 @@ hf-attn-variants cards --out model_cards
   typical one: docs/research.md gives each setting's mean and spread over its seeds. The rule:
 
   > {rule}.
-- **T5**: not yet; its research rows (experiments/t5_places.py) are being made.
+- **T5**: not yet; its research rows (experiments/t5_places.py, docs/research.md (d)) are span corruption, and the
+  rule picks masked-LM rows only.
 
 The repositories are named `{owner}/<name>` (`hf-attn-variants cards --owner` readdresses the cards).
 
