@@ -28,7 +28,7 @@ from provenance import ROOT  # noqa: E402
 from results_file import RESULTS, load_results  # noqa: E402
 from unigram import UNIGRAM_LOSS  # noqa: E402
 
-CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend", "t5_places")
+CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend", "t5_places", "length")
 PAGE = ROOT / "docs" / "research.md"
 PAGES = (PAGE, ROOT / "docs" / "research-short-runs.md")  # the current findings; the 400-step runs and screens
 FIGURES = "research"  # docs/research/<table>.png, linked relative to the pages (which share a folder)
