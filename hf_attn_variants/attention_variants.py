@@ -26,7 +26,8 @@ adds and its initialisation, and picks the function that computes it:
 Every one of these functions has transformers' attention interface, as ``eager_attention_forward`` in
 transformers' BERT: ``fn(module, query, key, value, attention_mask, scaling=..., dropout=..., **kwargs)`` with the
 keyword extras `position_bias` (T5), `hidden_states` (the query input [b, n, d], read by dense synthesizers and
-talking heads' dynamic maps) and `output_attentions`, returning (attn_output [b, n, heads, d], attn_weights or None).
+talking heads' dynamic maps), `key_positions` (BERT and ALBERT: the position of every key, read by synthesizers) and
+`output_attentions`, returning (attn_output [b, n, heads, d], attn_weights or None).
 
 The base, `VariantAttentionCore`, holds what they share: the mask (padding, causal, position bias), dropout,
 recomputation and the memory as it is cached. Shapes: b batch, n query length, m key length, h_k/h/h_v key, softmax
@@ -248,8 +249,9 @@ class VariantAttentionCore(nn.Module):
         [b, h_v, m, d_v] (None where the type has no such projection) and the memory input [b, m, d]."""
         return key, value
 
-    def check_lengths(self, n: int, m: int) -> None:
-        """Raise a ValueError for n queries over m keys that the type cannot attend over."""
+    def check_lengths(self, n: int, m: int, key_positions: torch.Tensor | None = None) -> None:
+        """Raise a ValueError for n queries over m keys (at `key_positions`, where given) that the type cannot attend
+        over."""
 
     def attention_function(self, attn_implementation: str | None, output_attentions: bool, dropout: float,
                            device: torch.device) -> AttentionFunction:
@@ -269,9 +271,11 @@ class VariantAttentionCore(nn.Module):
         output_attentions: bool = False,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """hidden_states [b, n, d] is the query input (dense synthesizers and dynamic x2l/x2w read it)."""
+        """hidden_states [b, n, d] is the query input (dense synthesizers and dynamic x2l/x2w read it). A
+        self-attention's `key_positions` [b or 1, m] (in kwargs; None: 0..m-1) are the keys' positions, cached keys
+        first and the n queries last (synthesizers read them)."""
         dropout = self.spec.dropout if self.training else 0.0
-        self.check_lengths(hidden_states.shape[1], value.shape[2])
+        self.check_lengths(hidden_states.shape[1], value.shape[2], kwargs.get("key_positions"))
         attention_forward = self.attention_function(attn_implementation, output_attentions, dropout, value.device)
         return attention_forward(
             self, query, key, value, attention_mask, scaling=self.scaling, dropout=dropout,
@@ -376,7 +380,12 @@ class SynthesizerAttention(VariantAttentionCore):
 
     Dense B = relu(x W1 + b1) W2 + b2 per head, Random R[h, L, L] (trainable or fixed), Factorized Dense (two small
     heads, tiled and multiplied), Factorized Random R1 R2^T, and learned mixtures of these with each other and with the
-    scaled dot product. Masks are added after synthesis; decoding with a cache uses row t for the query at position t.
+    scaled dot product. Masks are added after synthesis.
+
+    The tables are indexed by absolute position (a row of R per query, a column of R and of the dense logits per key),
+    read where each token is: at `key_positions` [b, m] when the family gives them (the position ids its position
+    embeddings used, so left padding with position ids leaves the real tokens' logits unchanged), else at 0..m-1 with
+    the queries the last n (decoding with a cache uses row t for the query at position t).
     """
 
     def __init__(self, spec):
@@ -433,11 +442,20 @@ class SynthesizerAttention(VariantAttentionCore):
             key = value.new_zeros(value.shape[0], 1, value.shape[2], 1)
         return key, value
 
-    def check_lengths(self, n, m):
-        if m > self.spec.max_position:
+    def check_lengths(self, n, m, key_positions=None):
+        limit = self.spec.max_position
+        if m > limit:
             raise ValueError(
-                f"The synthesizer attends over at most `synthesizer_max_position`={self.spec.max_position} positions, "
-                f"got {m}; raise `synthesizer_max_position` (and retrain) or shorten the input."
+                f"The synthesizer attends over at most `synthesizer_max_position`={limit} positions, got {m}; raise "
+                "`synthesizer_max_position` (and retrain) or shorten the input."
+            )
+        if key_positions is None or torch.compiler.is_compiling():  # a compiled graph cannot read the positions
+            return
+        if not 0 <= int(key_positions.min()) <= int(key_positions.max()) < limit:
+            raise ValueError(
+                f"The synthesizer reads its tables at positions 0..{limit - 1} (`synthesizer_max_position`={limit}), "
+                f"got position ids {int(key_positions.min())}..{int(key_positions.max())}; pass position ids in that "
+                "range or raise `synthesizer_max_position` (and retrain)."
             )
 
     def attention_function(self, attn_implementation, output_attentions, dropout, device):
@@ -458,6 +476,11 @@ class SynthesizerAttention(VariantAttentionCore):
         hidden = F.relu(F.linear(x, self.synthesizer_hidden_weight.to(x.dtype), self.synthesizer_hidden_bias.to(x.dtype)))
         return hidden.view(x.shape[0], x.shape[1], self.spec.num_heads, -1).transpose(1, 2)
 
+    def dense_keys(self, cols):
+        """[W2; b2] at the keys' positions `cols` (see `synthesizer_positions`), one row per key,
+        [1 or b, h, m, d_h + 1]: the dense logits are [relu(W1 x + b1), 1] times it."""
+        return _at(torch.cat([self.dense_weight, self.dense_bias], dim=1).transpose(1, 2), cols)
+
     def mixture_alpha(self):
         """The mixture weights alpha_c, or None for a single component.
 
@@ -474,12 +497,36 @@ class SynthesizerAttention(VariantAttentionCore):
         return weights
 
 
-def synthesizer_logits(core: "SynthesizerAttention", query, key, x, scaling: float) -> torch.Tensor:
-    """sum_c alpha_c S_c over the components, [b or 1, h, n, m] (masks are added by the caller)."""
+def synthesizer_positions(key_positions: torch.Tensor | None, n: int, m: int):
+    """Where the n queries and m keys sit in the synthesizer's position-indexed tables (rows of R, columns of the
+    dense logits): `slice`s of 0..m-1, the queries the last n, where `key_positions` is None; else index tensors
+    [b or 1, n] and [b or 1, m]: the queries are the last n of the keys (self-attention, cached keys first)."""
+    if key_positions is None:
+        return slice(m - n, m), slice(0, m)
+    return key_positions[:, m - n :], key_positions
+
+
+def _at(table: torch.Tensor, index) -> torch.Tensor:
+    """A per-head table [h, L, k] at the positions `index` (a slice, or [b, count]): [1 or b, h, count, k]."""
+    if isinstance(index, slice):
+        return table[None, :, index]
+    return table[:, index].movedim(1, 0)
+
+
+def _pairs(table: torch.Tensor, rows, cols) -> torch.Tensor:
+    """A per-head table [h, L, L] at every (query, key) pair of positions: [1 or b, h, n, m]."""
+    if isinstance(rows, slice):
+        return table[None, :, rows, cols]
+    return table[:, rows[:, :, None], cols[:, None, :]].movedim(1, 0)
+
+
+def synthesizer_logits(core: "SynthesizerAttention", query, key, x, scaling: float,
+                       key_positions: torch.Tensor | None = None) -> torch.Tensor:
+    """sum_c alpha_c S_c over the components, [b or 1, h, n, m] (masks are added by the caller); the synthetic ones
+    read their tables at the positions of `synthesizer_positions`."""
     spec = core.spec
-    b, n = x.shape[:2]
-    m = key.shape[2]
-    start = m - n  # position of the first query: rows start.. of R when decoding with a cache
+    n, m = x.shape[1], key.shape[2]
+    rows, cols = synthesizer_positions(key_positions, n, m)
     terms = []
     hidden = None
     if "dense" in spec.components or "factorized_dense" in spec.components:
@@ -487,19 +534,17 @@ def synthesizer_logits(core: "SynthesizerAttention", query, key, x, scaling: flo
     for comp in spec.components:
         if comp == "dot_product":
             terms.append(torch.matmul(query, key.transpose(2, 3)) * scaling)
-        elif comp == "dense":  # B = relu(W1 x + b1) W2 + b2, sliced to the keys; b2 rides in the GEMM
+        elif comp == "dense":  # B = relu(W1 x + b1) W2 + b2 at the keys' positions; b2 rides in the GEMM
             ones = hidden.new_ones(*hidden.shape[:-1], 1)
-            w2 = torch.cat([core.dense_weight[:, :, :m], core.dense_bias[:, :, :m]], dim=1).to(x.dtype)
+            w2 = core.dense_keys(cols).transpose(2, 3).to(x.dtype)  # [b or 1, h, d_h + 1, m]
             terms.append(torch.matmul(torch.cat([hidden, ones], dim=-1), w2))
-        elif comp == "factorized_dense":  # A[j // b] * B[j % b]: every (a, b) pair once, sliced to the keys
-            fa = torch.matmul(hidden, core.factorized_dense_a)  # [b, h, n, a]
-            fb = torch.matmul(hidden, core.factorized_dense_b)  # [b, h, n, b]
-            terms.append((fa[..., :, None] * fb[..., None, :]).flatten(-2)[..., :m])
+        elif comp == "factorized_dense":  # A[j // b] * B[j % b] for the key at position j
+            terms.append(_factorized_dense_logits(core, hidden, cols, m))
         elif comp == "random":
-            terms.append(core.random_logits[None, :, start : start + n, :m])
+            terms.append(_pairs(core.random_logits, rows, cols))
         else:  # factorized_random: R1 R2^T, rank k
-            r1 = core.factorized_random_r1[:, start : start + n]
-            terms.append(torch.matmul(r1, core.factorized_random_r2[:, :m].transpose(1, 2))[None])
+            terms.append(torch.matmul(_at(core.factorized_random_r1, rows),
+                                      _at(core.factorized_random_r2, cols).transpose(2, 3)))
     if len(terms) == 1:
         return terms[0].to(x.dtype)
     alpha = core.mixture_alpha()
@@ -509,30 +554,42 @@ def synthesizer_logits(core: "SynthesizerAttention", query, key, x, scaling: flo
     return logits.to(x.dtype)
 
 
+def _factorized_dense_logits(core: "SynthesizerAttention", hidden: torch.Tensor, cols, m: int) -> torch.Tensor:
+    """Factorized dense logits [b, h, n, m]: `A[j // nb] * B[j % nb]` for the key at position j (every pair of an A
+    and a B entry once over the na * nb positions), A [b, h, n, na] and B [b, h, n, nb] the two per-query heads."""
+    fa = torch.matmul(hidden, core.factorized_dense_a)  # [b, h, n, na]
+    fb = torch.matmul(hidden, core.factorized_dense_b)  # [b, h, n, nb]
+    positions = torch.arange(m, device=hidden.device)[None] if isinstance(cols, slice) else cols  # [b or 1, m]
+    index = positions[:, None, None, :].expand(*fa.shape[:-1], m)  # [b, h, n, m]
+    nb = fb.shape[-1]
+    return fa.gather(-1, index // nb) * fb.gather(-1, index % nb)
+
+
 @recomputed_while_training
 def synthesizer_eager_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
-                              hidden_states, position_bias=None, **kwargs):
+                              hidden_states, position_bias=None, key_positions=None, **kwargs):
     """The synthesizer with its weights: softmax(`synthesizer_logits` + mask (+ position bias)) v."""
     scaling = module.scaling if scaling is None else scaling
-    logits = synthesizer_logits(module, query, key, hidden_states, scaling)  # [b or 1, h, n, m]
+    logits = synthesizer_logits(module, query, key, hidden_states, scaling, key_positions)  # [b or 1, h, n, m]
     bias = attention_bias(module, attention_mask, position_bias, hidden_states.shape[1], value)
     return _weighted_values(module, _softmax(logits if bias is None else logits + bias), value, dropout)
 
 
 def synthesizer_sdpa_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
-                             hidden_states, position_bias=None, **kwargs):
+                             hidden_states, position_bias=None, key_positions=None, **kwargs):
     """The synthesizer as one fused SDPA call (no [b, h, n, m] logits in memory when SDPA can avoid them); returns
     no weights.
 
     Every foldable component is a dot product of a per-query and a per-key vector, so the mixture is one dot
     product of concatenations: q' = [a_dp s q | a_d relu(W1 x + b1) | a_d | a_fr R1[i]] and
-    k' = [k | W2[:, j] | b2[j] | R2[j]]. A random component has no such form and joins the mask as a_r R.
+    k' = [k | W2[:, j] | b2[j] | R2[j]], at the positions of `synthesizer_positions`. A random component has no such
+    form and joins the mask as a_r R.
     q'/k' (or v) are zero-padded to one head size, as SDPA's fused CPU/GPU kernels require.
     """
     spec, x = module.spec, hidden_states
     b, n = x.shape[:2]
     m = value.shape[2]
-    start = m - n
+    rows, cols = synthesizer_positions(key_positions, n, m)
     scaling = module.scaling if scaling is None else scaling
     alpha = module.mixture_alpha()
     qs, ks, extra = [], [], None
@@ -544,13 +601,12 @@ def synthesizer_sdpa_forward(module, query, key, value, attention_mask, scaling=
         elif comp == "dense":
             hidden = module.dense_hidden(x)
             qs.append(torch.cat([hidden, hidden.new_ones(b, spec.num_heads, n, 1)], dim=-1) * weight)
-            k_dense = torch.cat([module.dense_weight[:, :, :m], module.dense_bias[:, :, :m]], dim=1)  # [h, d+1, m]
-            ks.append(k_dense.transpose(1, 2).to(x.dtype).expand(b, -1, -1, -1))
+            ks.append(module.dense_keys(cols).to(x.dtype).expand(b, -1, -1, -1))  # [b, h, m, d_h + 1]
         elif comp == "factorized_random":
-            qs.append(module.factorized_random_r1[:, start : start + n].to(x.dtype).expand(b, -1, -1, -1) * weight)
-            ks.append(module.factorized_random_r2[:, :m].to(x.dtype).expand(b, -1, -1, -1))
+            qs.append(_at(module.factorized_random_r1, rows).to(x.dtype).expand(b, -1, -1, -1) * weight)
+            ks.append(_at(module.factorized_random_r2, cols).to(x.dtype).expand(b, -1, -1, -1))
         else:  # random: no q.k form, an additive term of the mask
-            extra = (module.random_logits[None, :, start : start + n, :m] * weight).to(x.dtype)
+            extra = (_pairs(module.random_logits, rows, cols) * weight).to(x.dtype)
     q, k = torch.cat(qs, dim=-1), torch.cat(ks, dim=-1)
     mask = additive_mask(attention_mask, x.dtype)
     for term in (extra, position_bias):

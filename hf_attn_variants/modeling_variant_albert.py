@@ -4,6 +4,8 @@ What differs from transformers' `modeling_albert.py`:
 - the attention hands its projected heads to `VariantAttentionCore` (`attention_variants.py`), which owns every
   parameter a variant adds (`...attention.core.*`); they live inside the shared layer, so ALBERT's cross-layer
   sharing covers them and the parameter count does not grow with `num_hidden_layers`;
+- a synthesizer reads its position-indexed tables at `position_ids` where they are given, as the position embeddings
+  do, so left padding with position ids leaves the outputs at the real tokens unchanged;
 - called with `sparse_prediction=True` and labels (a forward argument, never saved), `ForMaskedLM` and
   `ForPreTraining` run the prediction head only at the labelled positions (`logits` `[n_scored, vocab]`); the loss
   is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;
@@ -249,6 +251,7 @@ class VariantAlbertModel(VariantAlbertPreTrainedModel):
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
         )
+        kwargs["key_positions"] = position_ids  # where the synthesizers read their tables (None: 0..n-1)
         sequence_output = self.encoder(embedding_output, attention_mask, **kwargs).last_hidden_state
         pooled_output = None
         if self.pooler is not None:

@@ -5,6 +5,8 @@ What differs from transformers' `modeling_bert.py`:
   every parameter a variant adds (`...attention.self.core.*`); with talking heads the query/key projections have
   h_k heads and the value projection h_v heads, a pure synthesizer has no query/key projections, and general
   bilinear attention no key/value projections (the memory itself is the keys and the values);
+- a synthesizer reads its position-indexed tables at `position_ids` where they are given (the cached tokens at the
+  attention mask's count, where `generate` put them), so left padding with position ids leaves the logits unchanged;
 - called with `sparse_prediction=True` and labels (a forward argument, never saved), `ForMaskedLM` and
   `ForPreTraining` run the prediction head only at the labelled positions (`logits` `[n_scored, vocab]`); the loss
   is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;
@@ -59,6 +61,7 @@ from .modeling_variant_utils import (
     attention_projections,
     cache_unless_checkpointing,
     cached_keys_values,
+    key_positions,
     scored_positions,
     sequence_classification_loss,
     span_loss,
@@ -398,6 +401,7 @@ class VariantBertModel(VariantBertPreTrainedModel):
                 else DynamicCache(config=self.config)
             )
         cache_length = cache.get_seq_length() if cache is not None else 0
+        kwargs["key_positions"] = key_positions(position_ids, attention_mask, cache_length)  # synthesizers' rows
         embedding_output = self.embeddings(
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds,
             cache_length=cache_length,

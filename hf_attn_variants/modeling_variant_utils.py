@@ -1,7 +1,7 @@
 """What the families share beyond the attention mathematics: the `PreTrainedModel` base (full `auto_map`, the variant
 init, fixed synthesizers, the LM head's own bias under `resize_token_embeddings`), the q/k/v projections an attention
-type has and its keys/values through a cache, Admin's residual, the masked-LM head's scored positions (the
-`sparse_prediction` argument), and the losses of the classification and span-QA heads.
+type has and its keys/values through a cache, the keys' positions, Admin's residual, the masked-LM head's scored
+positions (the `sparse_prediction` argument), and the losses of the classification and span-QA heads.
 
 What a family keeps readable top to bottom (embeddings, heads) and repeats from another family is marked
 `# Copied from modeling_variant_<family>.<name> with A->B`; tests/test_copies.py keeps each copy equal to its original.
@@ -121,6 +121,25 @@ def cached_keys_values(core, key_proj, value_proj, memory, cache, layer_idx, is_
     key, value = cache.cross_attention_cache.update(*core.project_memory(memory, key_proj, value_proj), layer_idx)
     cache.is_updated[layer_idx] = True
     return key, value
+
+
+def key_positions(position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, cache_length: int):
+    """The position of every key a self-attention layer attends over, [b or 1, cache_length + n] (cached tokens
+    first), for attention that indexes its weights by position (the Synthesizer); None where no `position_ids` are
+    given: the keys then sit at 0..m-1, as the position embeddings count them.
+
+    This call's n tokens are at `position_ids`, where their position embeddings put them. Cached tokens are where
+    `generate` put them when they were new: the running count of real tokens in the 2D `attention_mask`, minus one
+    (0..cache_length-1 without one). So a left-padded prompt decodes as the same prompt unpadded.
+    """
+    if position_ids is None or cache_length == 0:
+        return position_ids
+    if attention_mask is not None and attention_mask.dim() == 2:
+        cached = (attention_mask[:, :cache_length].long().cumsum(-1) - 1).clamp(min=0)  # [b, cache_length]
+    else:
+        cached = torch.arange(cache_length, device=position_ids.device)[None]  # [1, cache_length]
+    b = max(cached.shape[0], position_ids.shape[0])
+    return torch.cat([cached.expand(b, -1), position_ids.expand(b, -1)], dim=-1)
 
 
 def admin_residual(module, residual: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:

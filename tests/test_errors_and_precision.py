@@ -61,6 +61,10 @@ def test_sequence_longer_than_the_synthesizer_limit():
     model(on_device(torch.ones(1, 8, dtype=torch.long)))
     with pytest.raises(ValueError, match=r"at most `synthesizer_max_position`=8 positions, got 9"):
         model(on_device(torch.ones(1, 9, dtype=torch.long)))
+    # the tables are read at the position ids: 8 tokens at positions 3..10 are refused too, 8 at 0..7 are not
+    model(on_device(torch.ones(1, 8, dtype=torch.long)), position_ids=on_device(torch.arange(8)[None]))
+    with pytest.raises(ValueError, match=r"`synthesizer_max_position`=8\), got position ids 3\.\.10"):
+        model(on_device(torch.ones(1, 8, dtype=torch.long)), position_ids=on_device(torch.arange(3, 11)[None]))
 
 
 def test_sequence_longer_than_the_position_embeddings():

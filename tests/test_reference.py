@@ -1,5 +1,6 @@
 """Independent references: each paper's formulas transcribed directly, as float64 einsums over weights read from the
-model, against a BERT attention layer computed by the model (eager and SDPA implementations, padding and causal masks).
+model, against a BERT attention layer computed by the model (eager and SDPA implementations, padding and causal masks;
+the synthesizers also left-padded with position ids, their tables read at those positions).
 
 The transcriptions follow the papers, not our code paths: talking heads materialise the full per-pair
 maps `P_l + D_x(x_i) + D_m(m_j)` (our code never does), mask after the pre-softmax map; the factorized dense
@@ -87,12 +88,14 @@ def reference_talking_heads(layer, p, x, mask):
     return torch.einsum("bijv,bjvd->bivd", U, v).reshape(b, n, -1)
 
 
-def reference_synthesizer(layer, p, x, mask):
+def reference_synthesizer(layer, p, x, mask, positions=None):
     """Tay et al. (2020): Dense B = relu(x W1 + b1) W2 + b2; Random R; Factorized Dense (tiled A) * (tiled B);
-    Factorized Random R1 R2^T; a mixture sum_c alpha_c S_c; + mask; softmax; times V."""
+    Factorized Random R1 R2^T; a mixture sum_c alpha_c S_c; + mask; softmax; times V. The tables are indexed by
+    position: token i of row b at `positions[b, i]` (default: i)."""
     cfg = layer.core.spec
     h, d_h = cfg.num_heads, cfg.key_head_size
     b, n = x.shape[:2]
+    pos = torch.arange(n).expand(b, n) if positions is None else positions  # [b, n]
     v = _heads(x, p["value.weight"], p["value.bias"], h)
     terms = []
     for comp in cfg.components:
@@ -104,18 +107,20 @@ def reference_synthesizer(layer, p, x, mask):
         if comp in ("dense", "factorized_dense"):
             hidden = torch.relu(_heads(x, p["core.synthesizer_hidden_weight"], p["core.synthesizer_hidden_bias"], h))
         if comp == "dense":
-            w2, b2 = p["core.dense_weight"][:, :, :n], p["core.dense_bias"][:, 0, :n]
-            terms.append(torch.einsum("bihe,hej->bhij", hidden, w2) + b2[None, :, None, :])
+            w2, b2 = p["core.dense_weight"][:, :, pos], p["core.dense_bias"][:, 0, pos]  # [h, e, b, j], [h, b, j]
+            terms.append(torch.einsum("bihe,hebj->bhij", hidden, w2) + torch.einsum("hbj->bhj", b2)[:, :, None, :])
         elif comp == "random":
-            terms.append(p["core.random_logits"][None, :, :n, :n])
+            r = p["core.random_logits"][:, pos[:, :, None], pos[:, None, :]]  # [h, b, i, j]
+            terms.append(torch.einsum("hbij->bhij", r))
         elif comp == "factorized_dense":
             a, bb = cfg.dense_factors
             A = torch.einsum("bihe,hea->bhia", hidden, p["core.factorized_dense_a"])
             B = torch.einsum("bihe,hec->bhic", hidden, p["core.factorized_dense_b"])
-            terms.append((A.repeat_interleave(bb, dim=-1) * B.repeat(1, 1, 1, a))[..., :n])
+            tiled = A.repeat_interleave(bb, dim=-1) * B.repeat(1, 1, 1, a)  # [b, h, i, every position]
+            terms.append(torch.take_along_dim(tiled, pos[:, None, None, :], dim=-1))
         else:  # factorized_random
-            r1, r2 = p["core.factorized_random_r1"][:, :n], p["core.factorized_random_r2"][:, :n]
-            terms.append(torch.einsum("hik,hjk->hij", r1, r2)[None])
+            r1, r2 = p["core.factorized_random_r1"][:, pos], p["core.factorized_random_r2"][:, pos]  # [h, b, i, k]
+            terms.append(torch.einsum("hbik,hbjk->bhij", r1, r2))
     if len(terms) == 1:
         logits = terms[0]
     else:
@@ -152,6 +157,24 @@ def _model(case, implementation, causal):
     return model
 
 
+def _layer_input_output(model, layer, ids, keep, **inputs):
+    """The input and output of `layer` when the model runs on `ids` with the attention mask `keep`."""
+    seen = {}
+    hook = layer.register_forward_hook(lambda module, args, out: seen.update(x=args[0], out=out[0]))
+    with torch.no_grad():
+        model(ids, attention_mask=keep.long(), **inputs)
+    hook.remove()
+    return seen["x"], seen["out"]
+
+
+def _additive_mask(keep, causal):
+    """-inf where key j is padding (or, `causal`, after query i), [b, i, j]."""
+    allowed = keep[:, None, :].expand(BATCH, SEQ, SEQ)  # [b, i, j]
+    if causal:
+        allowed = allowed & torch.ones(SEQ, SEQ, dtype=torch.bool).tril()
+    return torch.zeros(allowed.shape, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+
+
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("causal", [False, True], ids=["padding", "causal+padding"])
 @pytest.mark.parametrize("case", list(CASES))
@@ -162,26 +185,39 @@ def test_attention_equals_paper_transcription(case, causal, implementation):
     ids = torch.randint(1, TINY["vocab_size"], (BATCH, SEQ), generator=g)
     keep = torch.ones(BATCH, SEQ, dtype=torch.bool)
     keep[1, -3:] = keep[2, -5:] = False  # right padding of two rows
-    seen = {}
-    hook = layer.register_forward_hook(lambda module, args, out: seen.update(x=args[0], out=out[0]))
-    with torch.no_grad():
-        model(ids, attention_mask=keep.long())
-    hook.remove()
+    x, out = _layer_input_output(model, layer, ids, keep)
 
-    allowed = keep[:, None, :].expand(BATCH, SEQ, SEQ)  # [b, i, j]
-    if causal:
-        allowed = allowed & torch.ones(SEQ, SEQ, dtype=torch.bool).tril()
-    mask = torch.zeros(allowed.shape, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+    mask = _additive_mask(keep, causal)
     reference = REFERENCES[CASES[case]["attention_type"]]
     params = {name: t.detach() for name, t in layer.named_parameters()}
-    expected = reference(layer, params, seen["x"], mask)
-    torch.testing.assert_close(seen["out"], expected, atol=1e-10, rtol=1e-10)
+    expected = reference(layer, params, x, mask)
+    torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
 
     # the reference depends on the variant's own parameters: moving them moves it far beyond the tolerance
     own = "query." if case == "general_bilinear" else "core."  # general bilinear: the full-width query is its own
     moved = {name: t * 1.1 if name.startswith(own) else t for name, t in params.items()}
-    assert (reference(layer, moved, seen["x"], mask) - expected).abs().max() > 1e-4
+    assert (reference(layer, moved, x, mask) - expected).abs().max() > 1e-4
 
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("case", [c for c in CASES if c.startswith("synth")])
+def test_synthesizer_reads_its_tables_at_the_position_ids(case, implementation):
+    """Left padding with position ids that count the real tokens (as `generate` gives them), in a causal decoder:
+    each real token's row and column of the synthesizer's tables is its position id, not its index."""
+    model = _model(case, implementation, causal=True)
+    layer = model.encoder.layer[0].attention.self
+    ids = torch.randint(1, TINY["vocab_size"], (BATCH, SEQ), generator=torch.Generator().manual_seed(2))
+    keep = torch.ones(BATCH, SEQ, dtype=torch.bool)
+    keep[1, :3] = keep[2, :5] = False  # left padding of two rows
+    positions = (keep.long().cumsum(-1) - 1).clamp(min=0)
+    x, out = _layer_input_output(model, layer, ids, keep, position_ids=positions)
+
+    mask = _additive_mask(keep, causal=True)
+    params = {name: t.detach() for name, t in layer.named_parameters()}
+    expected = reference_synthesizer(layer, params, x, mask, positions)
+    torch.testing.assert_close(out[keep], expected[keep], atol=1e-10, rtol=1e-10)  # a pad query sees no key
+    # reading the tables at the indices instead moves the left-padded rows far beyond the tolerance
+    assert (reference_synthesizer(layer, params, x, mask)[keep] - expected[keep]).abs().max() > 1e-4
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.startswith("talking_heads")])
