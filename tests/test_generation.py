@@ -1,6 +1,8 @@
 """Decoding, for every family that generates (BERT's causal LM head, T5): `generate` with a cache equals `generate`
 without one, token for token, greedy and beam, for every variant; cached step-by-step logits equal one full pass; the
-decoder never looks ahead; the old cache argument name."""
+decoder never looks ahead; the old cache argument name. Left padding (BERT and ALBERT, every variant): masked pad
+tokens before a batch, with position ids, leave its logits as they are (transformers' `test_left_padding_compatibility`)
+and `generate` continues each left-padded prompt as it continues the prompt alone."""
 
 import warnings
 from dataclasses import dataclass, field
@@ -10,7 +12,9 @@ import pytest
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
-from conftest import FAMILIES, TINY, TINY_CONFIGS, build, encoder_inputs, on_device, sharpen_t5
+from conftest import FAMILIES, TINY, TINY_CONFIGS, VARIANTS, build, encoder_inputs, head_kind, on_device, sharpen_t5
+from hf_attn_variants import attention_variants
+from hf_attn_variants.attention_variants import SynthesizerAttention
 from hf_attn_variants.modeling_variant_utils import CACHE_FIELD
 
 pytestmark = pytest.mark.device
@@ -172,3 +176,86 @@ def test_old_cache_name_warns_as_transformers_does(head):
             with warnings.catch_warnings():
                 warnings.filterwarnings("error", message=".*past_key_values.*", category=FutureWarning)
                 model.generate(ids, max_new_tokens=3, do_sample=False, pad_token_id=0)
+
+
+# Left padding: transformers' common `test_left_padding_compatibility` (tests/generation/test_utils.py), for every
+# variant. A causal LM's next-token logits for a batch equal those of the same batch behind 3 masked pad tokens, given
+# position ids that count only the real tokens (as `generate` computes them), to transformers' tolerance. ALBERT has
+# no causal LM head (nor has transformers' ALBERT): its encoder's masked-LM logits at every real token instead.
+LEFT_PADDING_HEADS = ["VariantBertLMHeadModel", "VariantAlbertForMaskedLM"]
+PADS = 3
+
+
+def _sharpen_synthesizer(model):
+    """The synthesizer's tables at O(1) (their init, std 0.02, leaves every logit near 0, where a row read at the
+    wrong position moves the output by only ~1e-5)."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, SynthesizerAttention):
+                for name, param in module.named_parameters():
+                    if name != "mixture_weights":
+                        param.normal_(std=1.0)
+
+
+def _position_ids(mask):
+    """What transformers' test and `generate` give: the running count of real tokens minus one (pads: 1)."""
+    return (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
+
+
+def _left_pad(ids, mask, pads=PADS):
+    zeros = torch.zeros(ids.shape[0], pads, dtype=ids.dtype, device=ids.device)
+    return torch.cat([zeros, ids], dim=1), torch.cat([zeros, mask], dim=1)
+
+
+def _read(head, model, ids, attention_mask, real):
+    """The logits the comparison reads, with position ids counting the `real` tokens [b, n]: a causal LM's next-token
+    logits, an encoder's at every real token."""
+    logits = model(ids, attention_mask=attention_mask, position_ids=_position_ids(real)).logits
+    return logits[:, -1] if head_kind(head) == "LMHeadModel" else logits[real.bool()]
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("head", LEFT_PADDING_HEADS)
+def test_left_padding_leaves_logits_unchanged(variant, head, implementation, monkeypatch):
+    model = build(head, variant, seed=4, attn_implementation=implementation)
+    _sharpen_synthesizer(model)
+    ids = _decoder_ids("bert", 7, seed=5)
+    mask = torch.ones_like(ids)
+    mask[0, 2] = 0  # a hole inside a row, as the random masks of transformers' BERT tester have
+    padded_ids, padded_mask = _left_pad(ids, mask)
+    with torch.no_grad():
+        plain = _read(head, model, ids, mask, mask)
+        padded = _read(head, model, padded_ids, padded_mask, padded_mask)
+        torch.testing.assert_close(padded, plain, atol=1e-5, rtol=1e-5)
+        # non-vacuity: the comparison fails (by 10x its tolerance) where the padding is attended to ...
+        unmasked = _read(head, model, padded_ids, torch.ones_like(padded_mask), padded_mask)
+        assert (unmasked - plain).abs().max() > 1e-4
+        if VARIANTS[variant]["attention_type"] == "synthesizer":  # ... and where the tables are read at the index
+            monkeypatch.setattr(attention_variants, "synthesizer_positions",
+                                lambda key_positions, n, m: (slice(m - n, m), slice(0, m)))
+            misread = _read(head, model, padded_ids, padded_mask, padded_mask)
+            assert (misread - plain).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_left_padded_generate_equals_each_prompt_alone(variant, use_cache):
+    """`generate` on a batch of prompts of different lengths, left-padded, continues each prompt as it continues the
+    prompt alone, with and without a cache: the same tokens, and each step's logits to 1e-5 (the cached tokens sit
+    where `generate` put them, at the mask's count)."""
+    model = build("VariantBertLMHeadModel", variant, seed=2)
+    _sharpen_lm_head(model)
+    _sharpen_synthesizer(model)
+    ids = _decoder_ids("bert", 6, seed=11)
+    mask = torch.ones_like(ids)
+    mask[1, :PADS] = 0  # the second prompt is PADS tokens shorter
+    ids = ids.masked_fill(mask == 0, 0)
+    kwargs = dict(max_new_tokens=6, do_sample=False, use_cache=use_cache, pad_token_id=0, eos_token_id=None,
+                  return_dict_in_generate=True, output_logits=True)
+    with torch.no_grad():
+        batched = model.generate(ids, attention_mask=mask, **kwargs)
+        for row in range(2):
+            prompt = ids[row : row + 1][mask[row : row + 1].bool()][None]
+            alone = model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
+            assert torch.equal(batched.sequences[row, ids.shape[1]:], alone.sequences[0, prompt.shape[1]:])
+            torch.testing.assert_close(torch.stack(batched.logits)[:, row], torch.stack(alone.logits)[:, 0],
+                                       atol=1e-5, rtol=1e-5)
