@@ -7,8 +7,8 @@ that algorithm is asked for, `talking_heads_triton`.
 
 A family's attention module keeps its own projections, named as in the upstream transformers model (so vanilla
 checkpoints load), builds those the spec asks for (`spec.has_query/has_key/has_value`), and hands the projected heads
-to the attention class of its type, `ATTENTION_CLASSES[spec.attention_type]`, which owns every parameter the type
-adds and its initialisation, and picks the function that computes it:
+to the attention class of its type (its registration's `core`: `ATTENTION_CLASSES[spec.attention_type]`), which owns
+every parameter the type adds and its initialisation, and picks the function that computes it:
 
     DotProductAttention      softmax(q k^T * s + mask) v: transformers' ``ALL_ATTENTION_FUNCTIONS[attn_implementation]``
                              (SDPA) when nothing needs the weights, else `dot_product_eager_forward`.
@@ -38,7 +38,7 @@ and value heads, d_k/d_v head sizes.
 
 import functools
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -48,7 +48,7 @@ from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
-from .configuration_variant_attention import ATTENTION_TYPES, AttentionSpec
+from .configuration_variant_attention import ATTENTION_REGISTRY, AttentionSpec
 from .talking_heads_blockwise import causal_bias, softmax_keys, talking_heads_blockwise, talking_heads_eager
 
 logger = logging.get_logger(__name__)
@@ -605,15 +605,29 @@ def general_bilinear_eager_forward(module, query, key, value, attention_mask, sc
     return out.transpose(1, 2).contiguous(), weights
 
 
-ATTENTION_CLASSES: dict[str, type[VariantAttentionCore]] = {
-    "dot_product": DotProductAttention,
-    "talking_heads": TalkingHeadsAttention,
-    "synthesizer": SynthesizerAttention,
-    "general_bilinear": GeneralBilinearAttention,
-}
-if tuple(ATTENTION_CLASSES) != ATTENTION_TYPES:  # every registered attention type has its class, in the same order
-    raise ImportError(f"ATTENTION_CLASSES {tuple(ATTENTION_CLASSES)} do not match the attention types of "
-                      f"configuration_variant_attention.ATTENTION_REGISTRY {ATTENTION_TYPES}.")
+class _AttentionClasses(Mapping):
+    """`ATTENTION_CLASSES`: attention type -> the class of its layers, read from its registration's `core` (the class,
+    or its name in this module). A read-only view of `ATTENTION_REGISTRY`, so a type registered later is in it."""
+
+    def __getitem__(self, attention_type: str) -> type[VariantAttentionCore]:
+        core = ATTENTION_REGISTRY[attention_type].core
+        cls = globals().get(core) if isinstance(core, str) else core
+        if not (isinstance(cls, type) and issubclass(cls, VariantAttentionCore)):
+            raise ValueError(
+                f"The attention type {attention_type!r} is registered with core={core!r}, which is not a "
+                "`VariantAttentionCore` subclass: give the class itself, or the name of one in attention_variants."
+            )
+        return cls
+
+    def __iter__(self):
+        return iter(ATTENTION_REGISTRY)
+
+    def __len__(self) -> int:
+        return len(ATTENTION_REGISTRY)
+
+
+ATTENTION_CLASSES = _AttentionClasses()
+tuple(ATTENTION_CLASSES.values())  # every registration names a class: a misspelt `core` fails here, at import
 
 
 def attention_core(spec: AttentionSpec) -> VariantAttentionCore:
