@@ -56,7 +56,7 @@ from transformers.utils import is_flash_attn_2_available
 
 from hf_attn_variants.presets import ATTENTION
 
-# setup -> config kwargs: the presets' setup of every registered attention type (ATTENTION_TOOLS), by preset
+# setup -> config kwargs: the presets' setup of every registered attention type (its registration's presets), by preset
 # suffix; the single-head twins are bench_single_head.py's
 SETUPS = {name: fields for name, (fields, _) in ATTENTION.items() if "attention_type" in fields}
 DYNAMIC = ["x2l", "m2l", "x2w", "m2w"]

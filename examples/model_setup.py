@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import hf_attn_variants as hav
-from hf_attn_variants import ATTENTION_TYPES
-from hf_attn_variants.attention_types import ATTENTION_TOOLS, describe_attention_types
+from hf_attn_variants import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
 from hf_attn_variants.families import FAMILIES, family_of
 from hf_attn_variants.presets import ATTENTION, PRESETS, SIZES, preset_config
 
@@ -109,11 +108,11 @@ def load_or_build_model(head: str, model_name_or_path: str | None, preset: str |
 def length_limit(config) -> tuple[int | None, str]:
     """The longest input the model takes and the field that sets it (None: no limit, T5's relative positions): the
     smallest of the position embeddings (BERT/ALBERT) and the bound of each attention type in use (its
-    `length_field` in `ATTENTION_TOOLS`, e.g. a synthesizer's `synthesizer_max_position`)."""
+    `length_field` in `ATTENTION_REGISTRY`, e.g. a synthesizer's `synthesizer_max_position`)."""
     encoder_decoder = family_of(config).encoder_decoder
     types = {config.attention_type_of(place) for place in ("encoder", "decoder")} if encoder_decoder \
         else {config.attention_type}
-    fields = {ATTENTION_TOOLS[t].length_field for t in types} - {None}
+    fields = {ATTENTION_REGISTRY[t].length_field for t in types} - {None}
     limits = [(getattr(config, f), f) for f in sorted(fields) if getattr(config, f) is not None]
     if not encoder_decoder:
         limits.append((config.max_position_embeddings, "max_position_embeddings"))

@@ -14,9 +14,10 @@ from .configuration_variant_attention import (  # first: the transformers versio
     AttentionSpec,
     AttentionType,
     VariantAttentionFields,
+    describe_attention_types,
+    register_attention_type,
     resolve_attention,
 )
-from .attention_types import ATTENTION_TOOLS, AttentionTools, describe_attention_types
 from .attention_variants import (
     ATTENTION_CLASSES,
     DotProductAttention,
@@ -81,9 +82,7 @@ _register(VariantT5Config, modeling_variant_t5)
 __all__ = [
     "ATTENTION_CLASSES",
     "ATTENTION_REGISTRY",
-    "ATTENTION_TOOLS",
     "ATTENTION_TYPES",
-    "AttentionTools",
     "AttentionType",
     "describe_attention_types",
     "DotProductAttention",
@@ -92,6 +91,7 @@ __all__ = [
     "TalkingHeadsAttention",
     "VariantAttentionFields",
     "attention_core",
+    "register_attention_type",
     "resolve_attention",
     "SYNTHESIZER_COMPONENTS",
     "AttentionSpec",

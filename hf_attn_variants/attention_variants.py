@@ -7,8 +7,8 @@ that algorithm is asked for, `talking_heads_triton`.
 
 A family's attention module keeps its own projections, named as in the upstream transformers model (so vanilla
 checkpoints load), builds those the spec asks for (`spec.has_query/has_key/has_value`), and hands the projected heads
-to the attention class of its type, `ATTENTION_CLASSES[spec.attention_type]`, which owns every parameter the type
-adds and its initialisation, and picks the function that computes it:
+to the attention class of its type (its registration's `core`: `ATTENTION_CLASSES[spec.attention_type]`), which owns
+every parameter the type adds and its initialisation, and picks the function that computes it:
 
     DotProductAttention      softmax(q k^T * s + mask) v: transformers' ``ALL_ATTENTION_FUNCTIONS[attn_implementation]``
                              (SDPA) when nothing needs the weights, else `dot_product_eager_forward`.
@@ -28,6 +28,9 @@ transformers' BERT: ``fn(module, query, key, value, attention_mask, scaling=...,
 keyword extras `position_bias` (T5), `hidden_states` (the query input [b, n, d], read by dense synthesizers and
 talking heads' dynamic maps), `key_positions` (BERT and ALBERT: the position of every key, read by synthesizers) and
 `output_attentions`, returning (attn_output [b, n, heads, d], attn_weights or None).
+One contract for every type, as transformers' ``eager_attention_forward``: the attn_weights a function returns are
+the ones that multiply V, after dropout (an eager function drops only while `module.training`, as transformers' own),
+and half-precision logits go through one softmax, in float32 (`talking_heads_blockwise.softmax_keys`).
 
 The base, `VariantAttentionCore`, holds what they share: the mask (padding, causal, position bias), dropout,
 recomputation and the memory as it is cached. Shapes: b batch, n query length, m key length, h_k/h/h_v key, softmax
@@ -36,7 +39,7 @@ and value heads, d_k/d_v head sizes.
 
 import functools
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -46,8 +49,8 @@ from transformers import initialization as init
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
-from .configuration_variant_attention import ATTENTION_TYPES, AttentionSpec
-from .talking_heads_blockwise import causal_bias, talking_heads_blockwise, talking_heads_eager
+from .configuration_variant_attention import ATTENTION_REGISTRY, AttentionSpec
+from .talking_heads_blockwise import causal_bias, softmax_keys, talking_heads_blockwise, talking_heads_eager
 
 logger = logging.get_logger(__name__)
 
@@ -82,13 +85,6 @@ def attention_bias(module, attention_mask, position_bias, n: int, value: torch.T
     if position_bias is not None:
         bias = position_bias if bias is None else bias + position_bias
     return bias
-
-
-def _softmax(logits: torch.Tensor) -> torch.Tensor:
-    """Softmax over keys; half-precision logits are normalised in float32 (as transformers' T5 does)."""
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        return torch.softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
-    return torch.softmax(logits, dim=-1)
 
 
 def recomputing(module) -> bool:
@@ -186,6 +182,7 @@ def talking_heads_attention_forward(module, query, key, value, attention_mask, s
     bias = attention_bias(module, attention_mask, position_bias, n, value, causal=False)
     causal = attention_mask is None and spec.is_causal and n > 1  # a causal mask made by the algorithm (per block)
     key, value, maps = module.formula_arguments(key, value, hidden_states)
+    dropout = dropout if module.training else 0.0  # as transformers' eager function: dropout while training only
     options = dict(scaling=module.scaling if scaling is None else scaling, causal=causal, dropout=dropout)
     if output_attentions:
         out, weights = formula(query, key, value, bias, **maps, **options, return_weights=True)
@@ -300,7 +297,7 @@ def dot_product_eager_forward(module, query, key, value, attention_mask, scaling
     scaling = module.scaling if scaling is None else scaling
     bias = attention_bias(module, attention_mask, position_bias, query.shape[2], value)
     logits = torch.matmul(query, key.transpose(2, 3)) * scaling  # [b, h, n, m]
-    return _weighted_values(module, _softmax(logits if bias is None else logits + bias), value, dropout)
+    return _weighted_values(module, softmax_keys(logits if bias is None else logits + bias), value, dropout)
 
 
 class TalkingHeadsAttention(VariantAttentionCore):
@@ -572,7 +569,7 @@ def synthesizer_eager_forward(module, query, key, value, attention_mask, scaling
     scaling = module.scaling if scaling is None else scaling
     logits = synthesizer_logits(module, query, key, hidden_states, scaling, key_positions)  # [b or 1, h, n, m]
     bias = attention_bias(module, attention_mask, position_bias, hidden_states.shape[1], value)
-    return _weighted_values(module, _softmax(logits if bias is None else logits + bias), value, dropout)
+    return _weighted_values(module, softmax_keys(logits if bias is None else logits + bias), value, dropout)
 
 
 def synthesizer_sdpa_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
@@ -652,26 +649,41 @@ class GeneralBilinearAttention(VariantAttentionCore):
 def general_bilinear_eager_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
                                    position_bias=None, **kwargs):
     """h heads over the memory shared by all ([b, 1, m, d] keys and values), the heads folded into the query rows:
-    the output [b, n, h, d] and the weights softmax(q m^T * s + mask) [b, h, n, m] (before dropout)."""
+    the output [b, n, h, d] and the weights that multiply the memory, dropout(softmax(q m^T * s + mask))
+    [b, h, n, m]."""
     scaling = module.scaling if scaling is None else scaling
     b, h, n, d = query.shape
     bias = attention_bias(module, attention_mask, position_bias, n, value)
     logits = torch.matmul(query.reshape(b, 1, h * n, d), key.transpose(2, 3)).view(b, h, n, -1) * scaling
-    weights = _softmax(logits if bias is None else logits + bias)  # [b, h, n, m]
-    dropped = F.dropout(weights, p=dropout, training=module.training)
-    out = torch.matmul(dropped.reshape(b, 1, h * n, -1), value).view(b, h, n, -1)  # [b, h, n, d]
+    weights = softmax_keys(logits if bias is None else logits + bias)  # [b, h, n, m]
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    out = torch.matmul(weights.reshape(b, 1, h * n, -1), value).view(b, h, n, -1)  # [b, h, n, d]
     return out.transpose(1, 2).contiguous(), weights
 
 
-ATTENTION_CLASSES: dict[str, type[VariantAttentionCore]] = {
-    "dot_product": DotProductAttention,
-    "talking_heads": TalkingHeadsAttention,
-    "synthesizer": SynthesizerAttention,
-    "general_bilinear": GeneralBilinearAttention,
-}
-if tuple(ATTENTION_CLASSES) != ATTENTION_TYPES:  # every registered attention type has its class, in the same order
-    raise ImportError(f"ATTENTION_CLASSES {tuple(ATTENTION_CLASSES)} do not match the attention types of "
-                      f"configuration_variant_attention.ATTENTION_REGISTRY {ATTENTION_TYPES}.")
+class _AttentionClasses(Mapping):
+    """`ATTENTION_CLASSES`: attention type -> the class of its layers, read from its registration's `core` (the class,
+    or its name in this module). A read-only view of `ATTENTION_REGISTRY`, so a type registered later is in it."""
+
+    def __getitem__(self, attention_type: str) -> type[VariantAttentionCore]:
+        core = ATTENTION_REGISTRY[attention_type].core
+        cls = globals().get(core) if isinstance(core, str) else core
+        if not (isinstance(cls, type) and issubclass(cls, VariantAttentionCore)):
+            raise ValueError(
+                f"The attention type {attention_type!r} is registered with core={core!r}, which is not a "
+                "`VariantAttentionCore` subclass: give the class itself, or the name of one in attention_variants."
+            )
+        return cls
+
+    def __iter__(self):
+        return iter(ATTENTION_REGISTRY)
+
+    def __len__(self) -> int:
+        return len(ATTENTION_REGISTRY)
+
+
+ATTENTION_CLASSES = _AttentionClasses()
+tuple(ATTENTION_CLASSES.values())  # every registration names a class: a misspelt `core` fails here, at import
 
 
 def attention_core(spec: AttentionSpec) -> VariantAttentionCore:

@@ -9,7 +9,7 @@
 
 Each subcommand calls one function: `publish.publish`, `convert.convert`, `convert.export_admin`,
 `release.write_cards`, `release.record_run`; `convert`'s choices and defaults are the function's (its attention
-types with a warm start; their help from `ATTENTION_TOOLS`). `cards`, `record` and `publish --release` read the
+types with a warm start; their help from `ATTENTION_REGISTRY`). `cards`, `record` and `publish --release` read the
 repository's files relative to the current folder (run them from its root).
 """
 
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from . import release
-from .attention_types import ATTENTION_TOOLS
+from .configuration_variant_attention import ATTENTION_REGISTRY
 from .convert import FUNCTION_PRESERVING, export_admin
 from .convert import convert as convert_checkpoint
 
@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("output", help="new (or empty) output folder")
     defaults = inspect.signature(convert_checkpoint).parameters  # convert's own defaults
     convert.add_argument("--attention", default=defaults["attention_type"].default, choices=list(FUNCTION_PRESERVING),
-                         help="; ".join(f"{name}: {ATTENTION_TOOLS[name].warm_start_help}"
+                         help="; ".join(f"{name}: {ATTENTION_REGISTRY[name].warm_start_help}"
                                         for name in FUNCTION_PRESERVING)
                          + f" (default {defaults['attention_type'].default})")
     convert.add_argument("--synthesizer-components", nargs="+",

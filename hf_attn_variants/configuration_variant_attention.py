@@ -10,11 +10,12 @@ A config always constructs, with any values. `resolve_attention(config, ...)` tu
 `AttentionSpec` of one layer when the layer is built, and raises a `ValueError` naming the field and the allowed
 values there, as transformers' own BERT does for `hidden_size % num_attention_heads`.
 
-Each attention type is registered once, in `ATTENTION_REGISTRY`, with what a model of it needs: its spec class and
-resolver, the fields of its function-preserving warm start, whether it serves as cross-attention, the fields and
-algorithms only it takes, and its one-phrase help (this file's config docstring). `attention_variants.ATTENTION_CLASSES`
-holds its class and the package-only `attention_types.ATTENTION_TOOLS` what the tools know of it (presets, card
-section, paper, help texts); both are checked against this table when imported.
+Each attention type is registered once, by `register_attention_type` (the package's own four below their
+resolvers), with everything known of it: what a model of it needs (its spec class and resolver, its warm start,
+whether it serves as cross-attention, the fields and algorithms only it takes, its one-phrase help for this file's
+config docstring, the name of its class in `attention_variants`) and the plain data the package's tools read
+(presets, card section, paper, help texts, field prefix, length field). A checkpoint carries this file, so it
+carries the tools' data too; no model reads it.
 """
 
 import re
@@ -371,15 +372,19 @@ def _resolve_general_bilinear(config, common: dict) -> dict:
 # ------------------------------------------------------------------------------------------------ the attention types
 @dataclass(frozen=True)
 class AttentionType:
-    """One attention type, registered once: what a model of this type reads of it. What the package's tools know of
-    it (presets, card section, paper, help texts) is `attention_types.ATTENTION_TOOLS`, package-only, under the same
-    names.
+    """One attention type, registered once (`register_attention_type`): what a model of it needs, and what the
+    package's tools read of it (plain data; a checkpoint carries it unused).
 
+    What a model reads:
     name: the value of `attention_type`.
-    help: what it is, in a phrase (the config docstring below; the tools' help texts).
-    spec: the `AttentionSpec` class of its layers.
+    help: what it is, in a phrase (the config docstring, the tools' help texts; the model card of a type without
+        card text of its own in `model_cards/attention.yaml`).
+    core: the class of its layers, a `VariantAttentionCore` subclass: the class's name in `attention_variants` for
+        the package's own types (this file cannot import it), or the class itself for a type registered outside the
+        package.
+    spec: the `AttentionSpec` class of its layers (default: `AttentionSpec`, dot product's).
     resolve: `resolve(config, common)` -> the fields of `spec` beyond `common` (those every type shares); raises a
-        `ValueError` naming the config field where the config cannot build the layer.
+        `ValueError` naming the config field where the config cannot build the layer. Default: dot product's heads.
     warm_start: the config fields with which a layer of this type starts as ordinary dot-product attention, so a
         model loaded from a vanilla checkpoint computes its function (`from_pretrained`, `convert`); None where no
         such start exists.
@@ -390,52 +395,141 @@ class AttentionType:
     exclusive_fields: fields whose non-empty value needs this type in some place of the model (refused otherwise).
     algorithms: the values of `attention_algorithm` beyond "auto" that it computes with (empty: the field does not
         apply; dot product follows `attn_implementation`).
+
+    What only the tools read:
+    presets: its attention setups, preset suffix -> config fields beyond `attention_type` (`presets.PRESETS`:
+        "bert-mini-" + suffix). Default: one setup named after the type ("general-bilinear"), with no fields.
+    card_key: the section of `model_cards/attention.yaml` that describes a checkpoint of this type, or a function
+        choosing it from the config.json (dict). Default: named after the type. A section the file does not have is
+        made from `help` and `paper`.
+    paper: the paper it comes from (presets, cards); None for ordinary attention.
+    warm_start_help: what its warm start gives, for the command line's help (given exactly when `warm_start` is).
+    field_prefix: the prefix of the config fields only this type reads (None: it has none).
+    length_field: the config field that bounds the sequence length it attends over (None: no bound of its own).
     """
 
     name: str
     help: str
-    spec: type[AttentionSpec]
-    resolve: Callable[[object, dict], dict]
+    core: str | type
+    spec: type[AttentionSpec] = AttentionSpec
+    resolve: Callable[[object, dict], dict] = _resolve_dot_product
     warm_start: dict | None = None
     warm_start_needs: dict[str, str] | None = None
     self_attention_only: str = ""
     exclusive_fields: tuple[str, ...] = ()
     algorithms: tuple[str, ...] = ()
+    presets: dict[str, dict] | None = None
+    card_key: str | Callable[[dict], str] | None = None
+    paper: str | None = None
+    warm_start_help: str = ""
+    field_prefix: str | None = None
+    length_field: str | None = None
+
+    def __post_init__(self):  # the tools' defaults, named after the type
+        slug = self.name.replace("_", "-")
+        if self.presets is None:
+            object.__setattr__(self, "presets", {slug: {}})
+        if self.card_key is None:
+            object.__setattr__(self, "card_key", slug)
+
+    @property
+    def config_fields(self) -> tuple[str, ...]:
+        """The config fields only this type reads (those named with its `field_prefix`)."""
+        prefix = self.field_prefix
+        return tuple(f.name for f in fields(VariantAttentionFields) if prefix and f.name.startswith(prefix))
+
+    def card_section(self, config: dict) -> str:
+        """The section of `model_cards/attention.yaml` that describes a config.json (dict) of this type."""
+        return self.card_key(config) if callable(self.card_key) else self.card_key
 
 
-ATTENTION_REGISTRY: dict[str, AttentionType] = {
-    entry.name: entry
-    for entry in (
-        AttentionType(
-            "dot_product", "ordinary scaled dot-product multi-head attention, as in the upstream model",
-            AttentionSpec, _resolve_dot_product, warm_start={},
-        ),
-        AttentionType(
-            "talking_heads", "talking-heads attention, learned maps across the heads before and after the softmax",
-            TalkingHeadsSpec, _resolve_talking_heads,
-            warm_start={"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
-            exclusive_fields=("talking_heads_dynamic",), algorithms=ATTENTION_ALGORITHMS[1:],
-        ),
-        AttentionType(
-            "synthesizer", "Synthesizer attention, weights synthesized without query-key dot products or mixed with "
-            "them (self-attention only)",
-            SynthesizerSpec, _resolve_synthesizer,
-            warm_start={"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
-            warm_start_needs={"synthesizer_components": "dot_product"},
-            self_attention_only="a synthetic alignment between the decoder and an encoder sequence of unrelated length "
-                                "has no meaning",
-        ),
-        AttentionType(
-            "general_bilinear", "general bilinear attention, h heads each a full d x d bilinear form (no key or value "
-            "projection, the memory itself is the keys and the values)",
-            GeneralBilinearSpec, _resolve_general_bilinear,
-        ),
-    )
-}
-ATTENTION_TYPES = tuple(ATTENTION_REGISTRY)
+# attention_type -> its registration; the package's own types are registered below, the first being the baseline
+ATTENTION_REGISTRY: dict[str, AttentionType] = {}
+
+
+def register_attention_type(entry: AttentionType) -> AttentionType:
+    """Register an attention type: from then on `attention_type=entry.name` builds layers of `entry.core` in every
+    family, and the tools read its presets, card text and help. A checkpoint of a type registered outside the package
+    loads only where the registration runs (its remote code holds the package's types).
+
+    Raises a `ValueError` for a name already registered and for an entry that names what does not exist."""
+    name, known = entry.name, {f.name for f in fields(VariantAttentionFields)}
+    if name in ATTENTION_REGISTRY:
+        raise ValueError(f"The attention type {name!r} is already registered; choose another name.")
+    if not (isinstance(entry.spec, type) and issubclass(entry.spec, AttentionSpec)) or not entry.help:
+        raise ValueError(f"Attention type {name!r}: give a one-phrase `help` and an `AttentionSpec` subclass as "
+                         f"`spec` (got {entry.spec!r}).")
+    named = {*(entry.warm_start or {}), *(entry.warm_start_needs or {}), *entry.exclusive_fields, entry.length_field}
+    if named - known - {None}:
+        raise ValueError(f"Attention type {name!r} names {sorted(named - known - {None})}, which are not attention "
+                         "config fields (`VariantAttentionFields`).")
+    own = {*entry.exclusive_fields, entry.length_field} - {None}
+    if not own <= set(entry.config_fields):
+        raise ValueError(f"Attention type {name!r}: {sorted(own - set(entry.config_fields))} must be fields of its "
+                         f"own, named with its `field_prefix` ({entry.field_prefix!r}).")
+    if not set(entry.algorithms) <= set(ATTENTION_ALGORITHMS[1:]):
+        raise ValueError(f"Attention type {name!r}: `algorithms` must be among {ATTENTION_ALGORITHMS[1:]}.")
+    if bool(entry.warm_start_help) != (entry.warm_start is not None):
+        raise ValueError(f"Attention type {name!r}: `warm_start_help` describes `warm_start` for the command line; "
+                         "give both or neither.")
+    ATTENTION_REGISTRY[name] = entry
+    return entry
+
+
+def _synthesizer_card_key(config: dict) -> str:
+    """A mixture with the dot product, a lone Dense or Random synthesizer, or any other synthesizer."""
+    components = tuple(config.get("synthesizer_components") or ())
+    if "dot_product" in components and len(components) > 1:
+        return "synthesizer-mixture"
+    return {("dense",): "synthesizer-dense", ("random",): "synthesizer-random"}.get(components, "synthesizer")
+
+
+_TALKING_HEADS_PAPER = "Talking-Heads Attention (Shazeer et al., 2020)"
+_SYNTHESIZER_PAPER = "Synthesizer: Rethinking Self-Attention for Transformer Models (Tay et al., 2021)"
+
+register_attention_type(AttentionType(
+    "dot_product", "ordinary scaled dot-product multi-head attention, as in the upstream model",
+    core="DotProductAttention", warm_start={},
+    warm_start_help="a plain variant checkpoint (e.g. to train with admin=True)",
+))
+register_attention_type(AttentionType(
+    "talking_heads", "talking-heads attention, learned maps across the heads before and after the softmax",
+    core="TalkingHeadsAttention", spec=TalkingHeadsSpec, resolve=_resolve_talking_heads,
+    warm_start={"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
+    exclusive_fields=("talking_heads_dynamic",), algorithms=ATTENTION_ALGORITHMS[1:],
+    presets={"talking-heads": {"talking_heads_init": "paper"}}, paper=_TALKING_HEADS_PAPER,
+    warm_start_help="identity head maps", field_prefix="talking_heads_",
+))
+register_attention_type(AttentionType(
+    "synthesizer", "Synthesizer attention, weights synthesized without query-key dot products or mixed with them "
+    "(self-attention only)",
+    core="SynthesizerAttention", spec=SynthesizerSpec, resolve=_resolve_synthesizer,
+    warm_start={"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
+    warm_start_needs={"synthesizer_components": "dot_product"},
+    self_attention_only="a synthetic alignment between the decoder and an encoder sequence of unrelated length has "
+                        "no meaning",
+    presets={"synthesizer-dense": {"synthesizer_components": ["dense"]},
+             "synthesizer-random": {"synthesizer_components": ["random"]},
+             "synthesizer-mixture": {"synthesizer_components": ["dot_product", "random"]}},
+    card_key=_synthesizer_card_key, paper=_SYNTHESIZER_PAPER,
+    warm_start_help="a mixture with the dot product that starts as the dot product",
+    field_prefix="synthesizer_", length_field="synthesizer_max_position",
+))
+register_attention_type(AttentionType(
+    "general_bilinear", "general bilinear attention, h heads each a full d x d bilinear form (no key or value "
+    "projection, the memory itself is the keys and the values)",
+    core="GeneralBilinearAttention", spec=GeneralBilinearSpec, resolve=_resolve_general_bilinear,
+    paper=_TALKING_HEADS_PAPER,
+))
+ATTENTION_TYPES = tuple(ATTENTION_REGISTRY)  # the package's own types, in order (a later registration is not here)
 # ordinary attention, the default: what a self-attention-only type's model attends across with, what convert starts
 # from and what an Admin model exports to
 BASELINE_ATTENTION = VARIANT_CONFIG_DEFAULTS["attention_type"]
+
+
+def describe_attention_types() -> str:
+    """"name: help; ..." for every registered attention type, for help texts."""
+    return "; ".join(f"{name}: {entry.help}" for name, entry in ATTENTION_REGISTRY.items())
 
 VariantAttentionFields.__doc__ = VariantAttentionFields.__doc__.replace("ATTENTION_TYPES_HELP", "One of:" + "".join(
     "\n" + textwrap.fill(f'`"{name}"`: {entry.help}.', width=120, initial_indent=" " * 12 + "- ",
@@ -477,7 +571,7 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
     place). A cross-attention layer's type is `cross_attention_type`'s (a synthesizer model attends across with dot
     product). `scaling` replaces d_k^-0.5 (T5 uses 1.0)."""
     attention_type = attention_type or _field(config, "attention_type")
-    _choice("attention_type", attention_type, ATTENTION_TYPES)
+    _choice("attention_type", attention_type, ATTENTION_REGISTRY)
     if is_cross_attention:
         attention_type = cross_attention_type(attention_type)
     used = {_field(config, "attention_type"), *(getattr(config, f"{p}_attention_type", None) for p in PLACES)}
@@ -518,5 +612,5 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
 
 
 __all__ = ["ATTENTION_REGISTRY", "ATTENTION_TYPES", "AttentionSpec", "AttentionType", "BASELINE_ATTENTION",
-           "SUPPORTED_TRANSFORMERS", "VariantAttentionFields", "cross_attention_type", "place_attention_type",
-           "resolve_attention"]
+           "SUPPORTED_TRANSFORMERS", "VariantAttentionFields", "cross_attention_type", "describe_attention_types",
+           "place_attention_type", "register_attention_type", "resolve_attention"]

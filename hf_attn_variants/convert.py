@@ -29,7 +29,6 @@ import transformers
 import hf_attn_variants as hav
 
 from .admin import admin_residuals
-from .attention_types import ATTENTION_TOOLS
 from .configuration_variant_attention import ATTENTION_REGISTRY, BASELINE_ATTENTION, resolve_attention
 from .families import FAMILIES, family_of
 
@@ -229,7 +228,7 @@ def _variant_setup(source: Path, attention_type, synthesizer_components, archite
     if attention_type not in FUNCTION_PRESERVING:
         raise ValueError(f"attention_type={attention_type!r}; convert supports {', '.join(FUNCTION_PRESERVING)}.")
     fields = {"attention_type": attention_type, **FUNCTION_PRESERVING[attention_type]}
-    if "synthesizer_components" in ATTENTION_TOOLS[attention_type].config_fields:
+    if "synthesizer_components" in ATTENTION_REGISTRY[attention_type].config_fields:
         fields["synthesizer_components"] = list(synthesizer_components)
     fields.update(config_overrides)
     variant_class = getattr(hav, f"Variant{architecture}")

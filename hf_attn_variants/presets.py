@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention_types import ATTENTION_TOOLS
+from .configuration_variant_attention import ATTENTION_REGISTRY
 from .families import FAMILIES, family_of
 
 
@@ -50,11 +50,11 @@ SIZES = {
 SINGLE_HEAD = "Multi-head or Single-head? An Empirical Comparison for Transformer Training (Liu et al., 2021)"
 ADMIN = "Understanding the Difficulty of Training Transformers (Admin; Liu et al., 2020)"
 
-# name -> (config fields, papers): each attention type's setups (its `ATTENTION_TOOLS` entry), then the deep
+# name -> (config fields, papers): each attention type's setups (its registration's `presets`), then the deep
 # single-head twins, resolved per family below (+ Admin where Post-LN).
 ATTENTION = {
     **{setup: ({"attention_type": entry.name, **copy.deepcopy(fields)}, (entry.paper,) if entry.paper else ())
-       for entry in ATTENTION_TOOLS.values() for setup, fields in entry.presets.items()},
+       for entry in ATTENTION_REGISTRY.values() for setup, fields in entry.presets.items()},
     "single-head-admin": (dict(admin=True), (SINGLE_HEAD, ADMIN)),
     "single-head": (dict(), (SINGLE_HEAD,)),
 }

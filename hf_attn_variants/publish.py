@@ -29,8 +29,7 @@ import yaml
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from .attention_types import ATTENTION_TOOLS
-from .configuration_variant_attention import BASELINE_ATTENTION, PLACES
+from .configuration_variant_attention import ATTENTION_REGISTRY, BASELINE_ATTENTION, PLACES
 from .convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
 from .families import FAMILIES, family_of
 from .isolation import run_isolated
@@ -88,21 +87,39 @@ def _load_yaml(name: str) -> dict:
 
 
 def _attention_types(config: dict) -> list:
-    """The registered attention types a `config.json` (dict) uses, in any place, as their `ATTENTION_TOOLS` entries."""
+    """The registered attention types a `config.json` (dict) uses, in any place, as their registrations."""
     used = {config.get(key) for key in ("attention_type", *(f"{place}_attention_type" for place in PLACES))}
-    return [entry for name, entry in ATTENTION_TOOLS.items() if name in used]
+    return [entry for name, entry in ATTENTION_REGISTRY.items() if name in used]
 
 
 def attention_setups(config: dict) -> list[str]:
     """The card sections (keys of `model_cards/attention.yaml`) that describe a checkpoint's `config.json`: its
-    attention variant(s) (`AttentionTools.card_section`), "single-head" for one head per layer, "admin" for Admin
+    attention variant(s) (`AttentionType.card_section`), "single-head" for one head per layer, "admin" for Admin
     residuals; the baseline's section if none."""
     setups = [entry.card_section(config) for entry in _attention_types(config) if entry.name != BASELINE_ATTENTION]
     if config.get("num_attention_heads", config.get("num_heads")) == 1:
         setups.append("single-head")
     if config.get("admin"):
         setups.append("admin")
-    return setups or [ATTENTION_TOOLS[BASELINE_ATTENTION].card_section(config)]
+    return setups or [ATTENTION_REGISTRY[BASELINE_ATTENTION].card_section(config)]
+
+
+def _registered_text(entry, section: str) -> dict:
+    """Card text made from an attention type's registration (its name, `help` and `paper`), for a section that
+    `model_cards/attention.yaml` does not have."""
+    words = entry.name.replace("_", " ")
+    paper = f" It comes from {entry.paper}." if entry.paper else ""
+    return dict(title=words if words.endswith("attention") else f"{words} attention", tags=[section], papers=[],
+                description=f"{entry.help[0].upper()}{entry.help[1:]}.{paper}", limitations=[])
+
+
+def attention_texts(config: dict) -> list[dict]:
+    """The card text of each of a checkpoint's `attention_setups`: its section of `model_cards/attention.yaml`, or,
+    for an attention type without one, the text its registration gives, so a new type needs no card text of its
+    own."""
+    texts = _load_yaml("attention.yaml")
+    made = {entry.card_section(config): entry for entry in _attention_types(config)}
+    return [texts[key] if key in texts else _registered_text(made[key], key) for key in attention_setups(config)]
 
 
 def _read_json(path: Path) -> dict:
@@ -332,8 +349,8 @@ def render_record(record: CardRecord, repo_id: str, revision: str | None, *, lic
     usage, example_input = USAGE.get(PIPELINE_TAGS[suffix], (None, None))
     if PIPELINE_TAGS[suffix] == "fill-mask" and has_tokenizer:
         example_input = json.dumps(f"The dictionary defines a cynic as a {record.mask_token}.")
-    texts, papers = _load_yaml("attention.yaml"), _load_yaml("papers.yaml")
-    setups = [texts[key] for key in attention_setups(config)]
+    papers = _load_yaml("papers.yaml")
+    setups = attention_texts(config)
     own = [key for setup in setups for key in setup["papers"]]
     family = family_of(config).display
     eval_results = _eval_results(quality, task)
@@ -585,5 +602,5 @@ def publish(folder, repo_id: str, *, private: bool = False, revision: str | None
                        record=record)
 
 
-__all__ = ["CardRecord", "Published", "attention_setups", "check_loads", "is_published", "parameter_total", "publish",
-           "read_card_record", "read_run", "render_card", "render_record", "upload_card"]
+__all__ = ["CardRecord", "Published", "attention_setups", "attention_texts", "check_loads", "is_published",
+           "parameter_total", "publish", "read_card_record", "read_run", "render_card", "render_record", "upload_card"]

@@ -150,14 +150,15 @@ def talking_heads_mixed(weights: torch.Tensor, post_proj, x2w, m2w, mix=mix_head
     return _add_dynamic(mix(weights, post_proj), weights, dynamic)  # [b, h_v, r, k]
 
 
-def softmax_keys(logits: torch.Tensor) -> torch.Tensor:
-    """W = softmax(L) over the keys (in float32 for half-precision logits, as transformers' T5), in place on L where
-    autograd does not need L."""
+def softmax_keys(logits: torch.Tensor, *, in_place: bool = False) -> torch.Tensor:
+    """W = softmax(L) over the keys, the softmax of every attention type: half-precision logits are normalised in
+    float32 and W is returned in their dtype (as transformers' T5 does). `in_place`: W overwrites L where autograd
+    does not need L (for a caller that owns L; never a view of a parameter)."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         return torch.softmax(logits, dim=-1, dtype=torch.float32).to(logits.dtype)
-    if torch.is_grad_enabled() and logits.requires_grad:
-        return torch.softmax(logits, dim=-1)
-    return torch.softmax(logits, dim=-1, out=logits)
+    if in_place and not (torch.is_grad_enabled() and logits.requires_grad):
+        return torch.softmax(logits, dim=-1, out=logits)
+    return torch.softmax(logits, dim=-1)
 
 
 def talking_heads_eager(query, key, value, bias=None, pre_proj=None, post_proj=None, x2l=None, m2l=None, x2w=None,
@@ -172,7 +173,8 @@ def talking_heads_eager(query, key, value, bias=None, pre_proj=None, post_proj=N
                 and all(t is None for t in (x2l, m2l, x2w, m2w)))
     mix = mix_heads_ if in_place else mix_heads
     mask = causal_bias(n, m, query.dtype, query.device) if causal else None
-    weights = softmax_keys(talking_heads_logits(query, key, bias, pre_proj, x2l, m2l, scaling, mask, mix)[1])  # W
+    logits = talking_heads_logits(query, key, bias, pre_proj, x2l, m2l, scaling, mask, mix)[1]  # L
+    weights = softmax_keys(logits, in_place=True)  # W
     mixed = talking_heads_mixed(weights, post_proj, x2w, m2w, mix)  # U [b, h_v, n, m]
     if dropout > 0.0:
         mixed = torch.nn.functional.dropout(mixed, p=dropout)
@@ -263,7 +265,7 @@ class BlockwiseTalkingHeads(torch.autograd.Function):
         out = value.new_empty(b, h_v, n, d_v)
         for index, start in enumerate(range(0, n, step)):
             blk = _Block(inputs, slice(start, min(n, start + step)), causal, n, m)
-            weights = softmax_keys(_block_logits(blk, pre_proj, scaling)[1])  # W [b, h, r, k]
+            weights = softmax_keys(_block_logits(blk, pre_proj, scaling)[1], in_place=True)  # W [b, h, r, k]
             mixed = talking_heads_mixed(weights, post_proj, blk.x2w, blk.m2w)  # U [b, h_v, r, k]
             if dropout > 0.0:  # U * keep / (1 - p), the scale on the small product
                 mixed.mul_(_dropout_keep(mixed.shape, dropout, seed, index, mixed.device))
@@ -334,7 +336,7 @@ def _block_backward(blk: _Block, inputs: dict, grads: dict, grad_out, keep, scal
     """Add one block's share of every gradient to `grads`; grad_out [b, h_v, r, d_v], keep the dropout multiplier."""
     pre, post, k, rows = inputs["pre_proj"], inputs["post_proj"], blk.keys, blk.rows
     dots, logits = _block_logits(blk, pre, scaling)
-    weights = softmax_keys(logits)  # W [b, h, r, k]
+    weights = softmax_keys(logits, in_place=True)  # W [b, h, r, k]
     mixed = talking_heads_mixed(weights, post, blk.x2w, blk.m2w)  # U [b, h_v, r, k]
     grad_mixed = torch.matmul(grad_out, blk.value.transpose(2, 3))  # dU [b, h_v, r, k]
     if keep is not None:

@@ -6,7 +6,8 @@ dropout=..., **kwargs)` -> (attn_output [b, n, heads, d], attn_weights or None),
 Called directly, the function a core picks (`attention_function`) gives the core's own output; and each agrees with
 something we did not write where the mathematics is the same (transformers' own eager and SDPA functions for dot
 product), or with an independent reference (talking heads' einsum `talking_heads_reference`, a per-head loop for
-general bilinear attention). The weights a function returns are the ones that multiply V.
+general bilinear attention). One contract for every type, as transformers' `eager_attention_forward`: the weights a
+function returns are the ones that multiply V, after dropout, and half-precision logits share one float32 softmax.
 """
 
 import inspect
@@ -19,7 +20,7 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 
 import hf_attn_variants as hav
 from hf_attn_variants import attention_variants as av
-from hf_attn_variants.talking_heads_blockwise import talking_heads_reference
+from hf_attn_variants.talking_heads_blockwise import softmax_keys, talking_heads_reference
 
 CLOSE = dict(atol=1e-5, rtol=1e-5)  # float32, two different computations
 CLOSE64 = dict(atol=1e-10, rtol=1e-10)  # float64
@@ -45,9 +46,9 @@ def layer_and_inputs(variant: str, dtype=torch.float32, causal: bool = False, se
     return attn.core, x, query, key, value, mask
 
 
-def call(fn, core, x, query, key, value, mask, **kwargs):
+def call(fn, core, x, query, key, value, mask, dropout=0.0, **kwargs):
     """`fn` called as transformers' models call an attention function."""
-    return fn(core, query, key, value, mask, scaling=core.scaling, dropout=0.0, hidden_states=x, **kwargs)
+    return fn(core, query, key, value, mask, scaling=core.scaling, dropout=dropout, hidden_states=x, **kwargs)
 
 
 @pytest.mark.parametrize("output_attentions", [False, True])
@@ -164,3 +165,78 @@ def test_general_bilinear_function_equals_a_per_head_loop():
             w = torch.softmax(query[:, h] @ x.transpose(1, 2) * core.scaling + mask[:, 0], dim=-1)  # [b, n, m]
             torch.testing.assert_close(weights[:, h], w, **CLOSE)
             torch.testing.assert_close(out[:, :, h], w @ x, **CLOSE)
+
+
+def _dropout_contract(core, x, query, key, value, mask, fn, p: float, seed: int):
+    """`fn` in training mode with dropout `p` under `seed`: its output and weights, checked to be the weights that
+    multiply V (the value path of the type: general bilinear's memory, talking heads' value channels) and to hold
+    dropout's zeros and 1/(1-p) scaling of the weights the same function gives in eval mode."""
+    with torch.no_grad():
+        core.eval()
+        _, undropped = call(fn, core, x, query, key, value, mask, dropout=p, output_attentions=True)
+        core.train()
+        torch.manual_seed(seed)
+        out, weights = call(fn, core, x, query, key, value, mask, dropout=p, output_attentions=True)
+    values = value[..., : out.shape[-1]]
+    torch.testing.assert_close(torch.matmul(weights, values).transpose(1, 2), out, **CLOSE)
+    dropped = weights == 0
+    assert (dropped & (undropped != 0)).any() and (~dropped).any()  # dropout zeroed some weights, kept others
+    torch.testing.assert_close(weights[~dropped], undropped[~dropped] / (1 - p), **CLOSE)
+    assert not torch.allclose(weights.sum(-1), undropped.sum(-1), **CLOSE)  # rows no longer sum as the softmax's
+    return out
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_every_type_returns_the_weights_that_multiply_v_after_dropout(variant):
+    """Each type's eager function (the one `output_attentions` picks), in training mode with dropout 0.3: the weights
+    it returns multiply V to its output and carry dropout's zeros and scaling (in eval mode the same call drops
+    nothing, as transformers' eager function). Where the type has another function that takes dropout (SDPA:
+    transformers' for dot product, the synthesizer's fold where it would run on a GPU), that function under the same
+    seed gives the same output: on the CPU, SDPA with dropout runs PyTorch's math path, which draws its mask as
+    `F.dropout` does."""
+    core, x, query, key, value, mask = layer_and_inputs(variant)
+    p, seed = 0.3, 5
+    eager = core.attention_function("eager", True, p, x.device)
+    out = _dropout_contract(core, x, query, key, value, mask, eager, p, seed)
+    fused = core.attention_function("sdpa", False, p, torch.device("cuda"))  # what a GPU runs without the weights
+    if fused is eager:  # talking heads and general bilinear: one function
+        return
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        fused_out, none = call(fused, core, x, query, key, value, mask, dropout=p)
+    assert none is None
+    torch.testing.assert_close(fused_out, out, **CLOSE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_softmax_agrees_with_float32(dtype):
+    """The one softmax of every type: half-precision logits normalised in float32, returned in their dtype, within
+    the half type's rounding of the float32 softmax of the same logits; float32 logits are overwritten only where
+    asked (`in_place`) and autograd does not need them."""
+    logits = torch.randn(2, 4, 7, 9, generator=torch.Generator().manual_seed(0)) * 8
+    half = logits.to(dtype)
+    weights = softmax_keys(half)
+    assert weights.dtype == dtype
+    eps = torch.finfo(dtype).eps  # one rounding of a weight <= 1 to the half type
+    torch.testing.assert_close(weights.float(), torch.softmax(half.float(), dim=-1), atol=eps, rtol=eps)
+    kept = logits.clone()
+    torch.testing.assert_close(softmax_keys(kept), torch.softmax(logits, dim=-1), **CLOSE)
+    torch.testing.assert_close(kept, logits, atol=0, rtol=0)  # not in place unless asked
+    with torch.no_grad():
+        softmax_keys(kept, in_place=True)
+    torch.testing.assert_close(kept, torch.softmax(logits, dim=-1), **CLOSE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("variant", ["dot_product", "talking_heads", "synth_mixture", "general_bilinear"])
+def test_every_type_in_half_precision_agrees_with_float32(variant, dtype):
+    """Each type's eager function on half-precision inputs: its weights (through the float32 softmax) within the
+    half type's rounding of the same layer's float32 weights."""
+    core, x, query, key, value, mask = layer_and_inputs(variant)
+    fn = core.attention_function("eager", True, 0.0, x.device)
+    with torch.no_grad():
+        _, reference = call(fn, core, x, query, key, value, mask, output_attentions=True)
+        half = [t if t is None else t.to(dtype) for t in (x, query, key, value, mask)]
+        _, weights = call(fn, core.to(dtype), half[0], *half[1:], output_attentions=True)
+    assert weights.dtype == dtype
+    torch.testing.assert_close(weights.float(), reference, atol=2e-2, rtol=2e-2)

@@ -1,35 +1,36 @@
-"""An attention type is complete in every file it touches (docs/computation.md, "Adding an attention type"): the
-model half (`ATTENTION_REGISTRY`, remote code), its class, its tooling entry (`ATTENTION_TOOLS`, package-only), its
-presets and card text, its docs row and its rows in the test table. A type forgotten in one of them fails here."""
+"""An attention type touches three places (docs/computation.md, "Adding an attention type"): its class, its one
+registration (`register_attention_type`: what a model needs and what the tools read, remote code both) and its rows in
+the test table. The package's own types are complete there; a toy type registered here, in-process, with a class and
+a registration and nothing else, trains inside a BERT, saves, loads and gets its model card."""
 
+import dataclasses
 import importlib.util
 import re
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
-import yaml
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
 
 import hf_attn_variants as hav
-from hf_attn_variants import attention_types, configuration_variant_attention, presets
+from hf_attn_variants import attention_variants, configuration_variant_attention, presets, publish
 from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.talking_heads_blockwise import softmax_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = hav.ATTENTION_TYPES
-# the files a new attention type touches, as docs/computation.md lists them
+# the places a new attention type touches, as docs/computation.md lists them
 TOUCHED = {
-    "hf_attn_variants/configuration_variant_attention.py",
     "hf_attn_variants/attention_variants.py",
-    "hf_attn_variants/attention_types.py",
-    "hf_attn_variants/model_cards/attention.yaml",
-    "docs/configuration.md",
+    "hf_attn_variants/configuration_variant_attention.py",
     "tests/conftest.py",
 }
-CARDS = yaml.safe_load((ROOT / "hf_attn_variants" / "model_cards" / "attention.yaml").read_text())
 
 
-def test_the_docs_list_the_files_a_new_type_touches():
+def test_the_docs_list_the_places_a_new_type_touches():
     page = (ROOT / "docs" / "computation.md").read_text()
     section = page.split("## Adding an attention type", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\d+\. `([^`]+)`", section, re.M)
@@ -37,8 +38,8 @@ def test_the_docs_list_the_files_a_new_type_touches():
     assert all((ROOT / path).is_file() for path in listed)
 
 
-def test_both_halves_list_the_same_types_in_the_same_order():
-    assert TYPES == tuple(hav.ATTENTION_REGISTRY) == tuple(hav.ATTENTION_TOOLS) == tuple(hav.ATTENTION_CLASSES)
+def test_the_registry_holds_the_packages_types_baseline_first():
+    assert TYPES == tuple(hav.ATTENTION_REGISTRY) == tuple(hav.ATTENTION_CLASSES)
     assert TYPES[0] == configuration_variant_attention.BASELINE_ATTENTION
 
 
@@ -48,37 +49,20 @@ def test_every_type_has_a_class_that_its_layers_get(name):
 
     spec = hav.resolve_attention(hav.VariantBertConfig(**TINY, attention_type=name))
     assert type(spec) is hav.ATTENTION_REGISTRY[name].spec and spec.attention_type == name
-    assert type(hav.attention_core(spec)) is hav.ATTENTION_CLASSES[name]
-
-
-@pytest.mark.parametrize("name", TYPES)
-def test_every_type_has_a_tooling_entry_that_fits_its_model_half(name):
-    entry, tools = hav.ATTENTION_REGISTRY[name], hav.ATTENTION_TOOLS[name]
-    assert tools.name == entry.name == name and tools.model is entry and entry.help
-    assert bool(tools.warm_start_help) == (entry.warm_start is not None)  # the command line describes every start
-    config_fields = {f.name for f in fields(hav.VariantAttentionFields)}
-    assert set(entry.exclusive_fields) <= set(tools.config_fields) <= config_fields
-    assert tools.length_field is None or tools.length_field in tools.config_fields
-    assert f"{name}: {entry.help}" in hav.describe_attention_types()
+    core = hav.attention_core(spec)
+    assert type(core) is hav.ATTENTION_CLASSES[name] and type(core).__name__ == hav.ATTENTION_REGISTRY[name].core
 
 
 @pytest.mark.parametrize("name", TYPES)
 def test_every_type_has_presets_in_every_family_and_card_text(name):
-    tools = hav.ATTENTION_TOOLS[name]
-    assert tools.presets, f"{name} has no preset setup"
-    for setup, setup_fields in tools.presets.items():
-        assert setup in CARDS, f"model_cards/attention.yaml has no section {setup!r}"
-        assert tools.card_section({"attention_type": name, **setup_fields}) in CARDS
+    entry = hav.ATTENTION_REGISTRY[name]
+    assert entry.presets, f"{name} has no preset setup"
+    for setup, setup_fields in entry.presets.items():
         for family in FAMILIES:
-            config = presets.preset_config(f"{family}-tiny-{setup}")
-            assert config.attention_type == name
-    assert tools.card_section({"attention_type": name}) in CARDS
-
-
-def test_every_type_has_its_docs_row():
-    page = (ROOT / "docs" / "configuration.md").read_text()
-    row = re.search(r"^\| `attention_type` \| `[^`]*` \| (.*) \|$", page, re.M).group(1)
-    assert set(re.findall(r'`"(\w+)"`', row)) == set(TYPES)
+            assert presets.preset_config(f"{family}-tiny-{setup}").attention_type == name
+        config = {"attention_type": name, **setup_fields}
+        texts = publish.attention_texts(config)
+        assert len(texts) == 1 and texts[0]["title"] and texts[0]["description"]
 
 
 def test_every_type_runs_in_the_test_table():
@@ -87,12 +71,108 @@ def test_every_type_runs_in_the_test_table():
     assert {fields["attention_type"] for fields in VARIANTS.values()} == set(TYPES)
 
 
-def test_importing_the_tools_refuses_a_type_without_its_entry(monkeypatch):
-    """The check at import: the tooling module, loaded again while the registry has one more type, refuses it."""
-    monkeypatch.setattr(configuration_variant_attention, "ATTENTION_TYPES", (*TYPES, "new_type"))
-    name = "hf_attn_variants._attention_types_check"
-    spec = importlib.util.spec_from_file_location(name, attention_types.__file__)
+# ----------------------------------------------------------------------------- a new type: a class and a registration
+class TemperatureAttention(attention_variants.VariantAttentionCore):
+    """A toy type: dot-product attention with a learned temperature per head (1 at init: plain dot product)."""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.temperature = nn.Parameter(torch.empty(spec.num_heads))
+
+    @torch.no_grad()
+    def init_variant_weights(self, std: float) -> None:
+        init.ones_(self.temperature)
+
+    def attention_function(self, attn_implementation, output_attentions, dropout, device):
+        return temperature_forward
+
+
+def temperature_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
+                        position_bias=None, **kwargs):
+    bias = attention_variants.attention_bias(module, attention_mask, position_bias, query.shape[2], value)
+    logits = torch.matmul(query, key.transpose(2, 3)) * (module.scaling * module.temperature[:, None, None])
+    weights = F.dropout(softmax_keys(logits if bias is None else logits + bias), p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+TEMPERATURE = hav.AttentionType("temperature", "dot-product attention with a learned temperature per head",
+                                core=TemperatureAttention, paper="Temperature (a toy of this test)")
+
+
+def _train_save_and_card(name: str, tmp_path) -> None:
+    """A tiny BERT of attention type `name` (the toy): at init it is the dot-product model with the same weights; a
+    few AdamW steps lower the loss and move the temperatures; it saves, loads with the same logits and gets a card made
+    from its registration."""
+    from conftest import TINY
+
+    torch.manual_seed(0)
+    model = hav.VariantBertForMaskedLM(hav.VariantBertConfig(**TINY, attention_type=name))
+    assert all(type(layer.attention.self.core) is TemperatureAttention for layer in model.bert.encoder.layer)
+    baseline = hav.VariantBertForMaskedLM(hav.VariantBertConfig(**TINY))
+    baseline.load_state_dict(model.state_dict(), strict=False)  # every weight but the temperatures
+    ids = torch.randint(0, TINY["vocab_size"], (4, 9), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model.eval()(ids).logits, baseline.eval()(ids).logits, atol=1e-5, rtol=1e-5)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(8):
+        loss = model(ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    temperatures = model.bert.encoder.layer[0].attention.self.core.temperature
+    assert losses[-1] < losses[0] and not torch.allclose(temperatures, torch.ones_like(temperatures))
+    model.eval().save_pretrained(tmp_path)
+    loaded = hav.VariantBertForMaskedLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=1e-6, rtol=1e-5)
+    card = str(publish.render_card(tmp_path, "me/temperature", None))
+    assert ("**Temperature attention.** Dot-product attention with a learned temperature per head. It comes from "
+            "Temperature (a toy of this test).") in card
+
+
+def test_a_type_registered_in_process_trains_saves_and_gets_its_card(tmp_path):
+    """The toy type, registered with its class and nothing else, for this test; unregistered, it is refused again."""
+    from conftest import TINY
+
+    hav.register_attention_type(TEMPERATURE)
+    try:
+        _train_save_and_card(TEMPERATURE.name, tmp_path)
+    finally:
+        del hav.ATTENTION_REGISTRY[TEMPERATURE.name]
+    with pytest.raises(ValueError, match="`attention_type`='temperature' is not supported"):
+        hav.VariantBertForMaskedLM(hav.VariantBertConfig(**TINY, attention_type=TEMPERATURE.name))
+
+
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        (dict(name="dot_product"), "already registered"),
+        (dict(exclusive_fields=("temperature_init",)), "not attention config fields"),
+        (dict(length_field="synthesizer_max_position"), "must be fields of its own"),
+        (dict(algorithms=("blockwise", "flash")), "`algorithms` must be among"),
+        (dict(warm_start={}), "give both or neither"),
+        (dict(spec=dict), "`AttentionSpec` subclass"),
+    ],
+)
+def test_a_registration_that_names_what_does_not_exist_is_refused(changes, message):
+    with pytest.raises(ValueError, match=message):
+        hav.register_attention_type(dataclasses.replace(TEMPERATURE, **changes))
+    assert "temperature" not in hav.ATTENTION_REGISTRY
+
+
+def test_a_registration_naming_no_class_fails_at_import(monkeypatch):
+    """`core` names a class of attention_variants: a misspelt one fails when the module is imported (loaded again
+    here while the registry holds it), and a type registered later fails where its layer is built."""
+    misspelt = hav.AttentionType("misspelt", "a type whose class name is misspelt", core="DotProductAtention")
+    monkeypatch.setitem(hav.ATTENTION_REGISTRY, misspelt.name, misspelt)
+    name = "hf_attn_variants._attention_variants_check"
+    spec = importlib.util.spec_from_file_location(name, attention_variants.__file__)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, name, module)
-    with pytest.raises(ImportError, match="new_type"):
+    with pytest.raises(ValueError, match="'misspelt' is registered with core='DotProductAtention'"):
         spec.loader.exec_module(module)
+    with pytest.raises(ValueError, match="not a `VariantAttentionCore` subclass"):
+        hav.ATTENTION_CLASSES["misspelt"]
