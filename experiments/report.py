@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cells import PENDING_LR, SCREEN_LRS, Table, Trend  # noqa: E402
-from provenance import ROOT  # noqa: E402
-from results_file import RESULTS, load_results  # noqa: E402
-from unigram import UNIGRAM_LOSS  # noqa: E402
+from cells import PENDING_LR, SCREEN_LRS, Table, Trend
+from provenance import ROOT
+from results_file import RESULTS, load_results
+from unigram import UNIGRAM_LOSS
 
 CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend", "t5_places", "length")
 PAGE = ROOT / "docs" / "research.md"
@@ -205,7 +205,7 @@ def plot_curves(rows: list[dict], table: Table, aliases: dict, path: Path) -> bo
                 for curve in curves:
                     if curve:
                         ax.plot(*zip(*curve), color=colour, alpha=0.3, linewidth=0.8, linestyle=style)
-                steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves))) if curves else []
+                steps = sorted(set.intersection(*({s for s, _ in c} for c in curves))) if curves else []
                 if steps:
                     mean = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
                     ax.plot(steps, mean, color=colour, linewidth=2 if name else 1.2, linestyle=style,
@@ -453,7 +453,7 @@ def render_summary(rows: list[dict], claims) -> str:
 
 
 def block_pattern(name: str) -> re.Pattern:
-    return re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n).*?(<!-- END {re.escape(name)} -->)", re.S)
+    return re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n).*?(<!-- END {re.escape(name)} -->)", re.DOTALL)
 
 
 def replace_block(page: str, name: str, body: str) -> str:

@@ -16,6 +16,9 @@ from .configuration_variant_attention import (  # first: the transformers versio
     VariantAttentionFields,
     resolve_attention,
 )
+
+# isort: split
+from . import modeling_variant_albert, modeling_variant_bert, modeling_variant_t5
 from .attention_types import ATTENTION_TOOLS, AttentionTools, describe_attention_types
 from .attention_variants import (
     ATTENTION_CLASSES,
@@ -29,7 +32,6 @@ from .attention_variants import (
 from .configuration_variant_albert import VariantAlbertConfig
 from .configuration_variant_bert import VariantBertConfig
 from .configuration_variant_t5 import VariantT5Config
-from . import modeling_variant_albert, modeling_variant_bert, modeling_variant_t5
 from .modeling_variant_albert import (
     VariantAlbertForMaskedLM,
     VariantAlbertForMultipleChoice,

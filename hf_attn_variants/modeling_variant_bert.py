@@ -18,8 +18,9 @@ Everything BERT already has keeps transformers' parameter names, so a vanilla BE
 """
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import resolve_attention  # noqa: I001
+from .configuration_variant_attention import resolve_attention
 
+# isort: split
 from dataclasses import dataclass
 
 import torch
@@ -52,17 +53,17 @@ from .configuration_variant_bert import VariantBertConfig
 from .modeling_variant_utils import (
     CACHE_FIELD,
     VariantPreTrainedModel,
-    cache_field,
-    legacy_cache,
     add_admin_omega,
     admin_residual,
     attention_projections,
+    cache_field,
     cache_unless_checkpointing,
     cached_keys_values,
+    legacy_cache,
+    output_attentions_from_config,
     scored_positions,
     sequence_classification_loss,
     span_loss,
-    output_attentions_from_config,
 )
 
 logger = logging.get_logger(__name__)

@@ -13,8 +13,9 @@ Everything T5 already has keeps transformers' parameter names, so a vanilla T5 c
 """
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import resolve_attention  # noqa: I001
+from .configuration_variant_attention import resolve_attention
 
+# isort: split
 import copy
 import math
 
@@ -50,9 +51,9 @@ from .modeling_variant_utils import (
     cache_unless_checkpointing,
     cached_keys_values,
     legacy_cache,
+    output_attentions_from_config,
     sequence_classification_loss,
     span_loss,
-    output_attentions_from_config,
 )
 
 AUTO_MAP = {

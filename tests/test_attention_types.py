@@ -32,7 +32,7 @@ CARDS = yaml.safe_load((ROOT / "hf_attn_variants" / "model_cards" / "attention.y
 def test_the_docs_list_the_files_a_new_type_touches():
     page = (ROOT / "docs" / "computation.md").read_text()
     section = page.split("## Adding an attention type", 1)[1].split("\n## ", 1)[0]
-    listed = re.findall(r"^\d+\. `([^`]+)`", section, re.M)
+    listed = re.findall(r"^\d+\. `([^`]+)`", section, re.MULTILINE)
     assert set(listed) == TOUCHED and len(listed) == len(TOUCHED)
     assert all((ROOT / path).is_file() for path in listed)
 
@@ -77,7 +77,7 @@ def test_every_type_has_presets_in_every_family_and_card_text(name):
 
 def test_every_type_has_its_docs_row():
     page = (ROOT / "docs" / "configuration.md").read_text()
-    row = re.search(r"^\| `attention_type` \| `[^`]*` \| (.*) \|$", page, re.M).group(1)
+    row = re.search(r"^\| `attention_type` \| `[^`]*` \| (.*) \|$", page, re.MULTILINE).group(1)
     assert set(re.findall(r'`"(\w+)"`', row)) == set(TYPES)
 
 

@@ -31,7 +31,7 @@ def test_the_readme_first_example_runs_and_its_checkpoint_loads_without_the_pack
     from hf_attn_variants.isolation import run_isolated
 
     readme = (ROOT / "README.md").read_text()
-    example = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    example = re.search(r"```python\n(.*?)```", readme, re.DOTALL).group(1)
     assert "save_pretrained" in example and "trust_remote_code=True" in example
     proc = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})

@@ -89,10 +89,10 @@ def test_cells_are_checked():
 
 def test_every_defined_cell_has_a_valid_command():
     """Each claim's cells: unique ids, a config that builds, and flags that run_pretraining's parser accepts."""
-    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
     from transformers import HfArgumentParser, TrainingArguments
 
     from hf_attn_variants.presets import preset_config
+    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
 
     parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
@@ -693,8 +693,9 @@ def test_long_cells_and_screens():
     rates) or a long one (1600 steps, eval every 200, three seeds, the claim's long learning rate), screens first,
     then the long cells seed-major; the issue's contrasts are all there; a screen cell whose configuration equals a
     400-step cell's is defined again (its old row had another tokenizer), not read through an alias."""
-    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
     from transformers import HfArgumentParser, TrainingArguments
+
+    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
 
     parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
@@ -916,7 +917,6 @@ def test_width_trend_cells():
     (head size 8 / 24), (c) 4 heads; each variant has the config fields of its width-256 rows, whose long cells the
     tables read."""
     import width_trend
-
     from hf_attn_variants.presets import preset_config
 
     screens = [c for c in width_trend.CELLS if c.size.startswith("screen-")]

@@ -3,8 +3,8 @@ without one, token for token, greedy and beam, for every variant; cached step-by
 decoder never looks ahead; the old cache argument name."""
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
 import torch
