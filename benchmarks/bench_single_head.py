@@ -25,8 +25,14 @@ import torch
 from transformers import BertConfig, BertModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import (  # noqa: E402
-    STATS, Clock, add_timing_args, format_table, saved_activation_bytes, time_forward, time_forward_backward,
+from bench_attention import (
+    STATS,
+    Clock,
+    add_timing_args,
+    format_table,
+    saved_activation_bytes,
+    time_forward,
+    time_forward_backward,
 )
 
 try:
@@ -34,7 +40,7 @@ try:
 except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import hf_attn_variants
-from hf_attn_variants.presets import single_head_twin  # noqa: E402
+from hf_attn_variants.presets import single_head_twin
 
 
 def main():

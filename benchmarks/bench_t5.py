@@ -36,7 +36,7 @@ from transformers import T5Config, T5ForConditionalGeneration
 from transformers.utils import is_flash_attn_2_available
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import DTYPES, SETUPS, Clock, resolve_device  # noqa: E402
+from bench_attention import DTYPES, SETUPS, Clock, resolve_device
 
 # name -> (whose model, config kwargs): transformers' T5 (eager, sdpa), then every attention setup (bench_attention)
 ROWS = {

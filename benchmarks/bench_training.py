@@ -47,11 +47,12 @@ except ImportError:
     import hf_attn_variants
 
 import transformers
+
 from hf_attn_variants.families import FAMILIES
 from hf_attn_variants.presets import SIZES, preset_config, single_head_twin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import DTYPES, Clock, format_table, resolve_device  # noqa: E402
+from bench_attention import DTYPES, Clock, format_table, resolve_device
 
 # name -> (task, size, vocab_size, batch, seq_len). T5 targets are seq_len // 4 tokens.
 SETTINGS = {

@@ -110,7 +110,7 @@ def run_stage(stage: dict, log: Path) -> tuple[str, float, str]:
                 os.killpg(proc.pid, signal.SIGKILL)  # the whole group: torchrun's and accelerate's workers too
                 proc.wait()
                 return "timeout", time.perf_counter() - start, f"stopped after {stage['limit']} s"
-    except Exception as err:  # noqa: BLE001  (a missing launcher, an unwritable log, ...)
+    except Exception as err:  # a missing launcher, an unwritable log, ...
         return "error", time.perf_counter() - start, f"{type(err).__name__}: {err}"
     seconds = time.perf_counter() - start
     text = log.read_text(errors="replace")
@@ -121,7 +121,7 @@ def finding(stage: dict, text: str) -> str:
     """The figure worth a glance in the summary: the pytest tally, the benchmark's slowest ratio, steps and loss."""
     try:
         if stage["name"] in ("tests", "kernel-tests"):
-            tallies = re.findall(r"^=* ?(\d+ (?:passed|failed|errors?|skipped)[^\n]*?) in [\d.]+s", text, flags=re.M)
+            tallies = re.findall(r"^=* ?(\d+ (?:passed|failed|errors?|skipped)[^\n]*?) in [\d.]+s", text, flags=re.MULTILINE)
             return tallies[-1] if tallies else last_line(text)
         if stage["name"] == "kernel":
             rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
@@ -133,7 +133,7 @@ def finding(stage: dict, text: str) -> str:
                 f"{r['dtype']} max diff {max(v for k, v in r.items() if k not in ('dtype', 'n', 'method')):.1e}"
                 for r in worst)
         if stage["name"] == "bench":
-            ratios = re.findall(r"^\| (\w+) .*$", text, flags=re.M)
+            ratios = re.findall(r"^\| (\w+) .*$", text, flags=re.MULTILINE)
             rows = [r for r in ratios if r != "variant"]
             return f"{len(rows)} rows (tables in the log)" if rows else last_line(text)
         results = stage.get("results")
@@ -143,7 +143,7 @@ def finding(stage: dict, text: str) -> str:
             data = json.loads((results / "all_results.json").read_text())
             return (f"{data.get('train_seconds_per_step', float('nan')):.3f} s/step, train loss "
                     f"{data.get('train_loss', float('nan')):.3f}, eval loss {data.get('eval_loss', float('nan')):.3f}")
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         return f"(could not read the result: {err})"
     return last_line(text)
 
@@ -204,18 +204,18 @@ def gpu_description() -> tuple[int, str]:
     """(number of CUDA devices, a line about them and the software), without failing."""
     try:
         import torch
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         return 0, f"torch does not import: {err}"
     versions = f"torch {torch.__version__} (CUDA build {torch.version.cuda})"
     for name in ("transformers", "accelerate", "deepspeed", "flash_attn"):
         try:
             module = __import__(name)
             versions += f", {name} {getattr(module, '__version__', '?')}"
-        except Exception:  # noqa: BLE001
+        except Exception:
             versions += f", no {name}"
     try:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # noqa: BLE001
+    except Exception:
         count = 0
     if count:
         names = ", ".join(torch.cuda.get_device_name(i) for i in range(count))

@@ -20,8 +20,8 @@ from transformers import HfArgumentParser
 from hf_attn_variants.presets import attention_setups_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run_pretraining  # noqa: E402
-from run_record import run_script  # noqa: E402
+import run_pretraining
+from run_record import run_script
 
 # the attention setups of BERT/ALBERT presets: what follows "{family}-{size}-" in a preset name
 ATTENTION = list(attention_setups_of("bert"))

@@ -342,8 +342,9 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
         if carved:
             info["validation"] = split_info(data_args, "validation", default_info, carved_from="train")
     splits = DatasetDict()
-    limits = {"train": data_args.max_train_samples, **{s: data_args.max_eval_samples for s in (*eval_splits,
-              "validation")}, **{s: data_args.max_predict_samples for s in test_splits}}
+    limits = {"train": data_args.max_train_samples,
+              **dict.fromkeys((*eval_splits, "validation"), data_args.max_eval_samples),
+              **dict.fromkeys(test_splits, data_args.max_predict_samples)}
     for split in ("train", *eval_splits, "validation", *test_splits):
         if split in raw and split not in splits:
             splits[split] = first_rows(raw[split], limits[split]) if limits[split] is not None else raw[split]

@@ -10,7 +10,6 @@ import zlib
 
 from tokenization import encode_texts
 
-
 _BLANK_LINE = re.compile(r"\n\s*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')_]*\s+(?=[\"'(_]*[A-Z0-9])")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_attention import run_setup, write_results  # noqa: E402
-from run_record import run_script  # noqa: E402
+from compare_attention import run_setup, write_results
+from run_record import run_script
 
 
 @dataclass

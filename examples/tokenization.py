@@ -20,8 +20,8 @@ import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from data_loading import CORPUS, read_documents
-from vocabularies import unigram_vocabulary, wordpiece_vocabulary
 from hf_attn_variants.families import FAMILIES
+from vocabularies import unigram_vocabulary, wordpiece_vocabulary
 
 
 def cache_dir() -> Path:

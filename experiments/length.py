@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import synthesizer  # noqa: E402
-import talking_heads  # noqa: E402
-from cells import Table, cell  # noqa: E402
-from runner import main  # noqa: E402
+import synthesizer
+import talking_heads
+from cells import Table, cell
+from runner import main
 
 CLAIM = "length"
 SEEDS = (0, 1, 2)

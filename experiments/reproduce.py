@@ -31,9 +31,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cells import EVAL_METRICS, SCRIPT  # noqa: E402
-from provenance import ROOT, sha256  # noqa: E402
-from results_file import RESULTS, load_results  # noqa: E402
+from cells import EVAL_METRICS, SCRIPT
+from provenance import ROOT, sha256
+from results_file import RESULTS, load_results
 
 _OUTPUT_DIR = re.compile(r"--output_dir ('[^']*'|\S+)")
 

@@ -248,7 +248,7 @@ def work(queue: CellQueue, args: RunnerArguments, claim_script: str, data: dict)
     try:
         while (c := queue.take()) is not None:
             queue.finished(attempt_cell(c, args, claim_script, data))
-    except BaseException as error:  # noqa: BLE001  (raised again by run_cells, in the caller's thread)
+    except BaseException as error:  # raised again by run_cells, in the caller's thread
         queue.errors.append(error)
         queue.stopped.set()
 

@@ -61,9 +61,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import talking_heads  # noqa: E402
-from cells import LONG_TRAINING, Table, cell, dedupe, long_note  # noqa: E402
-from runner import main  # noqa: E402
+import talking_heads
+from cells import LONG_TRAINING, Table, cell, dedupe, long_note
+from runner import main
 
 CLAIM = "single_head"
 SEEDS = (0, 1, 2)
@@ -167,7 +167,7 @@ TABLES = [
           f"{LONG_STEPS} steps (MLM loss)", CLAIM,
           tuple(row for row in MAIN_ROWS if row[1] in LONG_VARIANTS),
           ((f"4 x {MAIN[0][1:]} vs {4 * heads(MAIN[0])} x 1", LONG_SIZE),), SEEDS,
-          note=long_note({v: MAIN[1] for v in LONG_VARIANTS}, {}), train_loss=True),
+          note=long_note(dict.fromkeys(LONG_VARIANTS, MAIN[1]), {}), train_loss=True),
     Table("sh-warmup", f"The default twin's warm-up, h = {MAIN[0][1:]}, lr {MAIN[1]} (committed tokenizer; eval MLM "
           "loss)", CLAIM, (("single-head twin 4h x 1, default init", "twin"),),
           tuple((f"400 steps, {w} warm-up", warmup_size(w)) for w in WARMUPS)

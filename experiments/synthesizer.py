@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cells import (  # noqa: E402
+from cells import (
     LONG_TRAINING,
     SCREEN_LRS,
     SCREEN_RULE,
@@ -39,7 +39,7 @@ from cells import (  # noqa: E402
     long_lrs,
     long_note,
 )
-from runner import main  # noqa: E402
+from runner import main
 
 CLAIM = "synthesizer"
 SEEDS = (0, 1, 2)

@@ -54,7 +54,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cells import (  # noqa: E402
+from cells import (
     LONG_TRAINING,
     SCREEN_LRS,
     SCREEN_RULE,
@@ -65,8 +65,8 @@ from cells import (  # noqa: E402
     dedupe,
     long_lrs,
 )
-from runner import main  # noqa: E402
-from t5_unigram import UNIGRAM_TARGET_LOSS  # noqa: E402
+from runner import main
+from t5_unigram import UNIGRAM_TARGET_LOSS
 
 CLAIM = "t5_places"
 SEEDS = (0, 1, 2)

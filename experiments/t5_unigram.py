@@ -42,6 +42,9 @@ def write(target: str | Path) -> Path:
 
 def target_ids(max_seq_length: int = 128, max_eval_samples: int = 256) -> tuple[list, list, int]:
     """(training targets, held-out targets, vocabulary size) as the T5 cells see them (see the module docstring)."""
+    from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
+
+    from data_loading import first_rows, pretraining_splits
     from kjv import kjv_files
     from run_t5_pretraining import (
         EVAL_NOISE_SEED,
@@ -50,8 +53,6 @@ def target_ids(max_seq_length: int = 128, max_eval_samples: int = 256) -> tuple[
         prepare,
         raw_length_for,
     )
-    from data_loading import first_rows, pretraining_splits
-    from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 
     paths = kjv_files()
     data_args, training_args = HfArgumentParser((T5DataArguments, TrainingArguments)).parse_args_into_dataclasses(

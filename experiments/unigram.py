@@ -33,11 +33,12 @@ def unigram_cross_entropy(train_ids: list[list[int]], eval_ids: list[list[int]],
 
 
 def main() -> float:
+    from transformers import HfArgumentParser, TrainingArguments
+
     from data_loading import pretraining_splits
-    from tokenization import load_tokenizer
     from kjv import kjv_files
     from run_pretraining import DEFAULTS, ModelArguments, PretrainingDataArguments
-    from transformers import HfArgumentParser, TrainingArguments
+    from tokenization import load_tokenizer
 
     parser = HfArgumentParser((ModelArguments, PretrainingDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)

@@ -40,9 +40,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import synthesizer  # noqa: E402
-import talking_heads  # noqa: E402
-from cells import (  # noqa: E402
+import synthesizer
+import talking_heads
+from cells import (
     LONG_TRAINING,
     SCREEN_LRS,
     SCREEN_RULE,
@@ -54,7 +54,7 @@ from cells import (  # noqa: E402
     long_lrs,
     long_note,
 )
-from runner import main  # noqa: E402
+from runner import main
 
 CLAIM = "width_trend"
 SEEDS = (0, 1, 2)

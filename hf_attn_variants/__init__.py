@@ -18,6 +18,9 @@ from .configuration_variant_attention import (  # first: the transformers versio
     register_attention_type,
     resolve_attention,
 )
+
+# isort: split
+from . import modeling_variant_albert, modeling_variant_bert, modeling_variant_t5
 from .attention_variants import (
     ATTENTION_CLASSES,
     DotProductAttention,
@@ -30,7 +33,6 @@ from .attention_variants import (
 from .configuration_variant_albert import VariantAlbertConfig
 from .configuration_variant_bert import VariantBertConfig
 from .configuration_variant_t5 import VariantT5Config
-from . import modeling_variant_albert, modeling_variant_bert, modeling_variant_t5
 from .modeling_variant_albert import (
     VariantAlbertForMaskedLM,
     VariantAlbertForMultipleChoice,

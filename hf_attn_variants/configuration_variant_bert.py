@@ -2,12 +2,13 @@
 Synthesizer, general bilinear)."""
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import (  # noqa: I001
+from .configuration_variant_attention import (
     VARIANT_CONFIG_DOCSTRING,
     VariantAttentionFields,
     pop_retired_sparse_prediction,
 )
 
+# isort: split
 from transformers import PretrainedConfig
 
 

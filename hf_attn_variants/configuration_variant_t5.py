@@ -2,12 +2,13 @@
 general bilinear), and the attention per place."""
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import (  # noqa: I001
+from .configuration_variant_attention import (
     VARIANT_CONFIG_DOCSTRING,
     VariantAttentionFields,
     place_attention_type,
 )
 
+# isort: split
 from transformers import PretrainedConfig
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 
+
 def blocker(*names: str) -> str:
     """A script prologue that installs a finder refusing the top-level packages `names` (a `ModuleNotFoundError`
     saying so), however they are installed."""

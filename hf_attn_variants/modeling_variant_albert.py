@@ -21,8 +21,9 @@ Everything ALBERT already has keeps transformers' parameter names, so a vanilla 
 """
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import resolve_attention  # noqa: I001
+from .configuration_variant_attention import resolve_attention
 
+# isort: split
 from dataclasses import dataclass
 
 import torch
@@ -53,10 +54,10 @@ from .modeling_variant_utils import (
     add_admin_omega,
     admin_residual,
     attention_projections,
+    output_attentions_from_config,
     scored_positions,
     sequence_classification_loss,
     span_loss,
-    output_attentions_from_config,
 )
 
 AUTO_MAP = {

@@ -20,8 +20,9 @@ Everything BERT already has keeps transformers' parameter names, so a vanilla BE
 """
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import resolve_attention  # noqa: I001
+from .configuration_variant_attention import resolve_attention
 
+# isort: split
 from dataclasses import dataclass
 
 import torch
@@ -54,18 +55,18 @@ from .configuration_variant_bert import VariantBertConfig
 from .modeling_variant_utils import (
     CACHE_FIELD,
     VariantPreTrainedModel,
-    cache_field,
-    legacy_cache,
     add_admin_omega,
     admin_residual,
     attention_projections,
+    cache_field,
     cache_unless_checkpointing,
     cached_keys_values,
     key_positions,
+    legacy_cache,
+    output_attentions_from_config,
     scored_positions,
     sequence_classification_loss,
     span_loss,
-    output_attentions_from_config,
 )
 
 logger = logging.get_logger(__name__)
@@ -272,14 +273,20 @@ class VariantBertEncoder(nn.Module):
         )
 
 
+# Copied from transformers.models.bert.modeling_bert.BertPooler with BertPooler->VariantBertPooler
 class VariantBertPooler(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.activation = nn.Tanh()
 
-    def forward(self, hidden_states):
-        return self.activation(self.dense(hidden_states[:, 0]))
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        # We "pool" the model by simply taking the hidden state corresponding
+        # to the first token.
+        first_token_tensor = hidden_states[:, 0]
+        pooled_output = self.dense(first_token_tensor)
+        pooled_output = self.activation(pooled_output)
+        return pooled_output
 
 
 class VariantBertPredictionHeadTransform(nn.Module):

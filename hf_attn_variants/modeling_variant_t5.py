@@ -13,8 +13,9 @@ Everything T5 already has keeps transformers' parameter names, so a vanilla T5 c
 """
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import resolve_attention  # noqa: I001
+from .configuration_variant_attention import resolve_attention
 
+# isort: split
 import copy
 import math
 
@@ -50,9 +51,9 @@ from .modeling_variant_utils import (
     cache_unless_checkpointing,
     cached_keys_values,
     legacy_cache,
+    output_attentions_from_config,
     sequence_classification_loss,
     span_loss,
-    output_attentions_from_config,
 )
 
 AUTO_MAP = {
@@ -80,19 +81,29 @@ def _with_t5_init_std(module: nn.Module | None, std: float) -> nn.Module | None:
     return module
 
 
+# Copied from transformers.models.t5.modeling_t5.T5LayerNorm with T5LayerNorm->VariantT5LayerNorm
 class VariantT5LayerNorm(nn.Module):
-    """T5's RMS norm: no mean subtraction, no bias, computed in float32."""
-
     def __init__(self, hidden_size, eps=1e-6):
+        """
+        Construct a layernorm module in the T5 style. No bias and no subtraction of mean.
+        """
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.variance_epsilon = eps
 
     def forward(self, hidden_states):
+        # T5 uses a layer_norm which only scales and doesn't shift, which is also known as Root Mean
+        # Square Layer Normalization https://huggingface.co/papers/1910.07467 thus variance is calculated
+        # w/o mean and there is no bias. Additionally we want to make sure that the accumulation for
+        # half-precision inputs is done in fp32
+
         variance = hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)
         hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
-        if self.weight.dtype in (torch.float16, torch.bfloat16):
+
+        # convert into half-precision if necessary
+        if self.weight.dtype in [torch.float16, torch.bfloat16]:
             hidden_states = hidden_states.to(self.weight.dtype)
+
         return self.weight * hidden_states
 
 
@@ -173,9 +184,29 @@ class VariantT5Attention(nn.Module):
             )
         self.core = attention_core(spec)
 
+    # Copied from transformers.models.t5.modeling_t5.T5Attention._relative_position_bucket
     @staticmethod
     def _relative_position_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
-        """T5's bucketing of key position - query position (Mesh TensorFlow's `_relative_position_bucket`)."""
+        """
+        Adapted from Mesh Tensorflow:
+        https://github.com/tensorflow/mesh/blob/0cb87fe07da627bf0b7e60475d59f95ed6b5be3d/mesh_tensorflow/transformer/transformer_layers.py#L593
+
+        Translate relative position to a bucket number for relative attention. The relative position is defined as
+        memory_position - query_position, i.e. the distance in tokens from the attending position to the attended-to
+        position. If bidirectional=False, then positive relative positions are invalid. We use smaller buckets for
+        small absolute relative_position and larger buckets for larger absolute relative_positions. All relative
+        positions >=max_distance map to the same bucket. All relative positions <=-max_distance map to the same bucket.
+        This should allow for more graceful generalization to longer sequences than the model has been trained on
+
+        Args:
+            relative_position: an int32 Tensor
+            bidirectional: a boolean - whether the attention is bidirectional
+            num_buckets: an integer
+            max_distance: an integer
+
+        Returns:
+            a Tensor with the same shape as relative_position, containing int32 values in the range [0, num_buckets)
+        """
         relative_buckets = 0
         if bidirectional:
             num_buckets //= 2
@@ -183,13 +214,24 @@ class VariantT5Attention(nn.Module):
             relative_position = torch.abs(relative_position)
         else:
             relative_position = -torch.min(relative_position, torch.zeros_like(relative_position))
+        # now relative_position is in the range [0, inf)
+
+        # half of the buckets are for exact increments in positions
         max_exact = num_buckets // 2
         is_small = relative_position < max_exact
-        if_large = max_exact + (
-            torch.log(relative_position.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+
+        # The other half of the buckets are for logarithmically bigger bins in positions up to max_distance
+        relative_position_if_large = max_exact + (
+            torch.log(relative_position.float() / max_exact)
+            / math.log(max_distance / max_exact)
+            * (num_buckets - max_exact)
         ).to(torch.long)
-        if_large = torch.min(if_large, torch.full_like(if_large, num_buckets - 1))
-        return relative_buckets + torch.where(is_small, relative_position, if_large)
+        relative_position_if_large = torch.min(
+            relative_position_if_large, torch.full_like(relative_position_if_large, num_buckets - 1)
+        )
+
+        relative_buckets += torch.where(is_small, relative_position, relative_position_if_large)
+        return relative_buckets
 
     def compute_bias(self, query_length, key_length, device=None, past_seen_tokens=0):
         """Relative position bias [1, h, n, m] for queries at positions past_seen_tokens.. ."""

@@ -16,7 +16,6 @@ import torch
 from .configuration_variant_attention import ATTENTION_REGISTRY
 from .families import FAMILIES, family_of
 
-
 # (layers, width, heads): the Turc et al. grid for BERT/ALBERT; t5-small/t5-base widths for T5 small/base.
 SIZES = {
     "bert": {
@@ -25,7 +24,7 @@ SIZES = {
         "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024,
                      max_position_embeddings=128),
         "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
-        "base": dict(),
+        "base": {},
     },
     "albert": {
         "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512,
@@ -56,7 +55,7 @@ ATTENTION = {
     **{setup: ({"attention_type": entry.name, **copy.deepcopy(fields)}, (entry.paper,) if entry.paper else ())
        for entry in ATTENTION_REGISTRY.values() for setup, fields in entry.presets.items()},
     "single-head-admin": (dict(admin=True), (SINGLE_HEAD, ADMIN)),
-    "single-head": (dict(), (SINGLE_HEAD,)),
+    "single-head": ({}, (SINGLE_HEAD,)),
 }
 
 

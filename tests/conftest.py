@@ -70,10 +70,10 @@ from hub_server import hub  # noqa: E402, F401  (the loopback Hub fixture, for e
 # `datasets.load_dataset("tester/name", "cfg")` reads them; run the code that loads it with `run_with_hub`.
 
 
-def run_with_hub(hub, home, command: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
+def run_with_hub(server, home, command: list[str], timeout: int = 600) -> subprocess.CompletedProcess:
     """Run `command` in a fresh interpreter that reaches only the loopback Hub (`Hub.env`: HF_ENDPOINT set, offline
     mode off, its own HF_HOME `home` so the datasets cache starts empty); fails the test with its stderr on error."""
-    proc = subprocess.run(command, env=hub.env(home), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(command, env=server.env(home), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
 

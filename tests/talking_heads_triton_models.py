@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before transformers (and so triton) is imported
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import build, head_inputs  # noqa: E402
+from conftest import build, head_inputs
 
 MODELS = [("VariantBertForMaskedLM", "talking_heads_dynamic"), ("VariantBertLMHeadModel", "talking_heads_hk_hv"),
           ("VariantT5ForConditionalGeneration", "talking_heads")]

@@ -169,7 +169,7 @@ def run_case(name: str, device) -> dict:
 
 
 def main(argv) -> int:
-    import torch  # noqa: F401  (before the flag: torch does not import triton)
+    import torch  # before the flag: torch does not import triton
 
     # The two files as a checkpoint folder holds them (flat, no package): the kernel needs nothing else, and the
     # package's import (transformers, about 10 s) is not paid here.
@@ -184,7 +184,7 @@ def main(argv) -> int:
         start = time.perf_counter()
         try:
             facts = run_case(name, device)
-        except Exception as err:  # noqa: BLE001  (reported per case; the test prints it)
+        except Exception as err:  # reported per case; the test prints it
             facts = {"error": f"{type(err).__name__}: {err}"}
         seconds = round(time.perf_counter() - start, 2)
         print(json.dumps({"case": name, "device": str(device), "seconds": seconds, **facts}), flush=True)

@@ -14,11 +14,11 @@ import inspect
 
 import pytest
 import torch
-from conftest import VARIANTS, make_config
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
 import hf_attn_variants as hav
+from conftest import VARIANTS, make_config
 from hf_attn_variants import attention_variants as av
 from hf_attn_variants.talking_heads_blockwise import softmax_keys, talking_heads_reference
 

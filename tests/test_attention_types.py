@@ -33,7 +33,7 @@ TOUCHED = {
 def test_the_docs_list_the_places_a_new_type_touches():
     page = (ROOT / "docs" / "computation.md").read_text()
     section = page.split("## Adding an attention type", 1)[1].split("\n## ", 1)[0]
-    listed = re.findall(r"^\d+\. `([^`]+)`", section, re.M)
+    listed = re.findall(r"^\d+\. `([^`]+)`", section, re.MULTILINE)
     assert set(listed) == TOUCHED and len(listed) == len(TOUCHED)
     assert all((ROOT / path).is_file() for path in listed)
 

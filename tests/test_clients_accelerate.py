@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 from transformers import PreTrainedModel, set_seed
 
 import hf_attn_variants as hav
-from hf_attn_variants.isolation import run_isolated
 from conftest import ALL_HEADS, FAMILY_HEADS, SAME_WEIGHTS, VARIANTS, family, head_inputs, make_config
+from hf_attn_variants.isolation import run_isolated
 
 accelerate = pytest.importorskip("accelerate")
 from accelerate import infer_auto_device_map  # noqa: E402

@@ -14,17 +14,17 @@ import pytest
 
 pytest.importorskip("peft")
 
-import copy  # noqa: E402
-import json  # noqa: E402
-import textwrap  # noqa: E402
+import copy
+import json
+import textwrap
 
-import torch  # noqa: E402
-from peft import LoraConfig, get_peft_model, get_peft_model_state_dict  # noqa: E402
-from peft.tuners.lora import LoraLayer  # noqa: E402
-from safetensors.torch import load_file  # noqa: E402
+import torch
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+from peft.tuners.lora import LoraLayer
+from safetensors.torch import load_file
 
-from conftest import FAMILIES, build, family, head_inputs, head_kind  # noqa: E402
-from hf_attn_variants.isolation import run_isolated  # noqa: E402
+from conftest import FAMILIES, build, family, head_inputs, head_kind
+from hf_attn_variants.isolation import run_isolated
 
 # The LoRA targets of each family (docs/clients.md): the upstream names of the query and value projections.
 TARGET_MODULES = {"bert": ["query", "value"], "albert": ["query", "value"], "t5": ["q", "v"]}

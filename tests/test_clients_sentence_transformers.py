@@ -8,15 +8,15 @@ import pytest
 
 pytest.importorskip("sentence_transformers")
 
-import json  # noqa: E402
-import textwrap  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+import textwrap
+from pathlib import Path
 
-import torch  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
+import torch
+from transformers import AutoTokenizer
 
-from conftest import build  # noqa: E402
-from hf_attn_variants.isolation import run_isolated  # noqa: E402
+from conftest import build
+from hf_attn_variants.isolation import run_isolated
 
 # the project's WordPiece tokenizer (8000 tokens); the tiny models get its vocabulary size
 TOKENIZER = Path(__file__).resolve().parents[1] / "examples" / "data" / "kjv-wordpiece-8000"

@@ -15,12 +15,12 @@ import pytest
 import torch
 
 pytest.importorskip("datasets")
-from safetensors.torch import load_file  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
 
-import hf_attn_variants as hav  # noqa: E402
-from conftest import build, family  # noqa: E402
-from hf_attn_variants.isolation import run_isolated  # noqa: E402
+import hf_attn_variants as hav
+from conftest import build, family
+from hf_attn_variants.isolation import run_isolated
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).parent / "fixtures" / "run_glue_like.py"

@@ -75,7 +75,7 @@ def _pyproject_transformers() -> str:
 def test_one_declared_range():
     """pyproject.toml, the import-time check and .ci/compat name the same range and lowest release."""
     assert _pyproject_transformers() == SUPPORTED_TRANSFORMERS
-    assert re.search(rf"^LOWEST={re.escape(LOWEST)}(\.0)?\s", (ROOT / ".ci/compat").read_text(), re.M)
+    assert re.search(rf"^LOWEST={re.escape(LOWEST)}(\.0)?\s", (ROOT / ".ci/compat").read_text(), re.MULTILINE)
 
 
 # One fresh interpreter tries every case in turn (a refused import leaves nothing behind in sys.modules):

@@ -8,9 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from transformers import TrainingArguments
+
 from conftest import run_with_hub
 from hub_server import byte_range
-from transformers import TrainingArguments
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))

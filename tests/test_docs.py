@@ -1,10 +1,21 @@
-"""The README is a front page: at most 250 lines, linking every page of docs/; every relative link resolves."""
+"""The README is a front page: at most 250 lines, linking every page of docs/; every relative link resolves; no doc,
+test or source file names a file outside the repository."""
 
 import re
+import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = re.compile(r"\]\(([^)#:]+)(?:#[^)]*)?\)")
+# What names a file outside the repository: the design guide the project was once written from (its content is in
+# docs/design.md and docs/computation.md now), a folder shared beside the checkout, a home or workspace folder of the
+# machine it was written on.
+OUTSIDE = re.compile(r"\bDESIGN\.md|(?<![\w/.-])shared(?=/)|(?<![\w.])/(?:work|home|Users|root)/")
+CLIMB = re.compile(r"(?:\.\./)+[\w.-]*")  # a relative path that climbs: it must stay inside the repository
+# the project's own text: docs, tests, source, scripts, configuration (not data, not recorded results)
+TEXT_SUFFIXES = {".py", ".md", ".toml", ".yaml", ".yml", ".cfg", ".sh", ".txt"}
 
 
 def test_readme_is_a_front_page_that_links_every_docs_page():
@@ -31,7 +42,7 @@ def test_the_readme_first_example_runs_and_its_checkpoint_loads_without_the_pack
     from hf_attn_variants.isolation import run_isolated
 
     readme = (ROOT / "README.md").read_text()
-    example = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    example = re.search(r"```python\n(.*?)```", readme, re.DOTALL).group(1)
     assert "save_pretrained" in example and "trust_remote_code=True" in example
     proc = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -46,3 +57,47 @@ def test_the_readme_first_example_runs_and_its_checkpoint_loads_without_the_pack
     assert check.returncode == 0, check.stderr[-3000:]
     module, attention_type, *_ = check.stdout.split()
     assert module.startswith("transformers_modules.") and attention_type == "talking_heads"
+
+
+def project_text_files() -> list[Path]:
+    """Every file of the project's own text that git knows of (tracked, or new and not ignored): ignored outputs
+    (research runs, virtual environments) are not the project's, nor are data (examples/data) and recorded results."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
+    paths = [ROOT / name for name in listed.stdout.splitlines()]
+    return [p for p in paths if p.is_file() and (p.suffix in TEXT_SUFFIXES or p.parent == ROOT / ".ci")
+            and not p.is_relative_to(ROOT / "examples" / "data")]
+
+
+def outside_references(path: Path, text: str) -> list[str]:
+    """`path:line: what` for each name of a file outside the repository in `text` (the file `path`'s)."""
+    found = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        found += [f"{path.relative_to(ROOT)}:{lineno}: {m.group(0)}" for m in OUTSIDE.finditer(line)]
+        for climb in CLIMB.findall(line):
+            if not (path.parent / climb).resolve().is_relative_to(ROOT):
+                found.append(f"{path.relative_to(ROOT)}:{lineno}: {climb} (leaves the repository)")
+    return found
+
+
+def test_no_doc_test_or_source_file_names_a_file_outside_the_repository():
+    files = [f for f in project_text_files() if f != Path(__file__).resolve()]  # this file names them, as examples
+    assert {"README.md", "docs/design.md", "tests/test_copies.py", "hf_attn_variants/modeling_variant_t5.py",
+            ".ci/run", "pyproject.toml", ".pre-commit-config.yaml"} <= {f.relative_to(ROOT).as_posix() for f in files}
+    found = [ref for f in files for ref in outside_references(f, f.read_text(errors="replace"))]
+    assert found == [], "say it in the project's own words (docs/design.md):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("line", [
+    "the layout (DESIGN.md §3)", "see ../shared/DESIGN.md", "read /work/shared/notes.txt",
+    "[guide](../../guide.md)", "sys.path.insert(0, '/home/me/hf')",
+])
+def test_a_reference_outside_the_repository_is_found(line):
+    assert outside_references(ROOT / "docs" / "design.md", f"text\n{line}\n") != []
+
+
+@pytest.mark.parametrize("line", ["[cards](../model_cards/README.md)", "--output_dir /tmp/out", "shared weights"])
+def test_a_reference_inside_the_repository_is_not(line):
+    assert outside_references(ROOT / "docs" / "design.md", line) == []

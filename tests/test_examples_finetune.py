@@ -17,7 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import yaml
-from conftest import run_with_hub
 from huggingface_hub import ModelCard
 from transformers import (
     AutoModelForQuestionAnswering,
@@ -25,6 +24,8 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
 )
+
+from conftest import run_with_hub
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -257,8 +258,9 @@ def test_gold_logits_recover_the_gold_answers(max_seq_length, doc_stride):
     """Logits peaked at the windows' gold positions give back every gold answer's exact text, also when contexts
     are cut into many overlapping windows (48 tokens: most answers are in some windows and not in others); a v2
     question without an answer, whose windows all point at the first token, gets the empty answer."""
-    from datasets import Dataset
     from types import SimpleNamespace
+
+    from datasets import Dataset
 
     tokenizer = project_tokenizer("wordpiece", 8000)
     rows = squad_rows("validation")

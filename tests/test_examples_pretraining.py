@@ -20,17 +20,16 @@ import run_pretraining  # noqa: E402
 import run_t5_pretraining  # noqa: E402
 import sentence_pairs  # noqa: E402
 from data_loading import read_documents  # noqa: E402
-from masking import MaskedLMCollator, mask_example, word_continuation  # noqa: E402
-from tokenization import project_tokenizer  # noqa: E402
-from hub_server import card_metadata_errors  # noqa: E402
-
 from hf_attn_variants.isolation import run_isolated  # noqa: E402
+from hub_server import card_metadata_errors  # noqa: E402
+from masking import MaskedLMCollator, mask_example, word_continuation  # noqa: E402
 from run_t5_pretraining import (  # noqa: E402
     DataCollatorForT5SpanCorruption,
     corrupted_lengths,
     random_spans_noise_mask,
     raw_length_for,
 )
+from tokenization import project_tokenizer  # noqa: E402
 
 FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
         "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--warmup_steps", "0",
@@ -371,7 +370,7 @@ def test_push_to_hub_passes_through_with_the_real_card(hub, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- data at real scale
-LINES = [line for line in (EXAMPLES / "data" / "devils_dictionary.txt").read_text().splitlines()[:400]]
+LINES = (EXAMPLES / "data" / "devils_dictionary.txt").read_text().splitlines()[:400]
 USER_TEXT = ["The software on the computer reads the database; no software, no database, no computer."] * 40
 TINY_RUN = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
             "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_steps", "2",
@@ -468,8 +467,9 @@ def test_eval_only_and_checks_of_training_arguments(tmp_path):
     info = json.loads((tmp_path / "eval" / "training_info.json").read_text())  # a complete folder, card included
     assert info["stages"] == ["eval"] and (tmp_path / "eval" / "README.md").is_file()
     assert (tmp_path / "eval" / "model.safetensors").is_file()
-    from run_record import settle_training_args
     from transformers import TrainingArguments
+
+    from run_record import settle_training_args
 
     args = TrainingArguments(str(tmp_path), max_steps=20, warmup_steps=40)
     with pytest.warns(UserWarning, match="--warmup_steps 40 reaches --max_steps 20"):
@@ -542,8 +542,9 @@ run_pretraining.main({common!r} + ["--model_name_or_path", "tester/tiny-bert", "
 def test_pretraining_from_a_hub_model_by_name(hub, tmp_path):
     """--model_name_or_path a Hub model id (a transformers BertForMaskedLM on the loopback Hub), as transformers'
     examples take it: warm-started as talking heads, and the card's base_model is that id."""
-    from conftest import run_with_hub
     from transformers import BertConfig, BertForMaskedLM
+
+    from conftest import run_with_hub
 
     tokenizer = project_tokenizer("wordpiece", 8000)
     BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

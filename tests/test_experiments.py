@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import attempts  # noqa: E402
 import cells  # noqa: E402
+import figures  # noqa: E402
 import kjv  # noqa: E402
 import provenance  # noqa: E402
 import report  # noqa: E402
@@ -89,10 +90,10 @@ def test_cells_are_checked():
 
 def test_every_defined_cell_has_a_valid_command():
     """Each claim's cells: unique ids, a config that builds, and flags that run_pretraining's parser accepts."""
-    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
     from transformers import HfArgumentParser, TrainingArguments
 
     from hf_attn_variants.presets import preset_config
+    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
 
     parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
@@ -659,6 +660,14 @@ def test_report_aggregates_seeds(fake_claim):
     assert stalled.render().endswith("(n=3, 2 stalled)") and report.Entry([5.5], 1, 3).stalled == 0
 
 
+def test_every_experiment_file_stays_within_450_lines():
+    """An experiment file reads top to bottom: one that grows past 450 lines is split by concern (the report's
+    figures live in figures.py), not squeezed."""
+    lengths = {path.name: len(path.read_text().splitlines()) for path in (ROOT / "experiments").glob("*.py")}
+    assert "report.py" in lengths and "figures.py" in lengths
+    assert {name: n for name, n in lengths.items() if n > 450} == {}
+
+
 def test_report_renders_page_blocks_and_curves(tmp_path, fake_claim):
     page = ("intro\n<!-- BEGIN summary -->\nold\n<!-- END summary -->\nhand-written text\n"
             "<!-- BEGIN fake-table -->\nold table\n<!-- END fake-table -->\nend\n")
@@ -693,8 +702,9 @@ def test_long_cells_and_screens():
     rates) or a long one (1600 steps, eval every 200, three seeds, the claim's long learning rate), screens first,
     then the long cells seed-major; the issue's contrasts are all there; a screen cell whose configuration equals a
     400-step cell's is defined again (its old row had another tokenizer), not read through an alias."""
-    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
     from transformers import HfArgumentParser, TrainingArguments
+
+    from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
 
     parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
@@ -840,13 +850,13 @@ def test_long_curves_pair_each_variant_with_the_baseline_by_seed(tmp_path):
     base = [run("a", 0, [6.0, 5.5, 5.2]), run("a", 1, [6.1, 5.6, 5.3])]
     other = [run("b", 1, [6.0, 5.65, 5.4]), run("b", 2, [5.0, 4.0, 3.0]),  # seed 2: no baseline to pair with
              {**run("b", 0, [5.9, 5.5, 5.1]), "eval_curve": [[200, 5.9], [400, None], [600, 5.1]]}]
-    differences = report.paired_differences(base, other)
+    differences = figures.paired_differences(base, other)
     assert list(differences) == [200, 600]  # the steps every pair has
     assert differences[200] == pytest.approx([-0.1, -0.1]) and differences[600] == pytest.approx([0.1, -0.1])
-    assert report.paired_differences(base, [run("b", 5, [5.0])]) == {}
+    assert figures.paired_differences(base, [run("b", 5, [5.0])]) == {}
     table = cells.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1, 2),
                         train_loss=True)
-    assert report.plot_curves(base + other, table, {}, tmp_path / "long.png")
+    assert figures.plot_curves(report.curve_panels(base + other, table, {}), table, tmp_path / "long.png")
     assert (tmp_path / "long.png").stat().st_size > 1000
 
 
@@ -916,7 +926,6 @@ def test_width_trend_cells():
     (head size 8 / 24), (c) 4 heads; each variant has the config fields of its width-256 rows, whose long cells the
     tables read."""
     import width_trend
-
     from hf_attn_variants.presets import preset_config
 
     screens = [c for c in width_trend.CELLS if c.size.startswith("screen-")]

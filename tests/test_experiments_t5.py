@@ -29,9 +29,10 @@ TALKING = {"dot-product": set(), "th-encoder": {"encoder"}, "th-decoder": {"deco
 
 
 def t5_parser():
-    from run_t5_pretraining import DEFAULTS, T5DataArguments
-    from model_setup import ModelArguments
     from transformers import HfArgumentParser, TrainingArguments
+
+    from model_setup import ModelArguments
+    from run_t5_pretraining import DEFAULTS, T5DataArguments
 
     parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments))
     parser.set_defaults(**DEFAULTS)
@@ -115,8 +116,9 @@ def test_t5_train_command_and_tokenizer():
 def test_committed_t5_tokenizer_rebuilds_byte_for_byte(tmp_path):
     """The committed Unigram is what t5_unigram.write trains from the training chapters, and it has T5's
     sentinels (the T5 script's own check)."""
-    from run_t5_pretraining import sentinel_ids
     from transformers import AutoTokenizer
+
+    from run_t5_pretraining import sentinel_ids
 
     committed = t5_unigram.T5_TOKENIZER / "tokenizer.json"
     assert hashlib.sha256(committed.read_bytes()).hexdigest() == t5_unigram.T5_TOKENIZER_SHA256

@@ -5,8 +5,8 @@ tokens before a batch, with position ids, leave its logits as they are (transfor
 and `generate` continues each left-padded prompt as it continues the prompt alone."""
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pytest
 import torch

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import gpu_check  # noqa: E402
+import gpu_check
 
 
 def test_dry_run_lists_every_stage_within_ten_minutes(tmp_path, capsys):

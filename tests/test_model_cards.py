@@ -11,11 +11,18 @@ from pathlib import Path
 import pytest
 
 from conftest import build
-
 from hf_attn_variants.cli import main
 from hf_attn_variants.publish import read_card_record, render_card, render_record
-from hf_attn_variants.release import (RELEASES, check_matches, pick, record_from_json, record_run, release_record,
-                                      release_set, row_record)
+from hf_attn_variants.release import (
+    RELEASES,
+    check_matches,
+    pick,
+    record_from_json,
+    record_run,
+    release_record,
+    release_set,
+    row_record,
+)
 from hub_server import card_metadata_errors
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,10 +11,9 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments
 from transformers.optimization import Adafactor
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import run_pretraining  # noqa: E402
-
-from hf_attn_variants import VariantBertForMaskedLM  # noqa: E402
-from hf_attn_variants.presets import preset_config  # noqa: E402
+import run_pretraining
+from hf_attn_variants import VariantBertForMaskedLM
+from hf_attn_variants.presets import preset_config
 
 DYNAMIC = ["x2l", "m2l", "x2w", "m2w"]
 

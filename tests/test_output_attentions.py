@@ -9,9 +9,9 @@ ran the blockwise core (it keeps no weights) and returned an empty tuple: transf
 
 import pytest
 import torch
-from conftest import FAMILIES, head_inputs, make_config
 
 import hf_attn_variants as hav
+from conftest import FAMILIES, head_inputs, make_config
 
 # the weights a base model returns, by family: encoder-decoders give three kinds
 ATTENTION_FIELDS = {"bert": ("attentions",), "albert": ("attentions",),

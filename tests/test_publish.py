@@ -14,12 +14,11 @@ import torch
 from huggingface_hub import ModelCard
 
 from conftest import build
-
 from hf_attn_variants.isolation import run_isolated
-from hub_server import card_metadata_errors
 from hf_attn_variants.presets import PRESETS, preset_config
 from hf_attn_variants.publish import _load_yaml, attention_texts, is_published, publish, render_card, render_record
 from hf_attn_variants.release import record_from_json
+from hub_server import card_metadata_errors
 
 CODE = {"attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
         "configuration_variant_bert.py", "modeling_variant_bert.py"}

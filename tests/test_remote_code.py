@@ -11,7 +11,6 @@ import torch
 
 import hf_attn_variants as hav
 from conftest import ALL_HEADS, FAMILIES, FAMILY_HEADS, VARIANTS, build, family, head_inputs, head_kind
-
 from hf_attn_variants.isolation import blocker, run_isolated
 
 PACKAGE = Path(hav.__file__).parent

@@ -26,8 +26,8 @@ import torch
 from safetensors.torch import load_file
 
 import hf_attn_variants as hav
-from hf_attn_variants.families import FAMILIES
 from conftest import SAME_WEIGHTS, build, head_inputs
+from hf_attn_variants.families import FAMILIES
 from test_remote_code import _auto_class, _run_isolated
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,14 +17,14 @@ CONFIGS = [hav.VariantBertConfig, hav.VariantAlbertConfig, hav.VariantT5Config]
 
 
 def test_every_field_is_documented_once_in_the_docstring():
-    documented = re.findall(r"^\s{8}(\w+) \(`", VariantAttentionFields.__doc__, re.M)
+    documented = re.findall(r"^\s{8}(\w+) \(`", VariantAttentionFields.__doc__, re.MULTILINE)
     assert documented == FIELDS
     for config_class in CONFIGS:  # the family configs carry the same text
         assert VariantAttentionFields.__doc__ in config_class.__doc__
 
 
 def test_docs_table_matches_the_schema():
-    rows = re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", DOCS.read_text(), re.M)
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", DOCS.read_text(), re.MULTILINE)
     assert [name for name, _ in rows] == FIELDS
     for name, default in rows:
         assert default == repr(VARIANT_CONFIG_DEFAULTS[name]).replace("'", '"'), name

@@ -8,9 +8,9 @@ the eager core (transformers-style masks, T5's position bias, causal decoders, c
 
 import pytest
 import torch
-from conftest import build, head_inputs, make_config
 
 import hf_attn_variants as hav
+from conftest import build, head_inputs, make_config
 from hf_attn_variants.talking_heads_blockwise import (
     BlockwiseTalkingHeads,
     _dropout_keep,
@@ -21,7 +21,7 @@ from hf_attn_variants.talking_heads_blockwise import (
 
 # name -> the formula's arguments: heads (h_k, h, h_v), lengths (n, m), maps, bias, causal
 CASES = {
-    "both_maps": dict(),
+    "both_maps": {},
     "pre_only": dict(heads=(4, 4, 4), post=False),
     "post_only": dict(heads=(4, 4, 3), pre=False),
     "no_maps": dict(heads=(3, 3, 3), pre=False, post=False),

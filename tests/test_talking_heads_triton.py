@@ -24,7 +24,7 @@ import torch
 pytest.importorskip("triton")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from talking_heads_triton_worker import CASES, PERTURBED  # noqa: E402
+from talking_heads_triton_worker import CASES, PERTURBED
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "talking_heads_triton_worker.py"

@@ -105,7 +105,7 @@ def test_save_load_round_trip(tmp_path, variant, head):
     with torch.no_grad():  # move every parameter off its init, so a re-initialised one would show
         for p in model.parameters():
             p.add_(0.01 * torch.randn_like(p))
-    inputs = {k: v for k, v in head_inputs(head).items()}
+    inputs = head_inputs(head)
     model.save_pretrained(tmp_path)
     loaded = on_device(getattr(hav, head).from_pretrained(tmp_path).eval())
     assert loaded.config.attention_type == model.config.attention_type
@@ -227,7 +227,7 @@ def test_normalised_mixture_has_no_singularity(weights, implementation):
         for core in _mixture_cores(model):
             core.mixture_weights.copy_(w)
         alpha = _mixture_cores(model)[0].mixture_alpha()
-        out = model(**{k: v for k, v in head_inputs("VariantBertModel").items()}).last_hidden_state
+        out = model(**head_inputs("VariantBertModel")).last_hidden_state
     torch.testing.assert_close(alpha.sum(), on_device(torch.tensor(1.0)))
     assert alpha.abs().max() <= w.abs().max() + 1  # w / sum(w) gave [50, -49] for [0.5, -0.49]
     assert torch.isfinite(out).all()
