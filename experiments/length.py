@@ -76,6 +76,11 @@ TABLES = [
     Table("length-c", f"Random + dot-product mixture vs dot product at h = 4, {STEPS} steps (MLM loss)", CLAIM,
           (("dot product (lr 5e-4)", "dot-product"), ("Mixture: Random + dot product (lr 1e-3)", "mixture-random-dot")),
           (("h = 4", f"h4-steps{STEPS}"),), SEEDS, note=_NOTE, train_loss=True, paired=True),
+    Table("length-control", f"The control: claim (a)'s pair at {STEPS} steps with the warm-up scaled (640 steps) "
+          f"or not ({CONTROL_WARMUP} steps), seed 0 (MLM loss)", CLAIM,
+          (("dot product", "dot-product"), ("talking heads", "talking-heads")),
+          (("warm-up 640", size(16, "1e-3")), (f"warm-up {CONTROL_WARMUP}", size(16, "1e-3", f"-warmup{CONTROL_WARMUP}"))),
+          seeds=(0,), note="One seed: does the ordering depend on the warm-up's length?", paired=True),
 ]
 
 if __name__ == "__main__":

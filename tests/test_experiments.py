@@ -988,3 +988,26 @@ def test_width_trend_screen_picks_follow_the_rule():
             lr = cells.PENDING_LR if picked is None else picked
             assert any(c.variant == variant and c.size == width_trend.long_size(width, claim, lr)
                        for c in width_trend.CELLS)
+
+
+def test_length_cells_repeat_the_long_cells_at_four_times_the_steps():
+    """Claim (e): each contrast at its claim's long-cell setting and learning rate, 6400 steps, the warm-up a ratio
+    (scaled as the long cells scale theirs), evaluated every 400 steps; the control keeps 160 warm-up steps."""
+    import length
+    import synthesizer
+    import talking_heads
+
+    by_id = {c.id: c for c in length.CELLS}
+    assert len(by_id) == len(length.CELLS) == 14
+    for c in length.CELLS:
+        training = c.config["training"]
+        assert training["max_steps"] == 6400 and training["eval_steps"] == 400
+        claim = talking_heads if c.size.startswith("h16") else synthesizer
+        long_cell = next(x for x in claim.CELLS if x.variant == c.variant and x.seed == c.seed
+                         and x.size.endswith("steps1600") and x.size.startswith(c.size.split("-")[0]))
+        assert dict(c.overrides) == dict(long_cell.overrides) and c.preset == long_cell.preset
+        assert training["learning_rate"] == long_cell.config["training"]["learning_rate"]
+        expected_warmup = 160 if c.size.endswith("warmup160") else cells.TRAINING["warmup_steps"]
+        assert training["warmup_steps"] == expected_warmup
+    assert {c.seed for c in length.CELLS if "warmup" in c.size} == {0}
+    assert "length" in report.CLAIMS
