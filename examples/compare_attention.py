@@ -5,9 +5,9 @@ product, talking heads, Synthesizer dense / random / mixture and the deep single
     python examples/compare_attention.py --family albert --size tiny --max_steps 50
 
 Prints a table (final eval MLM loss, perplexity, parameters, seconds per training step) and writes `results.md`,
-`results.json` and `eval_loss.png` (eval curves) into --output_dir. Any other argument goes to
-examples/run_pretraining.py unchanged (e.g. --learning_rate 1e-3 --bf16). `run_setup` and `write_results` are what
-examples/single_head_admin.py runs its comparison with.
+`results.json` and `eval_loss.png` (eval curves) into --output_dir (default `outputs/compare-{family}-{size}`, one
+sub-folder per run). Any other argument goes to examples/run_pretraining.py unchanged (e.g. --learning_rate 1e-3
+--bf16). `run_setup` and `write_results` are what examples/single_head_admin.py runs its comparison with.
 """
 
 import json
@@ -21,6 +21,7 @@ from hf_attn_variants.presets import attention_setups_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_pretraining
+from output_folders import output_folder
 from run_record import run_script
 
 # the attention setups of BERT/ALBERT presets: what follows "{family}-{size}-" in a preset name
@@ -32,7 +33,8 @@ class CompareArguments:
     family: str = field(default="bert", metadata={"help": "bert or albert."})
     size: str = field(default="mini", metadata={"help": "tiny, mini, small or base (see hf_attn_variants.presets)."})
     attention: str = field(default=",".join(ATTENTION), metadata={"help": "Comma-separated attention setups."})
-    output_dir: str = field(default="outputs/compare", metadata={"help": "One sub-folder per run, plus the results."})
+    output_dir: str | None = field(default=None, metadata={
+        "help": "One sub-folder per run, plus the results. Default: outputs/compare-{family}-{size}."})
     max_steps: int = field(default=300, metadata={"help": "Training steps of every run."})
     eval_steps: int = field(default=25, metadata={"help": "Steps between evaluations (the curve's points)."})
     max_seq_length: int = field(default=64, metadata={"help": "Tokens per sequence."})
@@ -97,6 +99,7 @@ def write_results(rows: list[dict], out: Path, title: str) -> None:
 
 def main(argv=None) -> list[dict]:
     args, passthrough = HfArgumentParser(CompareArguments).parse_known_args(argv)
+    args.output_dir = args.output_dir or output_folder("compare", f"{args.family}-{args.size}")
     setups = [a for a in args.attention.split(",") if a]
     unknown = sorted(set(setups) - set(ATTENTION))
     if unknown:

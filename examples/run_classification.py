@@ -30,8 +30,9 @@ act as in transformers' examples (none given: train and evaluate); predictions g
 Tokenization is a batched `Dataset.map` cached by `datasets` (`--preprocessing_num_workers`, `--overwrite_cache`).
 Without `--model_name_or_path` the model is built from `--preset` with the project's tokenizer. Every
 `TrainingArguments` option passes through; `--resume_from_checkpoint last` resumes from the newest checkpoint in
---output_dir. The output folder holds the model, its metrics and its model card (README.md) and loads with
-`AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`.
+--output_dir. The output folder (--output_dir; default `outputs/classification-{model}`, `outputs/{task_name}-{model}`
+with --task_name, see examples/output_folders.py) holds the model, its metrics and its model card (README.md) and
+loads with `AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`.
 """
 
 import sys
@@ -59,6 +60,7 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
+from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
 from run_record import Evaluation, Prediction, choose_stages, device_defaults, load_metric  # noqa: E402
 from run_record import run_script, run_stages  # noqa: E402
 from tokenization import load_tokenizer  # noqa: E402
@@ -97,7 +99,7 @@ GLUE_TASKS = {
 MNLI_EVAL = {"validation_matched": "", "validation_mismatched": "_mm"}
 MNLI_TEST = {"test_matched": "", "test_mismatched": "_mm"}
 DEFAULTS = dict(
-    preset="bert-tiny-talking-heads", output_dir="outputs/classification", num_train_epochs=10,
+    preset="bert-tiny-talking-heads", output_dir=NAMED_AFTER_THE_RUN, num_train_epochs=10,
     per_device_train_batch_size=32,
     per_device_eval_batch_size=64, learning_rate=5e-4, warmup_steps=0.1, weight_decay=0.01, eval_strategy="epoch",
     logging_steps=10, save_strategy="epoch", save_total_limit=1, report_to="none", seed=42,
@@ -322,9 +324,9 @@ def predictions_writer(path_name: str, labels: Labels):
 
 # ------------------------------------------------------------------------------------------------------------ main
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, ClassificationDataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, ClassificationDataArguments, TrainingArguments, OutputArguments))
     parser.set_defaults(**DEFAULTS, **device_defaults())
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
     choose_stages(training_args, argv, bool(data_args.test_file))
@@ -364,6 +366,7 @@ def main(argv=None) -> dict:
         "ForSequenceClassification", model_args.model_name_or_path, model_args.preset, tokenizer,
         model_args.attention_type, parse_config_overrides(model_args.config_overrides), **label_fields)
     check_max_length(model.config, data_args.max_seq_length)
+    settle_output_dir(training_args, output_args, model_args, model, __file__, task=task or "classification")
     align_tokenizer(tokenizer, model.config)
 
     features = {}

@@ -22,7 +22,9 @@ empty rows (a text file's blank lines) and a row of several lines is a document 
 tokens, the seed and the epoch), so 1 and N processes mask alike; the evaluation set is masked once, with a fixed
 seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval` as in transformers' examples (neither: both).
 Every `TrainingArguments` option passes through (--bf16, --torch_compile, --activation_checkpointing,
---push_to_hub, ...). The output folder loads with `AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)`.
+--push_to_hub, ...). The output folder (--output_dir; default `outputs/{preset}`, named after the run as
+examples/output_folders.py says, which also refuses a folder holding another model's checkpoint) loads with
+`AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)`.
 """
 
 import logging
@@ -59,6 +61,7 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
+from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
 from run_record import (  # noqa: E402
     Evaluation,
     StepTimer,
@@ -73,7 +76,7 @@ from tokenization import load_tokenizer, token_blocks  # noqa: E402
 logger = logging.getLogger(__name__)
 
 DEFAULTS = dict(  # the main job; every one can be overridden on the command line
-    preset="bert-mini-talking-heads", output_dir="outputs/bert-mini-talking-heads", max_steps=300,
+    preset="bert-mini-talking-heads", output_dir=NAMED_AFTER_THE_RUN, max_steps=300,
     per_device_train_batch_size=16, max_seq_length=64,
     per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.1, weight_decay=0.01, lr_scheduler_type="linear",
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
@@ -297,9 +300,10 @@ def training_sets(raw, tokenizer, column, data_args, training_args):
 
 
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
+    parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments,
+                               OutputArguments))
     parser.set_defaults(**DEFAULTS, **device_defaults())
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
     check_pretraining_args(argv, training_args, data_args)
@@ -328,6 +332,7 @@ def main(argv=None) -> dict:
         # the scored rows are a data-dependent shape: without this, compile breaks the graph there (and runs slow)
         torch._dynamo.config.capture_dynamic_output_shape_ops = True
     check_max_length(model.config, data_args.max_seq_length)
+    settle_output_dir(training_args, output_args, model_args, model, __file__)
     admin_init = admin_init_for(model_args, training_args, model.config, family)
     align_tokenizer(tokenizer, model.config)
 

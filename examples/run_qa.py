@@ -24,8 +24,9 @@ Metrics are computed here, with the names and values of evaluate's `squad` (exac
 `--do_eval`, `--do_predict` act as in transformers' examples (none given: train and evaluate); predictions go to
 `predict_predictions.json` (and `predict_null_odds.json` for v2). Without validation data,
 --validation_split_percentage of the training questions are held out. Every `TrainingArguments` option passes
-through; `--resume_from_checkpoint last` resumes. The output folder holds the model, its metrics and its model card
-(README.md) and loads with `AutoModelForQuestionAnswering.from_pretrained(path, trust_remote_code=True)`.
+through; `--resume_from_checkpoint last` resumes. The output folder (--output_dir; default `outputs/qa-{model}`, see
+examples/output_folders.py) holds the model, its metrics and its model card (README.md) and loads with
+`AutoModelForQuestionAnswering.from_pretrained(path, trust_remote_code=True)`.
 """
 
 import collections
@@ -52,6 +53,7 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
+from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
 from run_record import Evaluation, Prediction, choose_stages, device_defaults, load_metric  # noqa: E402
 from run_record import run_script, run_stages  # noqa: E402
 from tokenization import cache_dir, load_tokenizer  # noqa: E402
@@ -63,8 +65,8 @@ SQUAD_INFO = {
     "license": "CC BY-SA 4.0",
 }
 DEFAULTS = dict(
-    preset="bert-tiny-talking-heads", output_dir="outputs/qa", num_train_epochs=10, per_device_train_batch_size=16,
-    per_device_eval_batch_size=64,
+    preset="bert-tiny-talking-heads", output_dir=NAMED_AFTER_THE_RUN, num_train_epochs=10,
+    per_device_train_batch_size=16, per_device_eval_batch_size=64,
     learning_rate=5e-4, warmup_steps=0.1, weight_decay=0.01, eval_strategy="epoch", logging_steps=10,
     save_strategy="epoch", save_total_limit=1, report_to="none", seed=42,
 )
@@ -356,9 +358,9 @@ def predictions_writer(examples, features, data_args, main_process: bool):
 
 # ------------------------------------------------------------------------------------------------------------ main
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, QADataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, QADataArguments, TrainingArguments, OutputArguments))
     parser.set_defaults(**DEFAULTS, **device_defaults())
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
     choose_stages(training_args, argv, bool(data_args.test_file))
@@ -391,6 +393,7 @@ def main(argv=None) -> dict:
     model = load_or_build_model("ForQuestionAnswering", model_args.model_name_or_path, model_args.preset, tokenizer,
                                 model_args.attention_type, parse_config_overrides(model_args.config_overrides))
     check_max_length(model.config, data_args.max_seq_length)
+    settle_output_dir(training_args, output_args, model_args, model, __file__, task="qa")
     align_tokenizer(tokenizer, model.config)
 
     features = {}

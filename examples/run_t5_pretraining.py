@@ -13,8 +13,8 @@ Data, as examples/run_pretraining.py: with no data arguments The Devil's Diction
 (with --max_steps). The token stream is packed into raw blocks by a batched `Dataset.map` into the datasets cache;
 the noise is drawn per example when a batch is made (seeded by the example's tokens, the seed and the epoch), and
 the evaluation set is corrupted once with a fixed seed. The tokenizer: a Unigram one with sentinels trained on the
-run's text (see --tokenizer_name). The output folder loads with
-`AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
+run's text (see --tokenizer_name). The output folder (--output_dir; default `outputs/{preset}`, see
+examples/output_folders.py) loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
 
     python examples/run_t5_pretraining.py --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \
         --preprocessing_num_workers 8
@@ -52,6 +52,7 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
+from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
 from run_record import (  # noqa: E402
     Evaluation,
     StepTimer,
@@ -65,7 +66,7 @@ from tokenization import load_tokenizer, token_blocks  # noqa: E402
 logger = logging.getLogger(__name__)
 
 DEFAULTS = dict(
-    preset="t5-mini-talking-heads", output_dir="outputs/t5-mini-talking-heads", max_steps=300,
+    preset="t5-mini-talking-heads", output_dir=NAMED_AFTER_THE_RUN, max_steps=300,
     per_device_train_batch_size=16,
     per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.1, weight_decay=0.0, lr_scheduler_type="linear",
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
@@ -212,9 +213,9 @@ def reduce_logits(logits, labels):
 
 
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments, OutputArguments))
     parser.set_defaults(**DEFAULTS, **device_defaults())
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
     check_pretraining_args(argv, training_args, data_args)
     if not FAMILIES[run_family(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
@@ -233,6 +234,7 @@ def main(argv=None) -> dict:
     _, target_length = corrupted_lengths(raw_length, data_args.noise_density, data_args.mean_noise_span_length)
     check_max_length(model.config, data_args.max_seq_length)
     check_max_length(model.config, target_length, argument="the target length of --max_seq_length")
+    settle_output_dir(training_args, output_args, model_args, model, __file__)
     align_tokenizer(tokenizer, model.config)
 
     train_set = eval_set = None

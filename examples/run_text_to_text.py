@@ -20,7 +20,8 @@ whole output, which is the classification accuracy for label words; `--metric_na
 local rouge or sacrebleu script) replaces it, given the generated and target texts. `--do_train`, `--do_eval`,
 `--do_predict` act as in transformers' examples (none given: train and evaluate); predictions go to
 `generated_predictions.txt`. Every `Seq2SeqTrainingArguments` option passes through; `--resume_from_checkpoint
-last` resumes. The output folder holds the model, its metrics and its model card (README.md) and loads with
+last` resumes. The output folder (--output_dir; default `outputs/text-to-text-{model}`, see
+examples/output_folders.py) holds the model, its metrics and its model card (README.md) and loads with
 `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
 """
 
@@ -51,6 +52,7 @@ from model_setup import (  # noqa: E402
     parse_config_overrides,
     run_family,
 )
+from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
 from run_record import Evaluation, Prediction, choose_stages, device_defaults, load_metric  # noqa: E402
 from run_record import run_script, run_stages  # noqa: E402
 from tokenization import load_tokenizer  # noqa: E402
@@ -58,7 +60,7 @@ from run_classification import RT_POLARITY, RT_POLARITY_INFO, require_columns  #
 
 SST2_PREFIX = "sst2 sentence: "  # the T5 paper's input format for SST-2
 DEFAULTS = dict(
-    preset="t5-tiny-talking-heads", output_dir="outputs/text_to_text", num_train_epochs=10,
+    preset="t5-tiny-talking-heads", output_dir=NAMED_AFTER_THE_RUN, num_train_epochs=10,
     per_device_train_batch_size=32, per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.1,
     weight_decay=0.01, eval_strategy="epoch", logging_steps=10, save_strategy="epoch", save_total_limit=1,
     predict_with_generate=True, report_to="none", seed=42,
@@ -155,9 +157,9 @@ class KeepGenerationConfig(TrainerCallback):
 
 
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, TextToTextDataArguments, Seq2SeqTrainingArguments))
+    parser = HfArgumentParser((ModelArguments, TextToTextDataArguments, Seq2SeqTrainingArguments, OutputArguments))
     parser.set_defaults(**DEFAULTS, **device_defaults())
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(argv)
+    model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
     choose_stages(training_args, argv, bool(data_args.test_file))
@@ -188,6 +190,7 @@ def main(argv=None) -> dict:
     check_max_length(model.config, data_args.max_source_length, "--max_source_length")
     check_max_length(model.config, training_args.generation_max_length, "--generation_max_length")
     check_max_length(model.config, data_args.max_target_length, "--max_target_length")
+    settle_output_dir(training_args, output_args, model_args, model, __file__, task="text-to-text")
     align_tokenizer(tokenizer, model.config)
 
     features = {}

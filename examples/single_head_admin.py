@@ -2,7 +2,7 @@
 against its deep single-head twin, with default initialization and with Admin, each trained by
 examples/run_pretraining.py (the one training path) on the same data, steps, schedule, masks and seed.
 
-    python examples/single_head_admin.py --output_dir outputs/single_head_admin
+    python examples/single_head_admin.py        # into outputs/single-head-admin-4x8-d256 (L x h, width d)
 
 The runs:
   multi-head         L x h   (default init)
@@ -24,13 +24,15 @@ from transformers import HfArgumentParser
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_attention import run_setup, write_results
+from output_folders import output_folder
 from run_record import run_script
 
 
 @dataclass
 class SingleHeadArguments:
-    output_dir: str = field(default="outputs/single_head_admin", metadata={
-        "help": "One sub-folder per run, plus the results."})
+    output_dir: str | None = field(default=None, metadata={
+        "help": "One sub-folder per run, plus the results. Default: outputs/single-head-admin-{layers}x{heads}-"
+                "d{hidden_size}."})
     layers: int = field(default=4, metadata={"help": "L, the layers of the multi-head model."})
     heads: int = field(default=8, metadata={"help": "h, its heads; the twin has L*h layers of one head."})
     hidden_size: int = field(default=256, metadata={"help": "Model width (head size = width / h); FFN 4x."})
@@ -44,6 +46,8 @@ class SingleHeadArguments:
 
 def main(argv=None) -> list[dict]:
     args, passthrough = HfArgumentParser(SingleHeadArguments).parse_known_args(argv)
+    args.output_dir = args.output_dir or output_folder(
+        "single-head-admin", f"{args.layers}x{args.heads}-d{args.hidden_size}")
     shape = {"num_hidden_layers": args.layers, "num_attention_heads": args.heads, "hidden_size": args.hidden_size,
              "intermediate_size": 4 * args.hidden_size, "max_position_embeddings": max(128, args.max_seq_length)}
     deep = f"single-head {args.layers * args.heads}x1"

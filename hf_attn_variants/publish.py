@@ -471,6 +471,13 @@ def _variant_fields(config: dict) -> tuple[str, ...]:
     return tuple(k for k in config if k.endswith("attention_type") or k in own)
 
 
+def identity_fields(*configs: dict) -> tuple[str, ...]:
+    """The `config.json` fields that say which model a checkpoint is: model type, architecture, sizes
+    (`STRUCTURE_FIELDS`) and the fields of the attention variants any of `configs` uses."""
+    variant = dict.fromkeys(key for config in configs for key in _variant_fields(config))
+    return ("model_type", "architectures", *STRUCTURE_FIELDS, *variant)
+
+
 # -- checks and uploads -----------------------------------------------------------------------------------------------
 
 _CHECK_SCRIPT = """
@@ -602,5 +609,5 @@ def publish(folder, repo_id: str, *, private: bool = False, revision: str | None
                        record=record)
 
 
-__all__ = ["CardRecord", "Published", "attention_setups", "attention_texts", "check_loads", "is_published",
-           "parameter_total", "publish", "read_card_record", "read_run", "render_card", "render_record", "upload_card"]
+__all__ = ["CardRecord", "Published", "attention_setups", "attention_texts", "check_loads", "identity_fields",
+           "is_published", "parameter_total", "publish", "read_card_record", "read_run", "render_card", "render_record", "upload_card"]

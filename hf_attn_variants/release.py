@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from .families import FAMILIES
-from .publish import STRUCTURE_FIELDS, CardRecord, _variant_fields, parameter_total, read_card_record, render_record
+from .publish import CardRecord, identity_fields, parameter_total, read_card_record, render_record
 from .presets import preset_config
 
 OWNER = "hf-attn-variants"  # the Hub namespace the cards are addressed to (`--owner`)
@@ -200,7 +200,7 @@ def check_matches(folder, record: CardRecord, name: str) -> None:
     """A ValueError unless the checkpoint in `folder` is the model `record` describes: the card's config fields
     (sizes, attention fields, model type, architecture) and the parameter count agree."""
     config = json.loads((Path(folder) / "config.json").read_text())
-    for key in ("model_type", "architectures", *STRUCTURE_FIELDS, *_variant_fields(record.config)):
+    for key in identity_fields(record.config):
         if config.get(key) != record.config.get(key):
             raise ValueError(f"{folder} is not the checkpoint of release {name}: its `{key}` is {config.get(key)!r}, "
                              f"the release's {record.config.get(key)!r}.")
