@@ -21,6 +21,7 @@ read from the source tree in an editable install).
 import inspect
 import json
 import os
+import re
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,7 +262,8 @@ def _evaluation_text(quality: list, source: str | None, info: dict) -> str:
                 if metric in METRIC_TEXT]
     return (f"Measured by the {run} and copied from its `{source}`, each on the data named beside it:\n\n"
             "| metric | value | measured on |\n|---|---|---|\n" + rows
-            + ("\n\n" + "; ".join(meanings) + "." if meanings else ""))
+            + ("\n\n" + "; ".join(meanings) + "." if meanings else "")
+            + ("\n\n" + info["evaluation_note"] if info.get("evaluation_note") else ""))
 
 
 def parameter_total(folder) -> int:
@@ -285,7 +287,9 @@ class CardRecord:
     `info` (training_info.json), its `metrics` and the file they were read from (`source`), its parameter count, its
     tokenizer's mask token (None: no tokenizer files), and optionally `reproduce`: how to make the weights again,
     for a checkpoint whose weights are kept nowhere (`command`, `git_commit`, `files` {file: sha256}, `hardware`,
-    `cpu_minutes`, `rerun`; see `hf_attn_variants.release`). `read_card_record` reads it from a checkpoint folder."""
+    `cpu_minutes`, `rerun`; see `hf_attn_variants.release`), and `example`: the quick start's input, a sentence of
+    the training text with the masked words in braces (`example_input`; None: a generic one).
+    `read_card_record` reads it from a checkpoint folder."""
 
     config: dict
     info: dict
@@ -294,6 +298,7 @@ class CardRecord:
     num_parameters: int
     mask_token: str | None
     reproduce: dict | None = None
+    example: str | None = None
 
 
 def read_card_record(folder) -> CardRecord:
@@ -347,7 +352,9 @@ def render_record(record: CardRecord, repo_id: str, revision: str | None, *, lic
 
     has_tokenizer = record.mask_token is not None
     usage, example_input = USAGE.get(PIPELINE_TAGS[suffix], (None, None))
-    if PIPELINE_TAGS[suffix] == "fill-mask" and has_tokenizer:
+    if record.example and has_tokenizer:
+        example_input = example_input_of(record.example, PIPELINE_TAGS[suffix], record.mask_token)
+    elif PIPELINE_TAGS[suffix] == "fill-mask" and has_tokenizer:
         example_input = json.dumps(f"The dictionary defines a cynic as a {record.mask_token}.")
     papers = _load_yaml("papers.yaml")
     setups = attention_texts(config)
@@ -366,7 +373,7 @@ def render_record(record: CardRecord, repo_id: str, revision: str | None, *, lic
     )
     summary = (f"A {family} model (`{architecture}`) with {' and '.join(s['title'] for s in setups)}, "
                f"{_parameter_text(record.num_parameters)} parameters, built with hf-attn-variants"
-               + (f" from the preset `{info['preset']}`" if info.get("preset") else "") + ".")
+               + (f" from the preset `{info['preset']}`{_overrides_text(info)}" if info.get("preset") else "") + ".")
     return ModelCard.from_template(
         card_data,
         template_path=str(CARD_DIR / "template.md"),
@@ -389,6 +396,35 @@ def render_record(record: CardRecord, repo_id: str, revision: str | None, *, lic
         own_papers=[papers[k] for k in dict.fromkeys(own)],
         other_papers=[p for k, p in papers.items() if k not in own],
     )
+
+
+def _overrides_text(info: dict) -> str:
+    """What the card's summary says of the config overrides the run gave its preset (nothing where the run's record
+    does not keep them)."""
+    if "overrides" not in info:
+        return ""
+    if not info["overrides"]:
+        return " as it is (no config overrides)"
+    return " with " + ", ".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+                                for key, value in info["overrides"].items())
+
+
+MASKED = re.compile(r"\{([^{}]+)\}")
+
+
+def example_input_of(example: str, pipeline_task: str, mask_token: str) -> str:
+    """The quick start's input made from `example`, a sentence of the training text whose masked words stand in
+    braces: for fill-mask (one pair of braces) the sentence with the mask token, as a Python string literal; for
+    text-to-text generation (T5's span corruption) the sentence with T5's sentinels, <extra_id_0>, <extra_id_1>, ...
+    in order."""
+    if pipeline_task == "fill-mask":
+        if len(MASKED.findall(example)) != 1:
+            raise ValueError(f"A fill-mask example masks one word, in braces: {example!r}.")
+        return json.dumps(MASKED.sub(mask_token, example))
+    if pipeline_task == "text2text-generation" and '"' not in example:
+        sentinels = iter(range(100))
+        return MASKED.sub(lambda _: f"<extra_id_{next(sentinels)}>", example)
+    raise ValueError(f"No usage example of {pipeline_task!r} is made from a sentence ({example!r}).")
 
 
 def _architecture_and_auto_class(config: dict, where: str) -> tuple[str, str]:
@@ -609,5 +645,6 @@ def publish(folder, repo_id: str, *, private: bool = False, revision: str | None
                        record=record)
 
 
-__all__ = ["CardRecord", "Published", "attention_setups", "attention_texts", "check_loads", "identity_fields",
-           "is_published", "parameter_total", "publish", "read_card_record", "read_run", "render_card", "render_record", "upload_card"]
+__all__ = ["CardRecord", "Published", "attention_setups", "attention_texts", "check_loads", "example_input_of",
+           "identity_fields", "is_published", "parameter_total", "publish", "read_card_record", "read_run", "render_card",
+           "render_record", "upload_card"]

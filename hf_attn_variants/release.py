@@ -7,21 +7,25 @@ Package-only.
 
 The release set (`RELEASES`) is the README's main job, whose run is kept as a small committed record
 (`model_cards/records/<name>.json`, written by `record_run` from the run's output folder: config, metrics, training
-record, hashes, command, commit; never the weights), and per attention type the research cell that `RESEARCH_RULE`
-picks from experiments/results.jsonl. Every card is rendered by `publish.render_record` from the run's own record and
-says how to train the weights again (the command at its commit, the hashes of what it read): no checkpoint is kept.
+record, hashes, command, commit; never the weights), per attention type the masked-LM research cell that
+`RESEARCH_RULE` picks from experiments/results.jsonl, and the T5 span-corruption cell that `T5_RULE` picks. Every card
+is rendered by `publish.render_record` from the run's own record and says how to train the weights again (the command
+at its commit, the hashes of what it read): no checkpoint is kept. Each card names its preset and config overrides,
+and its quick start uses a sentence of the model's own training text (`Release.example`).
 """
 
 import hashlib
 import json
 import re
+import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import mean
 
 import torch
 
-from .families import FAMILIES
+from .families import FAMILIES, family_of
 from .publish import CardRecord, identity_fields, parameter_total, read_card_record, render_record
 from .presets import preset_config
 
@@ -30,29 +34,65 @@ RESULTS = "experiments/results.jsonl"
 RECORDS = "model_cards/records"
 CARDS = "model_cards"
 MLM_SCRIPT = "examples/run_pretraining.py"
+T5_SCRIPT = "examples/run_t5_pretraining.py"
 LONG_STEPS, WIDTH = 1600, 256
 RESEARCH_RULE = (f"among the long research cells ({LONG_STEPS} steps) at width {WIDTH} with the release's attention "
                  "setup that did not diverge, were made from committed code and record the hashes of their tokenizer "
                  "and text, the row of lowest final held-out loss (eval MLM loss): of the seeds, the best one")
+T5_CLAIM, T5_SIZE = "t5_places", "h16-lr2e-3-steps1600"  # docs/research.md (d): the long cells of the screened rate
+T5_RULE = (f"among the long span-corruption cells of docs/research.md (d) (experiments/t5_places.py, size {T5_SIZE}: "
+           f"{LONG_STEPS} steps at width {WIDTH}, 16 heads) that did not diverge, were made from committed code and "
+           "record the hashes of their tokenizer and text, the variant (dot product, or talking heads in the encoder, "
+           "the decoder or everywhere) of lowest mean final held-out loss (eval target loss: span corruption's "
+           "cross-entropy per target token) over its seeds; of that variant, its best seed")
+# what each pretraining script's research rows are: the head their card describes, its pipeline task, and the
+# metric of the row's eval_loss (experiments/cells.py EVAL_METRICS)
+SCRIPT_HEADS = {MLM_SCRIPT: ("ForMaskedLM", "fill-mask", "eval_mlm_loss"),
+                T5_SCRIPT: ("ForConditionalGeneration", "text2text-generation", "eval_target_loss")}
+HELD_OUT = {MLM_SCRIPT: "the first 256 blocks of 128 tokens",
+            T5_SCRIPT: "the first 256 blocks of 141 tokens, span-corrupted into inputs of 128 tokens"}
+T5_TOKEN_ACCURACY_NOTE = (
+    "Held-out token accuracy (`target_token_accuracy`, the share of target tokens predicted exactly) is not given: the "
+    "research runner keeps each run's final held-out loss and its curve, not the script's other metrics, and the run "
+    "kept no checkpoint to measure it on. The command below trains the model again; its output folder's "
+    "`all_results.json` has `eval_target_token_accuracy`.")
 # run flags that are not hyperparameters (the command keeps them): left out of the card's training table
 NOT_HYPERPARAMETERS = ("report_to", "disable_tqdm", "dataloader_num_workers", "logging_steps", "save_strategy",
                        "per_device_eval_batch_size", "eval_strategy")
 KJV = "King James Bible (KJV)"
+# The usage examples of the cards: a sentence of each model's own training text, the masked words in braces (one word
+# for fill-mask; T5's span corruption puts a sentinel in each). Genesis 1:1 is in the KJV's training chapters
+# (tests/test_model_cards.py checks it), the CYNIC line in The Devil's Dictionary (checked there too) and not among the
+# rows the main job's run held out for validation (seed 42: the blocks of 32 rows holding PATIENCE and PEACE are).
+KJV_EXAMPLE = "In the beginning God created the heaven and the {earth}."
+DEVILS_DICTIONARY_EXAMPLE = ("CYNIC, n. A blackguard whose faulty {vision} sees things as they are, not as they ought "
+                             "to be.")
 
 
 @dataclass(frozen=True)
 class Release:
     """One checkpoint of the release set. name: its Hub repository's name (and folder in model_cards/); record:
     the committed run record it is made from (records/<record>.json); setup: for a research release, whether a
-    results row's (config, training flags) has the release's attention setup (`RESEARCH_RULE` picks among those);
-    pending: why it has no card yet."""
+    results row's (config, training flags) has the release's attention setup (the rule picks among those); script:
+    the pretraining script of its rows; claim and size: the research cells it is picked from (None: any);
+    mean_of_seeds: the rule is `T5_RULE` (the variant of lowest mean loss over its seeds, then its best seed), not
+    `RESEARCH_RULE` (the row of lowest loss); example: the card's usage example, a sentence of the model's training
+    text with the masked words in braces."""
 
     name: str
     family: str
     attention: str
     record: str | None = None
     setup: Callable[[dict, dict], bool] | None = None
-    pending: str = ""
+    script: str = MLM_SCRIPT
+    claim: str | None = None
+    size: str | None = None
+    mean_of_seeds: bool = False
+    example: str = KJV_EXAMPLE
+
+    @property
+    def rule(self) -> str:
+        return T5_RULE if self.mean_of_seeds else RESEARCH_RULE
 
 
 def _heads(config: dict) -> int:
@@ -60,7 +100,8 @@ def _heads(config: dict) -> int:
 
 
 RELEASES = (
-    Release("bert-mini-talking-heads", "bert", "talking heads", record="bert-mini-talking-heads"),
+    Release("bert-mini-talking-heads", "bert", "talking heads", record="bert-mini-talking-heads",
+            example=DEVILS_DICTIONARY_EXAMPLE),
     Release("bert-mini-kjv-dot-product", "bert", "dot product",
             setup=lambda c, t: c["attention_type"] == "dot_product" and not c["admin"] and _heads(c) > 1),
     Release("bert-mini-kjv-talking-heads", "bert", "talking heads",
@@ -71,8 +112,9 @@ RELEASES = (
     Release("bert-mini-kjv-single-head-admin", "bert", "deep single-head, Admin (closed form)",
             setup=lambda c, t: c["attention_type"] == "dot_product" and c["admin"] and _heads(c) == 1
             and t.get("admin_init") == "closed_form"),
-    Release("t5-mini-kjv-talking-heads", "t5", "talking heads",
-            pending="not yet: the rule picks masked-LM rows only; T5's span rows are docs/research.md (d)'s"),
+    Release("t5-mini-kjv-talking-heads", "t5", "talking heads", setup=lambda c, t: c["num_heads"] == 16,
+            script=T5_SCRIPT, claim=T5_CLAIM, size=T5_SIZE, mean_of_seeds=True,
+            example="In the beginning God {created} the heaven and the {earth}."),
 )
 
 
@@ -85,23 +127,32 @@ def load_rows(results) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
-def _candidate(row: dict) -> bool:
-    """Whether a results row may be released at all (the part of `RESEARCH_RULE` every setup shares)."""
+def _candidate(row: dict, release: Release) -> bool:
+    """Whether a results row may be released as `release` at all (the part of its rule every setup shares)."""
     config = row.get("config") or {}
-    return (config.get("script", MLM_SCRIPT) == MLM_SCRIPT and row.get("steps") == LONG_STEPS
+    return (config.get("script", MLM_SCRIPT) == release.script and row.get("steps") == LONG_STEPS
+            and release.claim in (None, row.get("claim")) and release.size in (None, row.get("size"))
             and not row.get("diverged") and bool(row.get("tokenizer_sha256")) and bool(row.get("train_text_sha256"))
             and bool(row.get("git_commit")) and not row["git_commit"].endswith("+dirty"))
 
 
 def pick(release: Release, rows: list[dict]) -> dict | None:
-    """The results row `RESEARCH_RULE` picks for a research release (None: no row fits yet); the first of equals."""
-    best = None
-    for row in filter(_candidate, rows):
+    """The results row `release.rule` picks for a research release (None: no row fits yet); the first of equals."""
+    fits = []
+    for row in rows:
+        if not _candidate(row, release):
+            continue
         config = preset_config(row["config"]["preset"], **row["config"].get("overrides", {})).to_dict()
-        if config["hidden_size"] == WIDTH and release.setup(config, row["config"].get("training", {})):
-            if best is None or row["eval_loss"] < best["eval_loss"]:
-                best = row
-    return best
+        width = config.get("hidden_size", config.get("d_model"))  # BERT's and T5's name for it
+        if width == WIDTH and release.setup(config, row["config"].get("training", {})):
+            fits.append(row)
+    if release.mean_of_seeds and fits:
+        losses = {}
+        for row in fits:
+            losses.setdefault(row["variant"], []).append(row["eval_loss"])
+        variant = min(losses, key=lambda v: mean(losses[v]))
+        fits = [row for row in fits if row["variant"] == variant]
+    return min(fits, key=lambda row: row["eval_loss"], default=None)
 
 
 def _tokenizer(row: dict, root: Path):
@@ -119,16 +170,33 @@ def _tokenizer(row: dict, root: Path):
     return found.group(1), AutoTokenizer.from_pretrained(folder)
 
 
-def row_record(row: dict, root) -> CardRecord:
-    """The `CardRecord` of a masked-LM research row: the config its command builds (checked against the row's
-    parameter count), its metrics and training setting, and how to train it again."""
-    root = Path(root)
-    tokenizer_path, tokenizer = _tokenizer(row, root)
+def _row_config(row: dict, tokenizer):
+    """The config a row's command builds (`examples/model_setup.py`'s preset path) and the class of its card."""
     preset, overrides = row["config"]["preset"], row["config"].get("overrides", {})
     config = preset_config(preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **overrides)
+    family = family_of(config)
+    if family.encoder_decoder:
+        config.eos_token_id, config.decoder_start_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
     import hf_attn_variants
 
-    model_class = getattr(hf_attn_variants, f"Variant{FAMILIES['bert'].prefix}ForMaskedLM")
+    head = SCRIPT_HEADS[row["config"].get("script", MLM_SCRIPT)][0]
+    return config, getattr(hf_attn_variants, f"Variant{family.prefix}{head}")
+
+
+def _command_overrides(command: str) -> dict:
+    """The config overrides a script's command line passes (`--config_overrides` JSON, `--attention_type`)."""
+    words = shlex.split(command)
+    flags = dict(zip(words, words[1:]))
+    overrides = json.loads(flags.get("--config_overrides", "{}"))
+    return {**overrides, "attention_type": flags["--attention_type"]} if "--attention_type" in flags else overrides
+
+
+def row_record(row: dict, root) -> CardRecord:
+    """The `CardRecord` of a pretraining research row (masked LM or span corruption): the config its command builds
+    (checked against the row's parameter count), its metrics and training setting, and how to train it again."""
+    root = Path(root)
+    tokenizer_path, tokenizer = _tokenizer(row, root)
+    config, model_class = _row_config(row, tokenizer)
     with torch.device("meta"):
         model = model_class(config)
     total = sum(p.numel() for p in model.parameters())
@@ -138,28 +206,46 @@ def row_record(row: dict, root) -> CardRecord:
     model.config.architectures = [model_class.__name__]
     config_dict = json.loads(model.config.to_json_string(use_diff=True))
     config_dict.pop("transformers_version", None)
+    script = row["config"].get("script", MLM_SCRIPT)
+    _, task, loss_metric = SCRIPT_HEADS[script]
+    preset, overrides = row["config"]["preset"], row["config"].get("overrides", {})
     training = row["config"].get("training", {})
     info = {
-        "script": MLM_SCRIPT, "task": "fill-mask", "preset": preset, "base_model": None, "started_from": None,
+        "script": script, "task": task, "preset": preset, "overrides": overrides, "base_model": None,
+        "started_from": None,
         "dataset": {"name": f"{KJV}, training chapters", "license": "public domain", "split": "train",
                     "source": "examples/data/kjv.txt.gz, all chapters but every 20th (experiments/kjv.py --split "
                               "train)", "sha256": row["train_text_sha256"]},
         "evaluation": [{"metric_prefix": "eval_", "metric_suffix": "", "split": "validation",
-                        "name": f"{KJV}, held-out chapters (every 20th), the first 256 blocks of 128 tokens",
+                        "name": f"{KJV}, held-out chapters (every 20th), {HELD_OUT[script]}",
                         "sha256": row.get("validation_text_sha256")}],
         "training": {**{k: v for k, v in training.items() if k not in NOT_HYPERPARAMETERS}, "seed": row["seed"],
                      "steps": row["steps"], "config_overrides": json.dumps(overrides)},
     }
+    if script == T5_SCRIPT:
+        info["evaluation_note"] = T5_TOKEN_ACCURACY_NOTE
     metrics = {"train_loss": row["train_loss"], "train_runtime": row["train_runtime"],
-               "eval_mlm_loss": row["eval_loss"], "eval_perplexity": row["eval_perplexity"]}
+               loss_metric: row["eval_loss"], "eval_perplexity": row["eval_perplexity"]}
     files = {f"{tokenizer_path}/tokenizer.json": row["tokenizer_sha256"],
              "kjv_train.txt (experiments/kjv.py --split train)": row["train_text_sha256"],
              "kjv_validation.txt (experiments/kjv.py --split validation)": row.get("validation_text_sha256")}
-    reproduce = {"command": row["train_command"], "git_commit": row["git_commit"],
+    reproduce = {"command": _in_checkout(row), "git_commit": row["git_commit"],
                  "files": {k: v for k, v in files.items() if v}, "hardware": row["hardware"]["cpu"],
                  "minutes": row["train_runtime"] / 60, "run": f"results row `{row['id']}` ({RESULTS})",
                  "rerun": f"python experiments/reproduce.py {row['id']} --at_row_commit"}
-    return CardRecord(config_dict, info, metrics, RESULTS, total, tokenizer.mask_token, reproduce)
+    # a tokenizer without a mask token (T5's) gets read_card_record's "[MASK]": the card shows a quick start with it
+    return CardRecord(config_dict, info, metrics, RESULTS, total, tokenizer.mask_token or "[MASK]", reproduce)
+
+
+def _in_checkout(row: dict) -> str:
+    """A row's train_command writing where the runner writes inside a checkout (experiments/runs/<id>): a runner
+    whose runs folder lay outside its checkout recorded that folder's absolute path, which means nothing elsewhere
+    (where a run writes does not change what it trains)."""
+    command = row["train_command"]
+    found = re.search(r"--output_dir (\S+)", command)
+    if found and found.group(1).startswith("/"):
+        command = command.replace(found.group(0), f"--output_dir experiments/runs/{row['id']}")
+    return command
 
 
 # -- the record of a run whose weights are not committed ---------------------------------------------------------------
@@ -232,13 +318,25 @@ def release_set(root=".", results: str | None = None, records: str | None = None
     for release in RELEASES:
         if release.record is not None:
             path = records / f"{release.record}.json"
-            record = record_from_json(json.loads(path.read_text())) if path.is_file() else None
+            record = _card_record(record_from_json(json.loads(path.read_text())), release) if path.is_file() else None
             out.append(Released(release, record, f"the main job (`{release.record}.json` in {RECORDS})"))
         elif release.setup is not None and (row := pick(release, rows)) is not None:
-            out.append(Released(release, row_record(row, root), f"`{row['id']}`"))
+            out.append(Released(release, _card_record(row_record(row, root), release), f"`{row['id']}`"))
         else:
-            out.append(Released(release, None, release.pending or "no run fits yet"))
+            out.append(Released(release, None, "no run fits yet"))
     return out
+
+
+def _card_record(record: CardRecord, release: Release) -> CardRecord:
+    """`record` as its release card reads it: with the release's usage example, the config overrides its command
+    passed where the record does not keep them (a record of `record_run` keeps the command only), and for a research
+    release the rule that picked its row."""
+    info, reproduce = record.info, record.reproduce
+    if "overrides" not in info and reproduce:
+        info = {**info, "overrides": _command_overrides(reproduce["command"])}
+    if not release.record:
+        reproduce = {**reproduce, "run": f"{reproduce['run']}, the row the release rule picks ({release.rule})"}
+    return replace(record, info=info, reproduce=reproduce, example=release.example)
 
 
 def held_out_loss(record: CardRecord) -> float | None:
@@ -289,7 +387,7 @@ def _index(released: list[Released], owner: str) -> str:
         card = f"[card]({r.release.name}/README.md)" if r.record else "not yet"
         rows.append(f"| `{owner}/{r.release.name}` | {FAMILIES[r.release.family].display} | {r.release.attention} | "
                     f"{'' if loss is None else f'{loss:.4f}'} | {r.run} | {card} |")
-    return INDEX.format(owner=owner, rule=RESEARCH_RULE, table="\n".join(rows)).strip() + "\n"
+    return INDEX.format(owner=owner, rule=RESEARCH_RULE, t5_rule=T5_RULE, table="\n".join(rows)).strip() + "\n"
 
 
 INDEX = """
@@ -315,8 +413,11 @@ hf-attn-variants cards --out model_cards
   typical one: docs/research.md gives each setting's mean and spread over its seeds. The rule:
 
   > {rule}.
-- **T5**: not yet; its research rows (experiments/t5_places.py, docs/research.md (d)) are span corruption, and the
-  rule picks masked-LM rows only.
+- **T5, the best long span-corruption cell** of docs/research.md (d) (experiments/t5_places.py: talking heads in T5 by
+  place), chosen by code (`hf_attn_variants.release.T5_RULE`). Its rows keep the held-out span loss, not the token
+  accuracy (the card says why). The rule:
+
+  > {t5_rule}.
 
 The repositories are named `{owner}/<name>` (`hf-attn-variants cards --owner` readdresses the cards).
 
@@ -324,9 +425,14 @@ The repositories are named `{owner}/<name>` (`hf-attn-variants cards --owner` re
 |---|---|---|---|---|---|
 {table}
 
-Held-out loss: the final masked-LM loss (nats per masked token) on the run's own held-out text; the main job's is
-*The Devil's Dictionary* (a 300-step quick start) and the research cells' the KJV's held-out chapters, so the two
-are not comparable.
+Held-out loss: the final masked-LM loss (nats per masked token) on the run's own held-out text, for T5 the span
+corruption's target loss (nats per target token); the main job's is *The Devil's Dictionary* (a 300-step quick
+start) and the research cells' the KJV's held-out chapters, so the main job's is comparable with none of the others,
+and T5's with no masked-LM loss.
+
+Each card names the preset its model was built from and the config overrides that make it what it is, and its usage
+example is a sentence of the model's own training text (`hf_attn_variants.release.KJV_EXAMPLE` and
+`DEVILS_DICTIONARY_EXAMPLE`, the masked words in braces).
 
 ## Weights
 
@@ -343,5 +449,5 @@ is current, uploads the checkpoint and then this card, addressed to the reposito
 """
 
 
-__all__ = ["RELEASES", "RESEARCH_RULE", "Release", "Released", "check_matches", "pick", "record_from_json",
+__all__ = ["RELEASES", "RESEARCH_RULE", "T5_RULE", "Release", "Released", "check_matches", "pick", "record_from_json",
            "record_run", "release_record", "release_set", "render_cards", "row_record", "write_cards"]

@@ -3,18 +3,23 @@
 filter over the raw rows), and each card carries its run's numbers, command, commit and hashes."""
 
 import contextlib
+import gzip
 import json
 import os
+import re
 import shutil
+import statistics
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import build
 from hf_attn_variants.cli import main
-from hf_attn_variants.publish import read_card_record, render_card, render_record
+from hf_attn_variants.publish import example_input_of, read_card_record, render_card, render_record
 from hf_attn_variants.release import (
     RELEASES,
+    T5_RULE,
     check_matches,
     pick,
     record_from_json,
@@ -27,6 +32,8 @@ from hub_server import card_metadata_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 CARDS = ROOT / "model_cards"
+sys.path.insert(0, str(ROOT / "experiments"))
+import kjv  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -98,8 +105,81 @@ def test_main_job_card_comes_from_its_committed_record(released):
     assert f"| mlm_loss | {data['metrics']['eval_mlm_loss']:.4g} |" in text
     assert "python examples/run_pretraining.py\n```" in text and data["reproduce"]["git_commit"] in text
     assert not (CARDS / "bert-mini-talking-heads/model.safetensors").exists()
-    assert released["t5-mini-kjv-talking-heads"].record is None  # T5: not yet
-    assert "| T5 | talking heads |  | not yet" in (CARDS / "README.md").read_text()
+
+
+def test_t5_card_is_the_rules_pick_of_the_long_span_corruption_rows(released):
+    """The T5 rule read off the raw rows (not through the release code): claim (d)'s long cells, the variant of lowest
+    mean held-out loss over its seeds, then its best seed."""
+    rows = [r for r in _raw_rows() if r["claim"] == "t5_places" and r["size"] == "h16-lr2e-3-steps1600"
+            and r["steps"] == 1600 and not r["diverged"] and r.get("tokenizer_sha256")]
+    by_variant = {}
+    for row in rows:
+        by_variant.setdefault(row["variant"], []).append(row)
+    assert len(by_variant) == 4 and all(len(v) == 3 for v in by_variant.values())
+    variant = min(by_variant, key=lambda v: statistics.mean(r["eval_loss"] for r in by_variant[v]))
+    best = min(by_variant[variant], key=lambda r: r["eval_loss"])
+    # the rule is not "the lowest row": that one (th-decoder seed1, 4.341) belongs to a variant with a worse mean
+    assert min(rows, key=lambda r: r["eval_loss"])["variant"] != variant
+    assert released["t5-mini-kjv-talking-heads"].run == f"`{best['id']}`"
+    assert best["config"]["overrides"]["attention_type"] == "talking_heads"  # the release's name holds
+
+    text = (CARDS / "t5-mini-kjv-talking-heads/README.md").read_text()
+    assert card_metadata_errors(text) == [] and "pipeline_tag: text2text-generation" in text
+    assert f"| target_loss | {best['eval_loss']:.4g} |" in text and f"| perplexity | {best['eval_perplexity']:.4g} |" in (
+        text)
+    assert "`target_token_accuracy`" in text and "is not given" in text  # the rows keep no token accuracy: said
+    assert f"| train_loss | {best['train_loss']:.4g} |" in text and f"git checkout {best['git_commit']}" in text
+    command = best["train_command"].replace(re.search(r"--output_dir \S+", best["train_command"]).group(0),
+                                            f"--output_dir experiments/runs/{best['id']}")
+    assert f"\n{command}\n```" in text and "/work/" not in text  # the runner's own absolute folder is not shown
+    for digest in (best["tokenizer_sha256"], best["train_text_sha256"], best["validation_text_sha256"]):
+        assert f"`{digest}`" in text
+    assert f"{best['num_parameters'] / 1e6:.1f}M parameters" in text and T5_RULE in text
+    index = (CARDS / "README.md").read_text()
+    assert f"| T5 | talking heads | {best['eval_loss']:.4f} | `{best['id']}` | [card](t5-mini-kjv-talking-heads/" in index
+    assert T5_RULE in index and "not yet" not in index
+
+
+def test_every_card_names_its_preset_and_the_overrides_of_its_run(released):
+    for name, entry in released.items():
+        summary = next(line for line in (CARDS / name / "README.md").read_text().splitlines()
+                       if line.startswith("A ") and "built with hf-attn-variants" in line)
+        if entry.release.record:  # the main job: the preset as it is (its command passes no overrides)
+            assert "--config_overrides" not in entry.record.reproduce["command"]
+            assert summary.endswith(f"from the preset `{entry.record.info['preset']}` as it is (no config overrides).")
+            continue
+        row = next(r for r in _raw_rows() if f"`{r['id']}`" == entry.run)
+        overrides = row["config"]["overrides"]
+        named = ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in overrides.items())
+        assert overrides and summary.endswith(f"from the preset `{row['config']['preset']}` with {named}."), summary
+
+
+def _training_text(release) -> str:
+    if release.record:  # the main job trains on The Devil's Dictionary
+        return (ROOT / "examples/data/devils_dictionary.txt").read_text()
+    text = gzip.decompress((ROOT / "examples/data/kjv.txt.gz").read_bytes()).decode()
+    return "\n".join(kjv.split_documents(text)["train"])  # the research cells' training chapters
+
+
+@pytest.mark.parametrize("release", RELEASES, ids=lambda r: r.name)
+def test_each_cards_example_is_a_sentence_of_its_own_training_text(released, release):
+    sentence = release.example.replace("{", "").replace("}", "")
+    assert sentence in _training_text(release)
+    record = released[release.name].record
+    task = "fill-mask" if release.family != "t5" else "text2text-generation"
+    shown = example_input_of(release.example, task, record.mask_token)
+    assert shown in (CARDS / release.name / "README.md").read_text()
+    assert ("[MASK]" in shown) if task == "fill-mask" else ("<extra_id_0>" in shown and "<extra_id_1>" in shown)
+    other = "CYNIC" if "KJV" in (record.info.get("dataset") or {}).get("name", "") else "In the beginning"
+    assert other not in (CARDS / release.name / "README.md").read_text()  # not the other corpus's sentence
+
+
+def test_example_input_masks_the_braced_words():
+    assert example_input_of("the {earth}.", "fill-mask", "[MASK]") == '"the [MASK]."'
+    assert example_input_of("God {created} the {earth}.", "text2text-generation", None) == (
+        "God <extra_id_0> the <extra_id_1>.")
+    with pytest.raises(ValueError, match="masks one word"):
+        example_input_of("{God} created the {earth}.", "fill-mask", "[MASK]")
 
 
 def _row(**changes):
@@ -122,6 +202,25 @@ def test_rule_picks_the_lowest_long_committed_width_256_row_of_the_setup():
                                                   "overrides": {"attention_type": "dot_product"}})]
     assert pick(release, rows)["id"] == "ok-low"
     assert pick(release, rows[2:]) is None
+
+
+def test_t5_rule_takes_the_best_seed_of_the_variant_of_lowest_mean():
+    release = next(r for r in RELEASES if r.name == "t5-mini-kjv-talking-heads")
+    t5 = {"preset": "t5-mini-dot-product", "training": {}, "script": "examples/run_t5_pretraining.py"}
+
+    def row(variant, seed, loss, **changes):
+        overrides = {"attention_type": "talking_heads" if variant != "dp" else "dot_product", "num_heads": 16,
+                     "d_kv": 16}
+        return _row(**{"id": f"{variant}/{seed}", "variant": variant, "seed": seed, "eval_loss": loss,
+                       "claim": "t5_places", "size": "h16-lr2e-3-steps1600",
+                       "config": {**t5, "overrides": overrides}, **changes})
+
+    rows = [row("dp", 0, 4.30), row("dp", 1, 4.50), row("th", 0, 4.36), row("th", 1, 4.37),
+            row("th", 2, 4.20, diverged=True), row("dp", 2, 4.0, size="h16-lr1e-3-steps1600"),
+            row("dp", 3, 4.0, config={**t5, "script": "examples/run_pretraining.py", "overrides": {}})]
+    assert pick(release, rows)["id"] == "th/0"  # dp has the lowest row (4.30) but the higher mean (4.40 > 4.365)
+    assert pick(release, [r for r in rows if r["variant"] == "dp"])["id"] == "dp/0"
+    assert pick(release, rows[4:]) is None  # a diverged row, another size, a masked-LM row: nothing fits
 
 
 def test_row_record_refuses_a_row_its_preset_no_longer_builds():
