@@ -5,6 +5,10 @@ works in-process without `trust_remote_code`; saved checkpoints carry their code
 `trust_remote_code=True`.
 """
 
+# The package's version, read by pyproject.toml (`[tool.setuptools.dynamic]`); the modeling and configuration files,
+# which checkpoints carry as remote code, never read it.
+__version__ = "0.1.0"
+
 import transformers
 
 from .configuration_variant_attention import (  # first: the transformers version check
@@ -64,8 +68,6 @@ from .modeling_variant_t5 import (
     VariantT5Model,
     VariantT5PreTrainedModel,
 )
-
-__version__ = "0.1.0"
 
 
 def _register(config_class, modeling_module) -> None:
