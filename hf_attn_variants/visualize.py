@@ -9,14 +9,14 @@
 What is drawn, per attention layer (BERT: each layer; ALBERT: each shared layer once, and per use where an input is
 run; T5: each place, encoder self-attention, decoder self-attention and cross-attention):
 
-- talking heads: the static maps across heads, `P_l` [h_k, h] (before the softmax) and `P_w` [h, h_v] (after it),
+- Talking heads: the static maps across heads, `P_l` [h_k, h] (before the softmax) and `P_w` [h, h_v] (after it),
   one figure for the whole model, on a diverging colour scale centred at 0 (identity init shows the identity).
   Dynamic (input-dependent) additions to them are not drawn.
 - Synthesizer: each head's alignment logits per component, [n, m]: Random `R[:n, :m]`, Factorized Random
   `R1[:n] R2[:m]^T`, and, for an input text, Dense / Factorized Dense `B(x)` and the scaled dot product; with a text
   also T5's relative position bias and the softmax weights that multiply the values (what `output_attentions`
-  returns: softmax of the mixed logits plus the mask and position bias). A mixture's
-  weights alpha_c (after normalisation) label the rows and get a figure of their own.
+  returns: softmax of the mixed logits plus the mask and position bias). A mixture's weights alpha_c (after
+  normalisation) label the rows and get a figure of their own.
 
 Random components need no input: they are sliced to `length` positions. Input-dependent ones (dense, factorized
 dense, dot product) need `text` and the model's tokenizer; a T5 model reads the text as its encoder input and the same
@@ -107,7 +107,7 @@ def _component_logits(core, query, key, hidden_states) -> dict[str, np.ndarray]:
     """Each component's logits for the first row of the batch, [h, n, m]."""
     return {
         component: synthesizer_logits(_OneComponent(core, component), query, key, hidden_states, core.scaling)[0]
-        .float().numpy()
+        .float().cpu().numpy()
         for component in core.spec.components
     }
 
@@ -118,7 +118,7 @@ def _mixture(core) -> dict[str, float] | None:
 
 
 def _talking_heads_map(place: str, core) -> AttentionMap:
-    matrices = {name: getattr(core, attribute).detach().float().numpy()
+    matrices = {name: getattr(core, attribute).detach().float().cpu().numpy()
                 for name, attribute in (("P_l", "pre_softmax_proj"), ("P_w", "post_softmax_proj"))
                 if hasattr(core, attribute)}
     return AttentionMap(place, "talking_heads", matrices)
@@ -131,7 +131,7 @@ def _random_synthesizer_map(place: str, core, length: int) -> AttentionMap:
         raise ValueError(f"The synthesizer at {place} has input-dependent components ({', '.join(sorted(needs))}): "
                          "pass an input (`text` and `tokenizer`; the command's --text) to draw them.")
     core.check_lengths(length, length)
-    memory = torch.zeros(1, length, core.spec.hidden_size)
+    memory = torch.zeros(1, length, core.spec.hidden_size, device=next(core.parameters()).device)
     key = memory.new_zeros(1, 1, length, 1)  # the pure synthesizer's placeholder keys: only their length is read
     return AttentionMap(place, "synthesizer", _component_logits(core, None, key, memory), _mixture(core))
 
@@ -149,8 +149,8 @@ def _run_synthesizers(model, cores, inputs: dict) -> list[AttentionMap]:
             bound = signature.bind(module, *args, **kwargs).arguments
             matrices = _component_logits(module, bound["query"], bound["key"], bound["hidden_states"])
             if bound.get("position_bias") is not None:  # T5: added to the logits with the mask
-                matrices["position_bias"] = bound["position_bias"][0].float().numpy()
-            matrices["weights"] = output[1][0].float().numpy()
+                matrices["position_bias"] = bound["position_bias"][0].float().cpu().numpy()
+            matrices["weights"] = output[1][0].float().cpu().numpy()
             maps.append(AttentionMap(next(uses), "synthesizer", matrices, _mixture(module)))
 
         return hook
