@@ -38,6 +38,7 @@ from .families import family_of
 DRAWN_TYPES = ("talking_heads", "synthesizer")
 DEFAULT_LENGTH = 32  # positions of a Random synthesizer drawn without an input
 INPUT_DEPENDENT = frozenset({"dense", "factorized_dense", "dot_product"})  # synthesizer components that read x or k
+_LOGITS_PARAMETERS = frozenset(inspect.signature(synthesizer_logits).parameters)
 
 
 @dataclasses.dataclass
@@ -103,11 +104,13 @@ class _OneComponent:
 
 
 @torch.no_grad()
-def _component_logits(core, query, key, hidden_states) -> dict[str, np.ndarray]:
-    """Each component's logits for the first row of the batch, [h, n, m]."""
+def _component_logits(core, query, key, hidden_states, **call_kwargs) -> dict[str, np.ndarray]:
+    """Each component's logits for the first row of the batch, [h, n, m]; `call_kwargs` are the keyword arguments
+    the layer passed its core, of which those `synthesizer_logits` takes are passed on."""
+    taken = {name: value for name, value in call_kwargs.items() if name in _LOGITS_PARAMETERS}
     return {
-        component: synthesizer_logits(_OneComponent(core, component), query, key, hidden_states, core.scaling)[0]
-        .float().cpu().numpy()
+        component: synthesizer_logits(_OneComponent(core, component), query, key, hidden_states, core.scaling,
+                                      **taken)[0].float().cpu().numpy()
         for component in core.spec.components
     }
 
@@ -147,7 +150,8 @@ def _run_synthesizers(model, cores, inputs: dict) -> list[AttentionMap]:
 
         def hook(module, args, kwargs, output):
             bound = signature.bind(module, *args, **kwargs).arguments
-            matrices = _component_logits(module, bound["query"], bound["key"], bound["hidden_states"])
+            matrices = _component_logits(module, bound["query"], bound["key"], bound["hidden_states"],
+                                         **bound.get("kwargs", {}))
             if bound.get("position_bias") is not None:  # T5: added to the logits with the mask
                 matrices["position_bias"] = bound["position_bias"][0].float().cpu().numpy()
             matrices["weights"] = output[1][0].float().cpu().numpy()

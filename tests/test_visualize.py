@@ -147,6 +147,26 @@ def test_synthesizer_maps_of_an_input_are_the_models_attention(family, variant):
         assert [m.place for m in maps] == [f"layer {i} sublayer {j}" for i in range(3) for j in range(2)]
 
 
+@pytest.mark.parametrize("head", ["VariantBertForMaskedLM", "VariantAlbertForMaskedLM"])
+def test_synthesizer_maps_of_a_left_padded_input(head):
+    """Two pad tokens on the left, position ids counting the real tokens (as `generate` gives them): the recorded
+    weights are output_attentions, and the drawn Random and dot-product logits plus the padding mask give them back
+    (the logits are read where the layer read them)."""
+    model = build(head, "synth_mixture", synthesizer_components=["dot_product", "random"])
+    ids = _inputs("bert")["input_ids"]
+    mask = torch.ones_like(ids)
+    ids[0, :2], mask[0, :2] = 0, 0
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    maps = attention_maps(model, inputs)
+    with torch.no_grad():
+        attentions = model(**inputs, output_attentions=True).attentions
+    for amap, attention in zip(maps, attentions, strict=True):
+        np.testing.assert_allclose(amap.matrices["weights"], attention[0].numpy(), atol=1e-6)
+        logits = sum(a * torch.from_numpy(amap.matrices[name]) for name, a in amap.mixture.items())
+        logits = logits.masked_fill(mask[0] == 0, float("-inf"))
+        np.testing.assert_allclose(logits.softmax(-1).numpy(), amap.matrices["weights"], atol=1e-5)
+
+
 def test_input_dependent_components_need_an_input():
     with pytest.raises(ValueError, match=r"input-dependent components \(dense, dot_product\).*--text"):
         attention_maps(build("VariantBertForMaskedLM", "synth_mixture"))
