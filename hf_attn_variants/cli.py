@@ -1,4 +1,4 @@
-"""The `hf-attn-variants` command: publish, convert and export checkpoints; render the release cards. Package-only.
+"""The `hf-attn-variants` command: publish, convert, export and draw checkpoints; render release cards. Package-only.
 
     hf-attn-variants publish out/bert-mini-talking-heads me/bert-mini-talking-heads --private
     hf-attn-variants publish out/kjv-th me/bert-mini-kjv-talking-heads --release bert-mini-kjv-talking-heads
@@ -6,11 +6,12 @@
     hf-attn-variants export my-admin-bert my-admin-bert-plain
     hf-attn-variants cards --out model_cards
     hf-attn-variants record outputs/bert-mini-talking-heads bert-mini-talking-heads --train-command "..." --commit SHA
+    hf-attn-variants draw outputs/bert-mini-talking-heads --out pictures --text "A cynic is a blackguard."
 
 Each subcommand calls one function: `publish.publish`, `convert.convert`, `convert.export_admin`,
-`release.write_cards`, `release.record_run`; `convert`'s choices and defaults are the function's (its attention
-types with a warm start; their help from `ATTENTION_REGISTRY`). `cards`, `record` and `publish --release` read the
-repository's files relative to the current folder (run them from its root).
+`release.write_cards`, `release.record_run`, `visualize.draw_checkpoint`; `convert`'s choices and defaults are the
+function's (its attention types with a warm start; their help from `ATTENTION_REGISTRY`). `cards`, `record` and
+`publish --release` read the repository's files relative to the current folder (run them from its root).
 """
 
 import argparse
@@ -23,6 +24,7 @@ from . import release
 from .configuration_variant_attention import ATTENTION_REGISTRY
 from .convert import FUNCTION_PRESERVING, export_admin
 from .convert import convert as convert_checkpoint
+from .visualize import draw_checkpoint
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,6 +76,20 @@ def _parser() -> argparse.ArgumentParser:
                                                 "(where exact)")
     export.add_argument("source", help="a dot-product VariantBert/VariantAlbert checkpoint with admin=True")
     export.add_argument("output", help="new (or empty) output folder")
+
+    draw = commands.add_parser("draw", help="draw what a model's attention learned to PNG: talking heads' P_l/P_w, "
+                                            "a synthesizer's alignments (needs matplotlib)")
+    draw.add_argument("folder", help="a checkpoint folder of this package (config.json, weights; with --text, its "
+                                     "tokenizer)")
+    draw.add_argument("--out", required=True, help="folder for the PNG files (created)")
+    draw.add_argument("--text", help="an input: draws input-dependent synthesizer components (dense, dot product) and "
+                                     "the softmax weights for it, labelled with its tokens")
+    draw_defaults = inspect.signature(draw_checkpoint).parameters  # draw's own defaults
+    draw.add_argument("--length", type=int, default=draw_defaults["length"].default,
+                      help="positions of input-free synthesizer maps (Random) without --text "
+                           f"(default {draw_defaults['length'].default})")
+    draw.add_argument("--dpi", type=int, default=draw_defaults["dpi"].default,
+                      help=f"resolution of the PNG files (default {draw_defaults['dpi'].default})")
     return parser
 
 
@@ -114,6 +130,9 @@ def main(argv=None) -> int:
             data = release.record_run(args.folder, args.train_command, args.commit, args.file)
             path.write_text(json.dumps(data, indent=2) + "\n")
             print(f"Wrote {path}")
+        elif args.command == "draw":
+            for path in draw_checkpoint(args.folder, args.out, text=args.text, length=args.length, dpi=args.dpi):
+                print(f"Wrote {path}")
         else:
             out = export_admin(args.source, args.output)
             print(f"Wrote {out} (outputs verified equal to {args.source})")
