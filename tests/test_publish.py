@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from hf_attn_variants.isolation import run_isolated
 from hf_attn_variants.presets import PRESETS, preset_config
 from hf_attn_variants.publish import _load_yaml, attention_texts, is_published, publish, render_card, render_record
 from hub_server import card_metadata_errors
-from release import record_from_json
+from release import RELEASES, record_from_json
 from release import main as release_main
 
 CODE = {"attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
@@ -156,16 +157,18 @@ def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_
              (("trainer-path", trainer_files, trainer_commit), ("cli-path", cli_files, cli_commit))]
     assert texts[0] == texts[1]
 
-    # publish --release: the same files, and the card of model_cards/ with its reproduction section, addressed to
-    # the repository and pinned to its model commit
+    # publish --release: the same files, and the card of model_cards/ with its reproduction section and the
+    # release's own example, addressed to the repository and pinned to its model commit
     release_files = state.files("tester/release-path")
     release_repo = state.repos["tester/release-path"]
     release_commit = release_repo.commits[release_repo.branches["main"]]["parent"]
     record = record_from_json(json.loads((tmp_path / "records" / "bert-mini-talking-heads.json").read_text()))
+    record = replace(record, example=next(r.example for r in RELEASES if r.name == "bert-mini-talking-heads"))
     release_card = release_files["README.md"].decode()
     assert set(release_files) == set(cli_files) and card_metadata_errors(release_card) == []
     assert release_card == str(render_record(record, "tester/release-path", release_commit))
     assert "## Reproducing the weights" in release_card and "git checkout 0123abc\npython train.py" in release_card
+    assert 'fill_mask("CYNIC, n. A blackguard whose faulty [MASK] sees' in release_card  # the release's example
     committed = (tmp_path / "cards" / "bert-mini-talking-heads" / "README.md").read_text()
     # the folder's card: the same record, unpinned and addressed to the default owner
     assert committed == str(render_record(record, "hf-attn-variants/bert-mini-talking-heads", None))
