@@ -60,7 +60,7 @@ def pop_retired_sparse_prediction(kwargs: dict) -> None:
         warnings.warn(
             "`sparse_prediction` is no longer a config field and is ignored here: masked-LM heads return full "
             "[batch, seq, vocab] logits, as transformers' do. Pass `sparse_prediction=True` to the forward of "
-            "`...ForMaskedLM` / `...ForPreTraining` (examples/run_pretraining.py does) for the scored rows only.",
+            "`...ForMaskedLM` / `...ForPreTraining` (the project's pretraining script does) for the scored rows only.",
             FutureWarning,
             stacklevel=3,
         )

@@ -287,9 +287,9 @@ class CardRecord:
     `info` (training_info.json), its `metrics` and the file they were read from (`source`), its parameter count, its
     tokenizer's mask token (None: no tokenizer files), and optionally `reproduce`: how to make the weights again,
     for a checkpoint whose weights are kept nowhere (`command`, `git_commit`, `files` {file: sha256}, `hardware`,
-    `cpu_minutes`, `rerun`; see `hf_attn_variants.release`), and `example`: the quick start's input, a sentence of
-    the training text with the masked words in braces (`example_input`; None: a generic one).
-    `read_card_record` reads it from a checkpoint folder."""
+    `minutes`, `run`, `rerun`), and `example`: the quick start's input, a sentence of the training text with the
+    masked words in braces (`example_input`; None: a generic one). `read_card_record` reads it from a checkpoint
+    folder."""
 
     config: dict
     info: dict
@@ -338,7 +338,7 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
 def render_record(record: CardRecord, repo_id: str, revision: str | None, *, license: str = "apache-2.0",
                   base_model: str | None = None, where: str = "the record") -> ModelCard:
     """The model card of the checkpoint a `CardRecord` describes (`render_card` reads one from a folder; the
-    release cards of `hf_attn_variants.release` are made from runs whose weights are not kept). With
+    project's release cards are made from the records of runs whose weights are not kept). With
     `record.reproduce`, the card gains a section saying how to make the weights again."""
     config, info, metrics, source = record.config, record.info, record.metrics, record.source
     if config.get("model_type") not in [f.model_type for f in FAMILIES.values()]:
@@ -625,9 +625,9 @@ def publish(folder, repo_id: str, *, private: bool = False, revision: str | None
         revision: a branch to publish to (created from main if it does not exist); default main.
         commit_message: the message of the model commit.
         token, license, base_model: the Hub token (default: the logged-in one); see `render_card`.
-        record: render the card from this `CardRecord` instead of the folder's files: a release of the top-level
-            model_cards/ (`release.release_record`), whose card describes the recorded run and how to re-train it;
-            the caller checks that the folder holds that model (`release.check_matches`).
+        record: render the card from this `CardRecord` instead of the folder's files: the record of a run whose
+            weights were not kept (the project's release cards), whose card describes that run and how to re-train
+            it; the caller checks that the folder holds that model.
     """
     folder = Path(folder)
     _check_folder(folder)

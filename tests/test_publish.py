@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,12 +19,14 @@ from conftest import build
 from hf_attn_variants.isolation import run_isolated
 from hf_attn_variants.presets import PRESETS, preset_config
 from hf_attn_variants.publish import _load_yaml, attention_texts, is_published, publish, render_card, render_record
-from hf_attn_variants.release import record_from_json
 from hub_server import card_metadata_errors
+from release import RELEASES, record_from_json
+from release import main as release_main
 
 CODE = {"attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
         "configuration_variant_bert.py", "modeling_variant_bert.py"}
 REVISION = "0123456789abcdef0123456789abcdef01234567"
+ROOT = Path(__file__).resolve().parents[1]
 
 # Runs with HF_ENDPOINT = the loopback Hub: a tiny Trainer run, Trainer.push_to_hub + upload_card, and the CLI.
 PUSH = textwrap.dedent(
@@ -71,15 +75,6 @@ PUSH = textwrap.dedent(
     assert main(["publish", str(run), "tester/cli-path", "--private", "--revision", "dev",
                  "--commit-message", "First release"]) == 0
 
-    # a release of model_cards/: the run's record (no weights), its card, then publish --release with that card
-    from hf_attn_variants.release import record_run
-    (work / "records").mkdir()
-    (work / "records" / "bert-mini-talking-heads.json").write_text(json.dumps(record_run(run, "python train.py", "0123abc")))
-    sources = ["--results", str(work / "no-results.jsonl"), "--records", str(work / "records")]
-    assert main(["cards", "--out", str(work / "cards"), *sources]) == 0
-    assert main(["publish", str(run), "tester/release-path", "--release", "bert-mini-talking-heads", *sources,
-                 "--cards", str(work / "cards")]) == 0
-
     model.eval()
     inputs = probe_inputs(model.config, "VariantBertForMaskedLM")
     with torch.no_grad():
@@ -104,9 +99,9 @@ PULL = textwrap.dedent(
 )
 
 
-def _run(hub, tmp_path, code, *args):
-    proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=hub.env(tmp_path / "hf_home"),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+def _run(hub, tmp_path, *command):
+    proc = subprocess.run([sys.executable, *map(str, command)], env=hub.env(tmp_path / "hf_home"), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
 
@@ -117,7 +112,15 @@ def _card(files):
 
 
 def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_the_package(hub, tmp_path):
-    out = _run(hub, tmp_path, PUSH, tmp_path)
+    out = _run(hub, tmp_path, "-c", PUSH, tmp_path)
+    # a release of model_cards/ (the repository's tool, utils/release.py): the run's record (no weights), its card,
+    # then `publish --release` with that card
+    sources = ["--results", tmp_path / "no-results.jsonl", "--records", tmp_path / "records"]
+    assert release_main(["record", str(tmp_path / "run"), "bert-mini-talking-heads", "--train-command",
+                         "python train.py", "--commit", "0123abc", "--records", str(tmp_path / "records")]) == 0
+    assert release_main(["cards", "--out", str(tmp_path / "cards"), *map(str, sources)]) == 0
+    _run(hub, tmp_path, ROOT / "utils/release.py", "publish", tmp_path / "run", "tester/release-path", "--release",
+         "bert-mini-talking-heads", "--cards", tmp_path / "cards", *sources)
     trainer_commit = json.loads(out.strip().splitlines()[-1])["trainer_model_commit"]
     state = hub.state
     trainer_files, cli_files = state.files("tester/trainer-path"), state.files("tester/cli-path", "dev")
@@ -154,16 +157,18 @@ def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_
              (("trainer-path", trainer_files, trainer_commit), ("cli-path", cli_files, cli_commit))]
     assert texts[0] == texts[1]
 
-    # publish --release: the same files, and the card of model_cards/ with its reproduction section, addressed to
-    # the repository and pinned to its model commit
+    # publish --release: the same files, and the card of model_cards/ with its reproduction section and the
+    # release's own example, addressed to the repository and pinned to its model commit
     release_files = state.files("tester/release-path")
     release_repo = state.repos["tester/release-path"]
     release_commit = release_repo.commits[release_repo.branches["main"]]["parent"]
     record = record_from_json(json.loads((tmp_path / "records" / "bert-mini-talking-heads.json").read_text()))
+    record = replace(record, example=next(r.example for r in RELEASES if r.name == "bert-mini-talking-heads"))
     release_card = release_files["README.md"].decode()
     assert set(release_files) == set(cli_files) and card_metadata_errors(release_card) == []
     assert release_card == str(render_record(record, "tester/release-path", release_commit))
     assert "## Reproducing the weights" in release_card and "git checkout 0123abc\npython train.py" in release_card
+    assert 'fill_mask("CYNIC, n. A blackguard whose faulty [MASK] sees' in release_card  # the release's example
     committed = (tmp_path / "cards" / "bert-mini-talking-heads" / "README.md").read_text()
     # the folder's card: the same record, unpinned and addressed to the default owner
     assert committed == str(render_record(record, "hf-attn-variants/bert-mini-talking-heads", None))

@@ -1,23 +1,27 @@
 """The checkpoints hf-attn-variants releases, and their model cards in the repository's top-level `model_cards/`.
-Package-only.
+Repository tooling, not part of the installed package: it reads this checkout's research results and run records.
+It imports the installed package (`pip install -e .`) and reads this checkout's folders wherever it runs.
 
-    hf-attn-variants cards --out model_cards       # every card and the index, rendered again from the recorded runs
-    hf-attn-variants record OUTPUT_DIR NAME --train-command "..." --commit SHA --file examples/data/devils_dictionary.txt
-    hf-attn-variants publish OUTPUT_DIR me/NAME --release NAME    # a re-trained checkpoint with its release card
+    python utils/release.py cards               # every card and the index, rendered again from the recorded runs
+    python utils/release.py record OUTPUT_DIR NAME --train-command "..." --commit SHA --file examples/data/x.txt
+    python utils/release.py publish OUTPUT_DIR me/NAME --release NAME   # a re-trained checkpoint, its release card
 
 The release set (`RELEASES`) is the README's main job, whose run is kept as a small committed record
 (`model_cards/records/<name>.json`, written by `record_run` from the run's output folder: config, metrics, training
 record, hashes, command, commit; never the weights), per attention type the masked-LM research cell that
 `RESEARCH_RULE` picks from experiments/results.jsonl, and the T5 span-corruption cell that `T5_RULE` picks. Every card
-is rendered by `publish.render_record` from the run's own record and says how to train the weights again (the command
-at its commit, the hashes of what it read): no checkpoint is kept. Each card names its preset and config overrides,
-and its quick start uses a sentence of the model's own training text (`Release.example`).
+is rendered by `hf_attn_variants.publish.render_record` from the run's own record and says how to train the weights
+again (the command at its commit, the hashes of what it read): no checkpoint is kept. Each card names its preset and
+config overrides, and its quick start uses a sentence of the model's own training text (`Release.example`). `publish`
+uploads a checkpoint with its release card through `hf_attn_variants.publish.publish`.
 """
 
+import argparse
 import hashlib
 import json
 import re
 import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,10 +29,19 @@ from statistics import mean
 
 import torch
 
-from .families import FAMILIES, family_of
-from .publish import CardRecord, identity_fields, parameter_total, read_card_record, render_record
-from .presets import preset_config
+import hf_attn_variants
+from hf_attn_variants.families import FAMILIES, family_of
+from hf_attn_variants.presets import preset_config
+from hf_attn_variants.publish import (
+    CardRecord,
+    identity_fields,
+    parameter_total,
+    publish,
+    read_card_record,
+    render_record,
+)
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout this tool belongs to: its folders are the defaults
 OWNER = "hf-attn-variants"  # the Hub namespace the cards are addressed to (`--owner`)
 RESULTS = "experiments/results.jsonl"
 RECORDS = "model_cards/records"
@@ -177,8 +190,6 @@ def _row_config(row: dict, tokenizer):
     family = family_of(config)
     if family.encoder_decoder:
         config.eos_token_id, config.decoder_start_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id
-    import hf_attn_variants
-
     head = SCRIPT_HEADS[row["config"].get("script", MLM_SCRIPT)][0]
     return config, getattr(hf_attn_variants, f"Variant{family.prefix}{head}")
 
@@ -260,13 +271,14 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def record_run(folder, command: str, git_commit: str, files=()) -> dict:
+def record_run(folder, command: str, git_commit: str, files=(), root=ROOT) -> dict:
     """The committed record of a run (its output `folder`): what its card is rendered from, and how to run it again:
-    `command` at `git_commit`, the sha256 of `files` (the data it read, paths as the command sees them) and of its
-    tokenizer.json. JSON-ready; `record_from_json` reads it back."""
+    `command` at `git_commit`, the sha256 of `files` (the data it read, paths as the command sees them: relative to
+    the checkout's root `root`, where it runs) and of its tokenizer.json. JSON-ready; `record_from_json` reads it
+    back."""
     folder = Path(folder)
     record = read_card_record(folder)
-    hashes = {str(name): _sha256(Path(name)) for name in files}
+    hashes = {str(name): _sha256(Path(root) / name) for name in files}
     if (folder / "tokenizer.json").is_file():
         hashes["tokenizer.json (written by the run into its output folder)"] = _sha256(folder / "tokenizer.json")
     runtime = record.metrics.get("train_runtime")
@@ -308,7 +320,7 @@ class Released:
     run: str
 
 
-def release_set(root=".", results: str | None = None, records: str | None = None) -> list[Released]:
+def release_set(root=ROOT, results: str | None = None, records: str | None = None) -> list[Released]:
     """Every release of `RELEASES` with its record: a committed record from `records` (default RECORDS under
     `root`), or the row `pick` chooses from `results` (default RESULTS under `root`); None where there is none yet."""
     root = Path(root)
@@ -363,7 +375,7 @@ def write_cards(out, released: list[Released], owner: str = OWNER) -> list[Path]
     return written
 
 
-def release_record(name: str, root=".", results: str | None = None, records: str | None = None,
+def release_record(name: str, root=ROOT, results: str | None = None, records: str | None = None,
                    cards: str | None = None, owner: str = OWNER) -> CardRecord:
     """The record of release `name`, refused unless its committed card (`cards`/name/README.md) is what `cards`
     renders today, so that what `publish --release` uploads is that card (addressed and pinned)."""
@@ -375,8 +387,8 @@ def release_record(name: str, root=".", results: str | None = None, records: str
     path = Path(cards or Path(root) / CARDS) / name / "README.md"
     expected = render_cards([released[name]], owner)[f"{name}/README.md"]
     if not path.is_file() or path.read_text() != expected:
-        raise ValueError(f"{path} is missing or out of date: run `hf-attn-variants cards --out {path.parent.parent}` "
-                         "and commit the cards first.")
+        raise ValueError(f"{path} is missing or out of date: run `python utils/release.py cards --out "
+                         f"{path.parent.parent}` and commit the cards first.")
     return released[name].record
 
 
@@ -398,7 +410,7 @@ gets. Every card is rendered by the project's card renderer (`hf_attn_variants.p
 record of the run that trained the model; none is written by hand. This folder is generated:
 
 ```bash
-hf-attn-variants cards --out model_cards
+python utils/release.py cards
 ```
 
 `tests/test_model_cards.py` fails when a file here differs from what that command renders.
@@ -407,19 +419,19 @@ hf-attn-variants cards --out model_cards
 
 - **The main job** (the README's quick start: `examples/run_pretraining.py` with no flags, a talking-heads BERT on
   *The Devil's Dictionary*): its run's record, without the weights, is `records/bert-mini-talking-heads.json`
-  (written by `hf-attn-variants record` from the run's output folder).
+  (written by `python utils/release.py record` from the run's output folder).
 - **Per attention type, the best long research cell** of `experiments/results.jsonl` (masked LM on the King James
-  Bible, docs/research.md), chosen by code (`hf_attn_variants.release.RESEARCH_RULE`). The best seed, not the
+  Bible, docs/research.md), chosen by code (`RESEARCH_RULE` of utils/release.py). The best seed, not the
   typical one: docs/research.md gives each setting's mean and spread over its seeds. The rule:
 
   > {rule}.
 - **T5, the best long span-corruption cell** of docs/research.md (d) (experiments/t5_places.py: talking heads in T5 by
-  place), chosen by code (`hf_attn_variants.release.T5_RULE`). Its rows keep the held-out span loss, not the token
+  place), chosen by code (`T5_RULE` of utils/release.py). Its rows keep the held-out span loss, not the token
   accuracy (the card says why). The rule:
 
   > {t5_rule}.
 
-The repositories are named `{owner}/<name>` (`hf-attn-variants cards --owner` readdresses the cards).
+The repositories are named `{owner}/<name>` (`python utils/release.py cards --owner` readdresses the cards).
 
 | Hub repository | family | attention | held-out loss | run | card |
 |---|---|---|---|---|---|
@@ -431,8 +443,8 @@ start) and the research cells' the KJV's held-out chapters, so the main job's is
 and T5's with no masked-LM loss.
 
 Each card names the preset its model was built from and the config overrides that make it what it is, and its usage
-example is a sentence of the model's own training text (`hf_attn_variants.release.KJV_EXAMPLE` and
-`DEVILS_DICTIONARY_EXAMPLE`, the masked words in braces).
+example is a sentence of the model's own training text (`KJV_EXAMPLE` and `DEVILS_DICTIONARY_EXAMPLE`
+of utils/release.py, the masked words in braces).
 
 ## Weights
 
@@ -441,7 +453,7 @@ that ran and the SHA-256 of the tokenizer and text it read; the research runs ke
 trains it again, and its output folder is the checkpoint. To publish one with its card from this folder:
 
 ```bash
-hf-attn-variants publish <the command's output folder> <your namespace>/<name> --release <name>
+python utils/release.py publish <the command's output folder> <your namespace>/<name> --release <name>
 ```
 
 `publish --release` checks that the folder is the release's model (config and parameter count), that the card here
@@ -449,5 +461,85 @@ is current, uploads the checkpoint and then this card, addressed to the reposito
 """
 
 
+# -- the command line -----------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python utils/release.py", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    cards = commands.add_parser("cards", help="render the cards of the release set and their index (model_cards/)")
+    cards.add_argument("--out", default=str(ROOT / CARDS), help=f"output folder (default: this checkout's {CARDS})")
+    _sources(cards)
+
+    record = commands.add_parser("record", help="write the committed record of a run (its card's data, command, "
+                                                "commit and hashes; no weights) into the records folder")
+    record.add_argument("folder", help="the run's output folder")
+    record.add_argument("name", help="the record's name (records/<name>.json), e.g. bert-mini-talking-heads")
+    record.add_argument("--train-command", required=True, help="the exact command that made the folder")
+    record.add_argument("--commit", required=True, help="the git commit of the code that ran")
+    record.add_argument("--file", action="append", default=[], help="a data file the run read, as its command "
+                                                                    "names it (relative to the checkout's root): "
+                                                                    "hashed; repeatable")
+    record.add_argument("--records", default=str(ROOT / RECORDS), help=f"records folder (default: this checkout's "
+                                                                       f"{RECORDS})")
+
+    upload = commands.add_parser("publish", help="check that a checkpoint folder is a release's model, upload it to "
+                                                 "the Hub with the release's committed card (addressed and pinned)")
+    upload.add_argument("folder", help="the checkpoint folder: the output folder of the command its card gives")
+    upload.add_argument("repo_id", help="Hub repository, e.g. me/bert-mini-kjv-talking-heads")
+    upload.add_argument("--release", required=True, help="the release, e.g. bert-mini-kjv-talking-heads")
+    upload.add_argument("--private", action="store_true", help="create the repository private")
+    upload.add_argument("--revision", help="branch to publish to (created if missing); default main")
+    upload.add_argument("--commit-message", help="message of the model commit")
+    upload.add_argument("--token", help="Hub token (default: the logged-in one, or HF_TOKEN)")
+    upload.add_argument("--cards", default=str(ROOT / CARDS), help=f"the committed cards (default: this checkout's "
+                                                                   f"{CARDS})")
+    _sources(upload)
+    return parser
+
+
+def _sources(parser) -> None:
+    parser.add_argument("--results", default=str(ROOT / RESULTS), help=f"research results (default: this "
+                                                                        f"checkout's {RESULTS})")
+    parser.add_argument("--records", default=str(ROOT / RECORDS), help=f"run records (default: this checkout's "
+                                                                        f"{RECORDS})")
+    parser.add_argument("--owner", default=OWNER, help=f"Hub namespace of the cards (default {OWNER})")
+
+
+def _publish(args) -> str:
+    record = release_record(args.release, results=args.results, records=args.records, cards=args.cards,
+                            owner=args.owner)
+    check_matches(args.folder, record, args.release)
+    done = publish(args.folder, args.repo_id, private=args.private, revision=args.revision,
+                   commit_message=args.commit_message, token=args.token, record=record)
+    return f"Published {done.url} (model commit {done.model_commit}, card commit {done.card_commit})"
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "cards":
+            released = release_set(results=args.results, records=args.records)
+            for path in write_cards(args.out, released, owner=args.owner):
+                print(f"Wrote {path}")
+        elif args.command == "record":
+            path = Path(args.records) / f"{args.name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(record_run(args.folder, args.train_command, args.commit, args.file), indent=2)
+                            + "\n")
+            print(f"Wrote {path}")
+        else:
+            print(_publish(args))
+    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as error:
+        print(f"release.py {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 __all__ = ["RELEASES", "RESEARCH_RULE", "T5_RULE", "Release", "Released", "check_matches", "pick", "record_from_json",
            "record_run", "release_record", "release_set", "render_cards", "row_record", "write_cards"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""What the installed package holds: no path of the repository (the release tooling that reads experiments/ and
+model_cards/ lives in utils/, which is not installed), and a command whose every subcommand runs from any folder."""
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import hf_attn_variants
+from hf_attn_variants import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+# the repository's folders that an installed package does not have (a wheel holds hf_attn_variants/ only)
+REPOSITORY_PATHS = ("experiments/", "examples/", "model_cards/records", "utils/")
+
+
+def repository_paths(path: Path) -> list[str]:
+    """`file:line: text` for each string literal of the Python file `path` (docstrings and f-strings included) that
+    names a repository path."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [f"{path.name}:{node.lineno}: {name}" for name in REPOSITORY_PATHS if name in node.value]
+    return found
+
+
+def test_the_package_names_no_repository_path():
+    files = sorted((ROOT / "hf_attn_variants").glob("*.py"))
+    assert {"cli.py", "publish.py", "modeling_variant_bert.py"} <= {f.name for f in files}
+    assert [ref for f in files for ref in repository_paths(f)] == []
+    # the scan finds them where they are: the release tool reads the research results and the run records
+    found = repository_paths(ROOT / "utils/release.py")
+    assert any("experiments/" in ref for ref in found) and any("model_cards/records" in ref for ref in found)
+
+
+def test_the_release_tooling_is_not_in_the_package():
+    assert not (Path(hf_attn_variants.__file__).parent / "release.py").exists()
+    commands = cli._parser()._subparsers._group_actions[0].choices
+    assert "cards" not in commands and "record" not in commands
+    assert "--release" not in commands["publish"].format_help()
+
+
+# Runs in an empty folder: every subcommand's --help, and the exit status of each.
+HELP = textwrap.dedent(
+    """
+    import contextlib, io, json
+    from hf_attn_variants import cli
+
+    status = {}
+    for command in [None, *cli._parser()._subparsers._group_actions[0].choices]:
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            try:
+                cli.main([command, "--help"] if command else ["--help"])
+            except SystemExit as done:
+                status[command or ""] = (done.code, text.getvalue().startswith("usage: hf-attn-variants"))
+    print(json.dumps(status))
+    """
+)
+
+
+def test_every_subcommand_answers_help_from_an_empty_folder(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", HELP], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert {"", "publish", "convert", "export"} <= set(status)
+    assert all(value == [0, True] for value in status.values()), status
+    assert list(tmp_path.iterdir()) == []  # nothing written where it ran
