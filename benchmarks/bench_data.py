@@ -43,7 +43,7 @@ def child(mode: str, corpus: str, tokenizer_dir: str, num_proc: int, max_seq_len
 
     import run_pretraining
     from data_loading import load_raw_datasets
-    from masking import MaskedLMCollator
+    from hf_attn_variants.data_collators import MaskedLMCollator
 
     imported = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)

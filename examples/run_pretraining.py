@@ -18,7 +18,7 @@ datasets cache (a second identical run reads it back; `--overwrite_cache` redoes
 torchrun/accelerate; `--streaming` prepares as it reads. Masked LM packs the token stream into blocks of
 `--max_seq_length`; NSP/SOP cut segment pairs from the sentences of each document, where documents are separated by
 empty rows (a text file's blank lines) and a row of several lines is a document of its own (see
-`sentence_pairs.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by the example's
+`hf_attn_variants.pretraining_data.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by the example's
 tokens, the seed and the epoch), so 1 and N processes mask alike; the evaluation set is masked once, with a fixed
 seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval` as in transformers' examples (neither: both).
 Every `TrainingArguments` option passes through (--bf16, --torch_compile, --activation_checkpointing,
@@ -33,12 +33,14 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.admin import ADMIN_INIT_METHODS, AdminInitCallback
+from hf_attn_variants.data_collators import MaskedLMCollator
 from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.pretraining_data import pack_batch, pair_batch, sentence_label
+from hf_attn_variants.trainer import EpochCallback, MaskedLMTrainer, StepTimer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from data_loading import (  # noqa: E402
@@ -52,7 +54,6 @@ from data_loading import (  # noqa: E402
     pretraining_splits,
     split_info,
 )
-from masking import EpochCallback, MaskedLMCollator  # noqa: E402
 from model_setup import (  # noqa: E402
     ModelArguments,
     align_tokenizer,
@@ -64,14 +65,12 @@ from model_setup import (  # noqa: E402
 from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
 from run_record import (  # noqa: E402
     Evaluation,
-    StepTimer,
     check_pretraining_args,
     device_defaults,
     run_script,
     run_stages,
 )
-from sentence_pairs import pair_batch, sentence_label  # noqa: E402
-from tokenization import load_tokenizer, token_blocks  # noqa: E402
+from tokenization import load_tokenizer  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +108,7 @@ class PretrainingModelArguments(ModelArguments):
                 "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."})
     sparse_prediction: bool = field(default=True, metadata={
         "help": "Run the masked-LM head (transform + vocabulary projection) only at the positions that carry a "
-                "label (the heads' forward argument sparse_prediction, passed by the script's Trainer): the same "
+                "label (the heads' forward argument sparse_prediction, passed by hf_attn_variants.MaskedLMTrainer): the same "
                 "loss and gradients, a cheaper step. Not saved: the checkpoint gives transformers' full "
                 "[batch, seq, vocab] logits to anyone who calls it, with or without labels."})
     t5_adafactor: bool = field(default=False, metadata={
@@ -126,33 +125,11 @@ class PretrainingModelArguments(ModelArguments):
                 "parameter group of their own). 1: no group of their own."})
 
 
-def pack_batch(batch, tokenizer, column, max_seq_length):
-    """Masked LM only (a batched map): the batch's token stream cut into [CLS] x [SEP] blocks of max_seq_length."""
-    blocks = token_blocks(batch[column], tokenizer, max_seq_length - 2)
-    edge = np.ones((len(blocks), 1), dtype=np.int32)
-    return {"input_ids": np.concatenate([edge * tokenizer.cls_token_id, blocks, edge * tokenizer.sep_token_id], 1)}
-
-
 def mask_batch(batch, collator):
     """The evaluation set masked once (a batched map): every evaluation, and every model trained on the same data,
     sees the same masks."""
     masked = [collator.mask({"input_ids": ids}) for ids in batch["input_ids"]]
     return {"input_ids": [m["input_ids"].tolist() for m in masked], "labels": [m["labels"].tolist() for m in masked]}
-
-
-class MaskedLMTrainer(Trainer):
-    """Trainer whose training and evaluation calls pass `sparse_prediction` to the masked-LM head
-    (--sparse_prediction): an argument of the call, not of the model or the batch, so the saved checkpoint keeps
-    transformers' full logits and the batches stay tensors for every callback."""
-
-    def __init__(self, *args, sparse_prediction: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.sparse_prediction = sparse_prediction
-
-    def compute_loss(self, model, inputs, *args, **kwargs):
-        if self.sparse_prediction:
-            inputs = {**inputs, "sparse_prediction": True}
-        return super().compute_loss(model, inputs, *args, **kwargs)
 
 
 def compute_metrics(prediction):

@@ -10,13 +10,11 @@ import json
 import os
 import sys
 import traceback
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback
 from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
 
@@ -88,24 +86,6 @@ def settle_training_args(training_args) -> None:
     if training_args.max_steps > 0 and warmup >= 1 and warmup >= training_args.max_steps:
         warnings.warn(f"--warmup_steps {int(warmup)} reaches --max_steps {training_args.max_steps}: the learning "
                       "rate never leaves warm-up. Pass a ratio instead, e.g. --warmup_steps 0.1.", stacklevel=2)
-
-
-class StepTimer(TrainerCallback):
-    """Wall-clock seconds of the optimisation steps alone (evaluation and saving excluded)."""
-
-    def __init__(self):
-        self.seconds, self.steps, self._start = 0.0, 0, None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.seconds += time.perf_counter() - self._start
-        self.steps += 1
-
-    @property
-    def seconds_per_step(self) -> float:
-        return self.seconds / max(1, self.steps)
 
 
 def resume_checkpoint(training_args) -> str | None:

@@ -29,7 +29,10 @@ from pathlib import Path
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
+from hf_attn_variants.data_collators import DataCollatorForT5SpanCorruption, corrupted_lengths, raw_length_for
 from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.pretraining_data import block_batch
+from hf_attn_variants.trainer import EpochCallback, StepTimer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from data_loading import (  # noqa: E402
@@ -43,7 +46,6 @@ from data_loading import (  # noqa: E402
     pretraining_splits,
     split_info,
 )
-from masking import EpochCallback, example_generator, pad_batch  # noqa: E402
 from model_setup import (  # noqa: E402
     ModelArguments,
     align_tokenizer,
@@ -55,13 +57,12 @@ from model_setup import (  # noqa: E402
 from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
 from run_record import (  # noqa: E402
     Evaluation,
-    StepTimer,
     check_pretraining_args,
     device_defaults,
     run_script,
     run_stages,
 )
-from tokenization import load_tokenizer, token_blocks  # noqa: E402
+from tokenization import load_tokenizer  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -85,101 +86,6 @@ class T5DataArguments(DataArguments):
         "help": "Encoder input length after corruption (sentinels and </s> included)."})
     noise_density: float = field(default=0.15, metadata={"help": "Share of tokens that are corrupted."})
     mean_noise_span_length: float = field(default=3.0, metadata={"help": "Mean length of a corrupted span."})
-
-
-def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_length: float,
-                            generator: torch.Generator) -> torch.Tensor:
-    """Which of `length` tokens are noise: round(length * density) of them, in round(noise / mean span length)
-    spans; span lengths are a uniformly random composition, noise and non-noise spans alternate, starting with
-    non-noise (the T5 paper's procedure)."""
-    num_noise = min(max(round(length * noise_density), 1), length - 1)
-    num_spans = max(round(num_noise / mean_noise_span_length), 1)
-    num_spans = min(num_spans, num_noise, length - num_noise)
-
-    def segment(items: int) -> torch.Tensor:  # `items` split into `num_spans` positive lengths, uniformly
-        cuts = torch.randperm(items - 1, generator=generator)[: num_spans - 1].sort().values + 1
-        bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([items])])
-        return bounds.diff()
-
-    noise_lengths, keep_lengths = segment(num_noise), segment(length - num_noise)
-    lengths = torch.stack([keep_lengths, noise_lengths], dim=1).flatten()
-    is_noise = torch.tensor([0, 1]).repeat(num_spans)
-    return torch.repeat_interleave(is_noise, lengths).bool()
-
-
-def corrupted_lengths(raw_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
-    """(input length, target length) of a corrupted sequence of `raw_length` tokens, </s> included."""
-    num_noise = min(max(round(raw_length * noise_density), 1), raw_length - 1)
-    num_spans = min(max(round(num_noise / mean_noise_span_length), 1), num_noise, raw_length - num_noise)
-    return raw_length - num_noise + num_spans + 1, num_noise + num_spans + 1
-
-
-def raw_length_for(input_length: int, noise_density: float, mean_noise_span_length: float) -> int:
-    """The longest raw token sequence whose corrupted input fits `input_length` (T5's inputs_length)."""
-    raw = input_length
-    while corrupted_lengths(raw + 1, noise_density, mean_noise_span_length)[0] <= input_length:
-        raw += 1
-    return raw
-
-
-def span_corrupt(tokens, mask: torch.Tensor, sentinels: list[int], eos: int) -> tuple[list[int], list[int]]:
-    """Inputs: every noise span replaced by the next sentinel; targets: each sentinel, then the span it replaced."""
-    inputs, targets, span = [], [], -1
-    for position, (token, noise) in enumerate(zip(tokens, mask.tolist())):
-        if noise:
-            if position == 0 or not mask[position - 1]:
-                span += 1
-                if span >= len(sentinels):
-                    raise ValueError(f"The sequence needs more than {len(sentinels)} sentinels: use a smaller "
-                                     "--max_seq_length or a larger --mean_noise_span_length.")
-                inputs.append(sentinels[span])
-                targets.append(sentinels[span])
-            targets.append(token)
-        else:
-            inputs.append(token)
-    return inputs + [eos], targets + [eos]
-
-
-def sentinel_ids(tokenizer) -> list[int]:
-    """The ids of <extra_id_0>, <extra_id_1>, ... (T5's span-corruption sentinels)."""
-    ids = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(100)])
-    if tokenizer.unk_token_id in ids:
-        raise ValueError("The tokenizer has no <extra_id_N> sentinel tokens, which span corruption needs.")
-    return ids
-
-
-
-class DataCollatorForT5SpanCorruption:
-    """Span-corrupts raw token sequences (`{"input_ids": [...]}` without </s>) and pads the batch.
-
-    Each example's noise comes from a generator seeded by its content, the seed and the epoch (see
-    `masking.example_generator`), so 1 and N processes corrupt alike. Examples that already carry `labels`
-    (a pre-corrupted eval set) are only padded.
-    """
-
-    def __init__(self, tokenizer, noise_density: float = 0.15, mean_noise_span_length: float = 3.0, seed: int = 0):
-        if not 0 < noise_density < 1:
-            raise ValueError(f"--noise_density must be in (0, 1), got {noise_density}.")
-        if mean_noise_span_length < 1:
-            raise ValueError(f"--mean_noise_span_length must be at least 1, got {mean_noise_span_length}.")
-        self.sentinels, self.eos, self.pad = sentinel_ids(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id
-        self.noise_density, self.mean_noise_span_length, self.seed, self.epoch = (
-            noise_density, mean_noise_span_length, seed, 0)
-
-    def corrupt(self, example: dict) -> dict:
-        tokens = list(example["input_ids"])
-        generator = example_generator(tokens, self.seed, self.epoch)
-        mask = random_spans_noise_mask(len(tokens), self.noise_density, self.mean_noise_span_length, generator)
-        inputs, targets = span_corrupt(tokens, mask, self.sentinels, self.eos)
-        return {"input_ids": inputs, "labels": targets}
-
-    def __call__(self, examples: list[dict]) -> dict:
-        return pad_batch([e if "labels" in e else self.corrupt(e) for e in examples], self.pad)
-
-
-def block_batch(batch, tokenizer, column, raw_length):
-    """A batched map: the batch's token stream (no </s>) cut into blocks of `raw_length`."""
-    return {"input_ids": token_blocks(batch[column], tokenizer, raw_length)}
 
 
 def corrupt_batch(batch, collator):

@@ -1,7 +1,6 @@
 """The tokenizers of the example scripts: a checkpoint's own (or --tokenizer_name's), or the project's tokenizer of
 the family (WordPiece for BERT/ALBERT, Unigram with T5's sentinels), trained once on the run's training text and
-cached by a hash of that text (`$HF_ATTN_VARIANTS_CACHE`, default `~/.cache/hf_attn_variants`); and the batched
-encoding the data preparation uses.
+cached by a hash of that text (`$HF_ATTN_VARIANTS_CACHE`, default `~/.cache/hf_attn_variants`).
 
 Both are functions of their training text (the same bytes in any process, on any machine): the WordPiece's merges
 and the Unigram's EM and pruning are our own code (`vocabularies.py`), and `tokenizers`
@@ -10,13 +9,11 @@ afresh in every process.
 """
 
 import hashlib
-import itertools
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from data_loading import CORPUS, read_documents
@@ -131,26 +128,6 @@ def _train_unigram(lines, vocab_size):
                                                        special_tokens=[("</s>", eos)])
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
                                    additional_special_tokens=list(reversed(sentinels)), model_max_length=512)
-
-
-def encode_texts(tokenizer, texts: list[str]) -> list[list[int]]:
-    """Token ids of each text, no special tokens, in one batched call. Preparation tokenizes whole rows and cuts
-    them afterwards, so it goes to the Rust tokenizer directly (no length warning, no BatchEncoding)."""
-    if not texts:
-        return []
-    if tokenizer.is_fast:
-        return [e.ids for e in tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)]
-    return tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)["input_ids"]
-
-
-def token_blocks(texts: list[str | None], tokenizer, size: int) -> np.ndarray:
-    """The texts tokenized in one batched call (no special tokens), concatenated, and cut into rows of `size`
-    tokens: an int32 array [blocks, size]; the tail shorter than `size` is dropped (as run_mlm's group_texts)."""
-    encoded = encode_texts(tokenizer, [t for t in texts if t])
-    lengths = [len(ids) for ids in encoded]
-    stream = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int32, count=sum(lengths))
-    blocks = len(stream) // size
-    return stream[: blocks * size].reshape(blocks, size)
 
 
 def _holds_text(dataset, column: str) -> bool:

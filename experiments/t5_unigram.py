@@ -45,14 +45,9 @@ def target_ids(max_seq_length: int = 128, max_eval_samples: int = 256) -> tuple[
     from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 
     from data_loading import first_rows, pretraining_splits
+    from hf_attn_variants.data_collators import DataCollatorForT5SpanCorruption, raw_length_for
     from kjv import kjv_files
-    from run_t5_pretraining import (
-        EVAL_NOISE_SEED,
-        DataCollatorForT5SpanCorruption,
-        T5DataArguments,
-        prepare,
-        raw_length_for,
-    )
+    from run_t5_pretraining import EVAL_NOISE_SEED, T5DataArguments, prepare
 
     paths = kjv_files()
     data_args, training_args = HfArgumentParser((T5DataArguments, TrainingArguments)).parse_args_into_dataclasses(

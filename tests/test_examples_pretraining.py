@@ -18,17 +18,19 @@ sys.path.insert(0, str(EXAMPLES))
 
 import run_pretraining  # noqa: E402
 import run_t5_pretraining  # noqa: E402
-import sentence_pairs  # noqa: E402
 from data_loading import read_documents  # noqa: E402
-from hf_attn_variants.isolation import run_isolated  # noqa: E402
-from hub_server import card_metadata_errors  # noqa: E402
-from masking import MaskedLMCollator, mask_example, word_continuation  # noqa: E402
-from run_t5_pretraining import (  # noqa: E402
+from hf_attn_variants import pretraining_data  # noqa: E402
+from hf_attn_variants.data_collators import (  # noqa: E402
     DataCollatorForT5SpanCorruption,
+    MaskedLMCollator,
     corrupted_lengths,
+    mask_example,
     random_spans_noise_mask,
     raw_length_for,
+    word_continuation,
 )
+from hf_attn_variants.isolation import run_isolated  # noqa: E402
+from hub_server import card_metadata_errors  # noqa: E402
 from tokenization import project_tokenizer  # noqa: E402
 
 FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
@@ -97,8 +99,8 @@ def test_sentence_objectives(tmp_path, preset, objective, label):
     assert 0 <= metrics["eval_sentence_accuracy"] <= 1 and math.isfinite(metrics["eval_mlm_loss"])
     assert_learns(tmp_path)
     tokenizer = project_tokenizer("wordpiece")
-    docs = sentence_pairs.tokenize_sentences(read_documents()[:200], tokenizer)
-    pairs = sentence_pairs.pair_examples(docs, tokenizer, 64, objective, seed=0)
+    docs = pretraining_data.tokenize_sentences(read_documents()[:200], tokenizer)
+    pairs = pretraining_data.pair_examples(docs, tokenizer, 64, objective, seed=0)
     labels = [p[label] for p in pairs]
     assert 0.4 < sum(labels) / len(labels) < 0.6
     sep = tokenizer.sep_token_id
@@ -111,7 +113,7 @@ def test_sentence_objectives(tmp_path, preset, objective, label):
 def test_sop_swaps_the_segments_it_labels():
     tokenizer = project_tokenizer("wordpiece")
     docs = [[[100 + 3 * i + j for j in range(1 + i % 3)] for i in range(300)]]  # ids increase along the text
-    for pair in sentence_pairs.pair_examples(docs, tokenizer, 64, "sop", seed=3):
+    for pair in pretraining_data.pair_examples(docs, tokenizer, 64, "sop", seed=3):
         ids = pair["input_ids"]
         cut = ids.index(tokenizer.sep_token_id)
         first, second = ids[1:cut], ids[cut + 1 : -1]

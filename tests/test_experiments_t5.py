@@ -118,7 +118,7 @@ def test_committed_t5_tokenizer_rebuilds_byte_for_byte(tmp_path):
     sentinels (the T5 script's own check)."""
     from transformers import AutoTokenizer
 
-    from run_t5_pretraining import sentinel_ids
+    from hf_attn_variants.data_collators import sentinel_ids
 
     committed = t5_unigram.T5_TOKENIZER / "tokenizer.json"
     assert hashlib.sha256(committed.read_bytes()).hexdigest() == t5_unigram.T5_TOKENIZER_SHA256
