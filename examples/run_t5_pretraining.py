@@ -14,7 +14,7 @@ Data, as examples/run_pretraining.py: with no data arguments The Devil's Diction
 the noise is drawn per example when a batch is made (seeded by the example's tokens, the seed and the epoch), and
 the evaluation set is corrupted once with a fixed seed. The tokenizer: a Unigram one with sentinels trained on the
 run's text (see --tokenizer_name). The output folder (--output_dir; default `outputs/{preset}`, see
-examples/output_folders.py) loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
+hf_attn_variants.output_folders) loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
 
     python examples/run_t5_pretraining.py --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \
         --preprocessing_num_workers 8
@@ -22,21 +22,18 @@ examples/output_folders.py) loads with `AutoModelForSeq2SeqLM.from_pretrained(pa
 
 import logging
 import math
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from hf_attn_variants.data_collators import DataCollatorForT5SpanCorruption, corrupted_lengths, raw_length_for
-from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.pretraining_data import block_batch
-from hf_attn_variants.trainer import EpochCallback, StepTimer
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data_loading import (  # noqa: E402
-    CORPUS_INFO,
+from hf_attn_variants.data_collators import (
+    EVAL_SEED,
+    DataCollatorForT5SpanCorruption,
+    corrupted_lengths,
+    raw_length_for,
+)
+from hf_attn_variants.data_loading import (
     DataArguments,
     column_names,
     first_rows,
@@ -46,23 +43,21 @@ from data_loading import (  # noqa: E402
     pretraining_splits,
     split_info,
 )
-from model_setup import (  # noqa: E402
+from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.model_setup import (
     ModelArguments,
     align_tokenizer,
     check_max_length,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
     run_family,
 )
-from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
-from run_record import (  # noqa: E402
-    Evaluation,
-    check_pretraining_args,
-    device_defaults,
-    run_script,
-    run_stages,
-)
-from tokenization import load_tokenizer  # noqa: E402
+from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
+from hf_attn_variants.pretraining_data import block_batch
+from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
+from hf_attn_variants.trainer import EpochCallback, StepTimer
+from run_pretraining import CORPUS, CORPUS_INFO
 
 logger = logging.getLogger(__name__)
 
@@ -73,9 +68,6 @@ DEFAULTS = dict(
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
     report_to="none", seed=42,
 )
-
-
-EVAL_NOISE_SEED = 1234
 
 
 @dataclass
@@ -126,10 +118,10 @@ def main(argv=None) -> dict:
     check_pretraining_args(argv, training_args, data_args)
     if not FAMILIES[run_family(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
-    raw, eval_info = pretraining_splits(data_args, training_args)
+    raw, eval_info = pretraining_splits(data_args, training_args, default_file=CORPUS, default_info=CORPUS_INFO)
     column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
                          "--text_column_name", default="text")
-    tokenizer = load_tokenizer(model_args, "t5", data_args, training_args, raw.get("train"), [column])
+    tokenizer = load_tokenizer(model_args, "t5", data_args, training_args, raw.get("train"), [column], corpus=CORPUS)
     collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
                                                training_args.seed)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
@@ -156,7 +148,7 @@ def main(argv=None) -> dict:
             logger.warning("--streaming without --max_eval_samples: every evaluation reads the whole validation "
                            "stream.")
         eval_collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density,
-                                                        data_args.mean_noise_span_length, seed=EVAL_NOISE_SEED)
+                                                        data_args.mean_noise_span_length, seed=EVAL_SEED)
         eval_set = map_batched(eval_set, corrupt_batch, training_args, data_args,
                                desc="Corrupting the validation split", fn_kwargs={"collator": eval_collator})
     else:

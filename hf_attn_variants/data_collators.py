@@ -18,6 +18,11 @@ import zlib
 
 import torch
 
+# The seed the example scripts label their evaluation sets with, once (`MaskedLMCollator.mask`,
+# `DataCollatorForT5SpanCorruption.corrupt` in a batched map), so that every evaluation, and every model trained on
+# the same data, sees the same masks.
+EVAL_SEED = 1234
+
 
 def example_generator(input_ids, seed: int, epoch: int) -> torch.Generator:
     """A generator seeded by the example's content, the seed and the epoch: an example is masked the same way

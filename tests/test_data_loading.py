@@ -1,4 +1,4 @@
-"""The example scripts' shared data loading (examples/data_loading.py: load_raw_datasets and its helpers), from local
+"""The example scripts' shared data loading (hf_attn_variants.data_loading: load_raw_datasets and its helpers), from local
 files of every format, the embedded default, and dataset repositories on the loopback Hub (tests/hub_server.py)."""
 
 import json
@@ -16,14 +16,14 @@ from hub_server import byte_range
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
-from data_loading import (  # noqa: E402
-    CORPUS,
+from hf_attn_variants.data_loading import (  # noqa: E402
     DataArguments,
     check_streaming,
     load_raw_datasets,
     map_batched,
     pick_column,
 )
+from run_pretraining import CORPUS  # noqa: E402
 
 ROWS = [{"text": f"row {i} of the table", "label": i % 3} for i in range(40)]
 
@@ -142,8 +142,7 @@ def test_missing_column_names_the_flag(tmp_path):
 
 HUB_LOAD = """
 import json, sys
-sys.path.insert(0, {examples!r})
-from data_loading import DataArguments, load_raw_datasets
+from hf_attn_variants.data_loading import DataArguments, load_raw_datasets
 for config, streaming in [("lines", False), ("lines", True), ("docs", False), ("nope", False)]:
     args = DataArguments(dataset_name="tester/corpus", dataset_config_name=config, streaming=streaming)
     try:
@@ -210,8 +209,7 @@ def test_loopback_hub_serves_range_requests(hub):
 
 STREAM_LOAD = """
 import json, sys
-sys.path.insert(0, {examples!r})
-from data_loading import DataArguments, load_raw_datasets
+from hf_attn_variants.data_loading import DataArguments, load_raw_datasets
 raw = load_raw_datasets(DataArguments(dataset_name="tester/big", streaming=True), default_files=None, seed=0)
 assert type(raw["train"]).__name__ == "IterableDataset", type(raw["train"])
 with open({out!r}, "w") as f:

@@ -31,7 +31,7 @@ TALKING = {"dot-product": set(), "th-encoder": {"encoder"}, "th-decoder": {"deco
 def t5_parser():
     from transformers import HfArgumentParser, TrainingArguments
 
-    from model_setup import ModelArguments
+    from hf_attn_variants.model_setup import ModelArguments
     from run_t5_pretraining import DEFAULTS, T5DataArguments
 
     parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments))

@@ -20,7 +20,7 @@ import run_pretraining  # noqa: E402
 import run_qa  # noqa: E402
 import run_t5_pretraining  # noqa: E402
 import run_text_to_text  # noqa: E402
-from output_folders import default_output_dir  # noqa: E402
+from hf_attn_variants.output_folders import default_output_dir  # noqa: E402
 
 from hf_attn_variants.presets import preset_config  # noqa: E402
 

@@ -1,5 +1,6 @@
-"""Where a run writes, for every script: the default `--output_dir`, named after what the run trains, and the check
-that a run never writes over the checkpoint of another model or config (`--overwrite_output_dir` lifts it).
+"""Where a run of a training script writes (the example scripts'; package-only, for scripts of your own too): the
+default `--output_dir`, named after what the run trains, and the check that a run never writes over the checkpoint
+of another model or config (`--overwrite_output_dir` lifts it).
 
 The default is `outputs/{task}-{model}` (`outputs/{model}` for pretraining), `{model}` being
 - with --preset: the preset's family and size and the attention the built model has, which is the preset's own name
@@ -18,8 +19,8 @@ from pathlib import Path
 from transformers import AutoConfig
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_attn_variants.presets import PRESETS
-from hf_attn_variants.publish import attention_setups, identity_fields
+from .presets import PRESETS
+from .publish import attention_setups, identity_fields
 
 logger = logging.getLogger(__name__)
 
