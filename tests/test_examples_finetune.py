@@ -25,16 +25,14 @@ from transformers import (
     AutoTokenizer,
 )
 
+import run_classification
+import run_qa
+import run_text_to_text
 from conftest import run_with_hub
+from hf_attn_variants.tokenizer_training import train_tokenizer
+from run_pretraining import CORPUS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-sys.path.insert(0, str(EXAMPLES))
-
-import run_classification  # noqa: E402
-import run_qa  # noqa: E402
-import run_text_to_text  # noqa: E402
-from hf_attn_variants.tokenizer_training import train_tokenizer  # noqa: E402
-from run_pretraining import CORPUS  # noqa: E402
 
 # A few steps, every step logged, nothing saved but the final model.
 FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
@@ -485,7 +483,6 @@ def test_text_to_text_predicts_an_unlabelled_test_split_without_scoring_it(tmp_p
 # ------------------------------------------------------------------------------------------ the loopback Hub
 HUB_RUNS = """
 import json, sys
-sys.path.insert(0, {examples!r})
 import run_classification, run_qa
 fast = {fast!r}
 runs = {{

@@ -13,13 +13,10 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-sys.path.insert(0, str(EXAMPLES))
-
-import run_pretraining  # noqa: E402
-import run_t5_pretraining  # noqa: E402
-from hf_attn_variants import pretraining_data  # noqa: E402
-from hf_attn_variants.data_collators import (  # noqa: E402
+import run_pretraining
+import run_t5_pretraining
+from hf_attn_variants import pretraining_data
+from hf_attn_variants.data_collators import (
     DataCollatorForT5SpanCorruption,
     MaskedLMCollator,
     corrupted_lengths,
@@ -28,10 +25,12 @@ from hf_attn_variants.data_collators import (  # noqa: E402
     raw_length_for,
     word_continuation,
 )
-from hf_attn_variants.isolation import run_isolated  # noqa: E402
-from hf_attn_variants.tokenizer_training import train_tokenizer  # noqa: E402
-from hub_server import card_metadata_errors  # noqa: E402
-from run_pretraining import CORPUS  # noqa: E402
+from hf_attn_variants.isolation import run_isolated
+from hf_attn_variants.tokenizer_training import train_tokenizer
+from hub_server import card_metadata_errors
+from run_pretraining import CORPUS
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
         "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--warmup_steps", "0",
@@ -482,7 +481,6 @@ def test_eval_only_and_checks_of_training_arguments(tmp_path):
 HUB_CORPUS = {"lines": {"train": {"text": LINES[:300]}, "validation": {"text": LINES[300:]}}}
 HUB_RUNS = """
 import sys
-sys.path.insert(0, {examples!r})
 import run_pretraining, run_t5_pretraining
 common, tmp = {common!r}, {tmp!r}
 data = ["--dataset_name", "tester/devils-lines", "--dataset_config_name"]
@@ -531,7 +529,6 @@ def test_bf16_trains_on_the_cpu_without_a_flag(tmp_path):
 
 HUB_MODEL = """
 import sys
-sys.path.insert(0, {examples!r})
 from huggingface_hub import HfApi
 HfApi().create_repo("tester/tiny-bert")
 HfApi().upload_folder(folder_path={folder!r}, repo_id="tester/tiny-bert")

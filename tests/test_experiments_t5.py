@@ -6,21 +6,18 @@ generalisation (a script per cell: their commands are still the recorded rows' o
 import hashlib
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "experiments"))
-sys.path.insert(0, str(ROOT / "examples"))
+import cells
+import report
+import results_file
+import runner
+import t5_places
+import t5_unigram
 
-import cells  # noqa: E402
-import report  # noqa: E402
-import results_file  # noqa: E402
-import runner  # noqa: E402
-import t5_places  # noqa: E402
-import t5_unigram  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PLACES = {"encoder": "encoder.block.0.layer.0.SelfAttention", "decoder": "decoder.block.0.layer.0.SelfAttention",
           "cross": "decoder.block.0.layer.1.EncDecAttention"}

@@ -9,11 +9,11 @@ import os
 import re
 import shutil
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
 
+import kjv
 from conftest import build
 from hf_attn_variants.cli import main
 from hf_attn_variants.publish import example_input_of, read_card_record, render_card, render_record
@@ -32,8 +32,6 @@ from hub_server import card_metadata_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 CARDS = ROOT / "model_cards"
-sys.path.insert(0, str(ROOT / "experiments"))
-import kjv  # noqa: E402
 
 
 @contextlib.contextmanager

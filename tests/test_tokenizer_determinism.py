@@ -20,13 +20,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
-sys.path.insert(0, str(ROOT / "experiments"))
+import kjv
+from hf_attn_variants.tokenizer_training import train_tokenizer
+from hf_attn_variants.vocabularies import _Lattices, unigram_vocabulary, wordpiece_vocabulary
 
-import kjv  # noqa: E402
-from hf_attn_variants.tokenizer_training import train_tokenizer  # noqa: E402
-from hf_attn_variants.vocabularies import _Lattices, unigram_vocabulary, wordpiece_vocabulary  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TRAIN = """
 import sys
