@@ -483,6 +483,7 @@ def test_text_to_text_predicts_an_unlabelled_test_split_without_scoring_it(tmp_p
 # ------------------------------------------------------------------------------------------ the loopback Hub
 HUB_RUNS = """
 import json, sys
+sys.path.insert(0, {examples!r})
 import run_classification, run_qa
 fast = {fast!r}
 runs = {{

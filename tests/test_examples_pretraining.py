@@ -481,6 +481,7 @@ def test_eval_only_and_checks_of_training_arguments(tmp_path):
 HUB_CORPUS = {"lines": {"train": {"text": LINES[:300]}, "validation": {"text": LINES[300:]}}}
 HUB_RUNS = """
 import sys
+sys.path.insert(0, {examples!r})
 import run_pretraining, run_t5_pretraining
 common, tmp = {common!r}, {tmp!r}
 data = ["--dataset_name", "tester/devils-lines", "--dataset_config_name"]
@@ -529,6 +530,7 @@ def test_bf16_trains_on_the_cpu_without_a_flag(tmp_path):
 
 HUB_MODEL = """
 import sys
+sys.path.insert(0, {examples!r})
 from huggingface_hub import HfApi
 HfApi().create_repo("tester/tiny-bert")
 HfApi().upload_folder(folder_path={folder!r}, repo_id="tester/tiny-bert")
