@@ -21,7 +21,6 @@ from hf_attn_variants.data_loading import (
 from hub_server import byte_range
 from run_pretraining import CORPUS
 
-
 ROWS = [{"text": f"row {i} of the table", "label": i % 3} for i in range(40)]
 
 
