@@ -38,22 +38,14 @@ BERT's `max_position_embeddings` (512) as their longest sequence, as a model tra
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-try:
-    import hf_attn_variants
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import hf_attn_variants
-
 import transformers
 from transformers import AlbertConfig, AlbertModel, BertConfig, BertModel
 from transformers.utils import is_flash_attn_2_available
 
+import hf_attn_variants
 from hf_attn_variants.presets import ATTENTION
 
 # setup -> config kwargs: the presets' setup of every registered attention type (its registration's presets), by preset

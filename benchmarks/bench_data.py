@@ -1,4 +1,5 @@
-"""Data preparation at scale for masked-LM pretraining (examples/run_pretraining.py's own code path).
+"""Data preparation at scale for masked-LM pretraining (examples/run_pretraining.py's own code path: the package's
+`data_loading.load_raw_datasets`, `map_batched` and `pretraining_data.pack_batch`).
 
     HF_HUB_OFFLINE=1 python benchmarks/bench_data.py                 # ~100 MB of text, 128-token blocks
     HF_HUB_OFFLINE=1 python benchmarks/bench_data.py --size_mb 10    # a quick run
@@ -32,18 +33,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
+CORPUS = ROOT / "examples" / "data" / "devils_dictionary.txt"
 
 
 # ------------------------------------------------------------------------------------------- the measured child
 def child(mode: str, corpus: str, tokenizer_dir: str, num_proc: int, max_seq_length: int, batch_size: int) -> dict:
     started = time.perf_counter()
-    sys.path.insert(0, str(EXAMPLES))
+    from datasets import Features, Sequence, Value
     from transformers import AutoTokenizer, TrainingArguments
 
-    import run_pretraining
-    from data_loading import load_raw_datasets
-    from masking import MaskedLMCollator
+    from hf_attn_variants.data_collators import MaskedLMCollator
+    from hf_attn_variants.data_loading import DataArguments, column_names, load_raw_datasets, map_batched
+    from hf_attn_variants.pretraining_data import pack_batch
 
     imported = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -57,14 +58,16 @@ def child(mode: str, corpus: str, tokenizer_dir: str, num_proc: int, max_seq_len
                 [t for t in lines[start : start + 1000] if t], add_special_tokens=False))
         return {"seconds": time.perf_counter() - begin, "tokens": tokens, "import_seconds": imported - started}
     streaming = mode == "streaming"
-    data_args = run_pretraining.PretrainingDataArguments(
-        train_file=corpus, streaming=streaming, preprocessing_num_workers=None if streaming else num_proc,
-        max_seq_length=max_seq_length, validation_split_percentage=0)
+    data_args = DataArguments(train_file=corpus, streaming=streaming, validation_split_percentage=0,
+                              preprocessing_num_workers=None if streaming else num_proc)
     training_args = TrainingArguments(tempfile.mkdtemp(), report_to="none", max_steps=10)
     begin = time.perf_counter()
     raw = load_raw_datasets(data_args, default_files=None, seed=0, select_samples=False)
     loaded = time.perf_counter()
-    train = run_pretraining.prepare(raw["train"], tokenizer, "text", data_args, training_args, 0, "train")
+    features = Features({"input_ids": Sequence(Value("int32"))})  # as run_pretraining.py packs masked LM
+    train = map_batched(raw["train"], pack_batch, training_args, data_args, desc="Packing the train split",
+                        remove_columns=column_names(raw["train"]), features=features,
+                        fn_kwargs={"tokenizer": tokenizer, "column": "text", "max_seq_length": max_seq_length})
     if streaming:
         collator = MaskedLMCollator(tokenizer)
         examples = []
@@ -86,12 +89,14 @@ def measure(mode: str, args, corpus: Path, tokenizer_dir: Path, cache: Path, num
     import psutil
 
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_data; "
+    code = ("import json, bench_data; "
             f"print('RESULT', json.dumps(bench_data.child({mode!r}, {str(corpus)!r}, {str(tokenizer_dir)!r}, "
             f"{num_proc}, {args.max_seq_length}, {args.batch_size})))")
     # output to files: a child writing more than a pipe holds (progress bars) would block until read
     log = open(cache.parent / f"{cache.name}-{mode}.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    # run from this folder: `python -c` puts it first on sys.path, so the child imports this file as bench_data
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, text=True)
     handle = psutil.Process(proc.pid)
     peak_main = peak_tree = 0
     while proc.poll() is None:
@@ -118,7 +123,7 @@ def measure(mode: str, args, corpus: Path, tokenizer_dir: Path, cache: Path, num
 
 
 def write_corpus(path: Path, size_mb: float) -> int:
-    text = (EXAMPLES / "data" / "devils_dictionary.txt").read_text(encoding="utf-8").rstrip("\n") + "\n\n"
+    text = CORPUS.read_text(encoding="utf-8").rstrip("\n") + "\n\n"
     target = int(size_mb * 2**20)
     written = 0
     with open(path, "w", encoding="utf-8") as file:
@@ -137,15 +142,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--output", default=None, help="Write the results as JSON here.")
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(EXAMPLES))
-    from tokenization import project_tokenizer
+    from hf_attn_variants.tokenizer_training import train_tokenizer
 
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         tmp = Path(tmp)
         corpus = tmp / "corpus.txt"
         size = write_corpus(corpus, args.size_mb)
         tokenizer_dir = tmp / "tokenizer"
-        project_tokenizer("wordpiece").save_pretrained(tokenizer_dir)
+        train_tokenizer("wordpiece", corpus=CORPUS).save_pretrained(tokenizer_dir)
         mb = size / 2**20
         rows, results = [], {"size_mb": mb, "max_seq_length": args.max_seq_length}
 

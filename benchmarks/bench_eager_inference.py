@@ -19,7 +19,6 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 MODES = ("in_place", "fresh", "blockwise")
 
@@ -27,7 +26,6 @@ MODES = ("in_place", "fresh", "blockwise")
 def measure(mode: str, what: str, batch: int, length: int, repeats: int) -> dict:
     import torch
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import hf_attn_variants as hav
 
     torch.manual_seed(0)

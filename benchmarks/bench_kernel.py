@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -70,9 +68,8 @@ def methods(args):
     import torch
     import torch.nn.functional as F
 
-    sys.path.insert(0, str(ROOT / "hf_attn_variants"))  # the flat files, as a checkpoint folder holds them
-    from talking_heads_blockwise import talking_heads_reference
-    from talking_heads_triton import talking_heads_triton
+    from hf_attn_variants.talking_heads_blockwise import talking_heads_reference
+    from hf_attn_variants.talking_heads_triton import talking_heads_triton
 
     scaling = args.head_size**-0.5
 

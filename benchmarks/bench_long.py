@@ -31,15 +31,9 @@ import time
 from pathlib import Path
 
 import torch
-
-try:
-    import hf_attn_variants
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import hf_attn_variants
-
 from transformers import BertConfig, BertModel
 
+import hf_attn_variants
 from hf_attn_variants.presets import ATTENTION
 
 TALKING_HEADS = ATTENTION["talking-heads"][0]

@@ -18,13 +18,11 @@ and a feed-forward h times narrower.
 """
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hf_attn_variants
 from bench_attention import (
     STATS,
     Clock,
@@ -34,12 +32,6 @@ from bench_attention import (
     time_forward,
     time_forward_backward,
 )
-
-try:
-    import hf_attn_variants
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import hf_attn_variants
 from hf_attn_variants.presets import single_head_twin
 
 

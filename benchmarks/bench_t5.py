@@ -20,22 +20,13 @@ the weights. On the CPU in float32 the output is what it always was.
 """
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
-
-try:
-    import hf_attn_variants
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import hf_attn_variants
-
 import transformers
 from transformers import T5Config, T5ForConditionalGeneration
 from transformers.utils import is_flash_attn_2_available
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hf_attn_variants
 from bench_attention import DTYPES, SETUPS, Clock, resolve_device
 
 # name -> (whose model, config kwargs): transformers' T5 (eager, sdpa), then every attention setup (bench_attention)

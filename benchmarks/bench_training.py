@@ -35,24 +35,14 @@ what was allocated before it; `--dtype` casts the weights (pure bf16 / fp16, no 
 """
 
 import argparse
-import sys
-from pathlib import Path
 
 import torch
-
-try:
-    import hf_attn_variants
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import hf_attn_variants
-
 import transformers
 
+import hf_attn_variants
+from bench_attention import DTYPES, Clock, format_table, resolve_device
 from hf_attn_variants.families import FAMILIES
 from hf_attn_variants.presets import SIZES, preset_config, single_head_twin
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import DTYPES, Clock, format_table, resolve_device
 
 # name -> (task, size, vocab_size, batch, seq_len). T5 targets are seq_len // 4 tokens.
 SETTINGS = {

@@ -11,18 +11,15 @@ sub-folder per run). Any other argument goes to examples/run_pretraining.py unch
 """
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from hf_attn_variants.presets import attention_setups_of
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_pretraining
-from output_folders import output_folder
-from run_record import run_script
+from hf_attn_variants.output_folders import output_folder
+from hf_attn_variants.presets import attention_setups_of
+from hf_attn_variants.run_record import run_script
 
 # the attention setups of BERT/ALBERT presets: what follows "{family}-{size}-" in a preset name
 ATTENTION = list(attention_setups_of("bert"))

@@ -9,7 +9,7 @@ with `Trainer`.
         --validation_file dev.csv --test_file test.csv --do_train --do_eval --do_predict \
         --text_column premise --text_pair_column hypothesis
 
-Data, as transformers' run_glue.py reads it (`data_loading.load_raw_datasets`):
+Data, as transformers' run_glue.py reads it (`hf_attn_variants.data_loading`):
 - `--task_name {cola,sst2,mrpc,qqp,stsb,mnli,qnli,rte,wnli}`: a GLUE task, from `--dataset_name` (default
   `nyu-mll/glue`, config = the task) or a GLUE-shaped local folder. The task sets the text columns, the label
   count (stsb is regression with one output) and GLUE's metric under GLUE's names: matthews_correlation (cola),
@@ -31,11 +31,10 @@ Tokenization is a batched `Dataset.map` cached by `datasets` (`--preprocessing_n
 Without `--model_name_or_path` the model is built from `--preset` with the project's tokenizer. Every
 `TrainingArguments` option passes through; `--resume_from_checkpoint last` resumes from the newest checkpoint in
 --output_dir. The output folder (--output_dir; default `outputs/classification-{model}`, `outputs/{task_name}-{model}`
-with --task_name, see examples/output_folders.py) holds the model, its metrics and its model card (README.md) and
+with --task_name, see hf_attn_variants.output_folders) holds the model, its metrics and its model card (README.md) and
 loads with `AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`.
 """
 
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -50,21 +49,30 @@ from transformers import (
     set_seed,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data_loading import DATA, DataArguments, check_stage_data, finetuning_splits, map_batched  # noqa: E402
-from model_setup import (  # noqa: E402
+from hf_attn_variants.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
+from hf_attn_variants.model_setup import (
     ModelArguments,
     align_tokenizer,
     check_max_length,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
     run_family,
 )
-from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
-from run_record import Evaluation, Prediction, choose_stages, device_defaults, load_metric  # noqa: E402
-from run_record import run_script, run_stages  # noqa: E402
-from tokenization import load_tokenizer  # noqa: E402
+from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
+from hf_attn_variants.run_record import (
+    Evaluation,
+    Prediction,
+    choose_stages,
+    device_defaults,
+    load_metric,
+    run_script,
+    run_stages,
+)
 
+DATA = Path(__file__).resolve().parent / "data"
+# the text of the project tokenizer when the run has no data of the user's (run_pretraining.py's embedded corpus)
+TOKENIZER_CORPUS = DATA / "devils_dictionary.txt"
 RT_POLARITY = {"train": DATA / "rt_polarity_train.csv", "validation": DATA / "rt_polarity_validation.csv"}
 RT_POLARITY_INFO = {
     "name": "sentence polarity dataset v1.0 (Pang and Lee, 2005), 544-sentence subset",
@@ -315,8 +323,8 @@ def predictions_writer(path_name: str, labels: Labels):
     def write(output, output_dir) -> dict:
         with open(Path(output_dir) / path_name, "w", encoding="utf-8") as f:
             f.write("index\tprediction\n")
-            for index, value in enumerate(output.predictions):
-                f.write(f"{index}\t{value:3.3f}\n" if labels.names is None else f"{index}\t{labels.names[value]}\n")
+            f.writelines(f"{index}\t{value:3.3f}\n" if labels.names is None else f"{index}\t{labels.names[value]}\n"
+                         for index, value in enumerate(output.predictions))
         return {}
 
     return write
@@ -357,7 +365,7 @@ def main(argv=None) -> dict:
 
     family = run_family(model_args.model_name_or_path, model_args.preset)
     tokenizer = load_tokenizer(model_args, family, data_args, training_args, splits.get("train"),
-                               [c for c in columns if c])
+                               [c for c in columns if c], corpus=TOKENIZER_CORPUS)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     label_fields = (dict(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, problem_type="regression")  # 1 output
                     if labels.names is None else

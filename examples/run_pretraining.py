@@ -18,31 +18,26 @@ datasets cache (a second identical run reads it back; `--overwrite_cache` redoes
 torchrun/accelerate; `--streaming` prepares as it reads. Masked LM packs the token stream into blocks of
 `--max_seq_length`; NSP/SOP cut segment pairs from the sentences of each document, where documents are separated by
 empty rows (a text file's blank lines) and a row of several lines is a document of its own (see
-`sentence_pairs.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by the example's
-tokens, the seed and the epoch), so 1 and N processes mask alike; the evaluation set is masked once, with a fixed
-seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval` as in transformers' examples (neither: both).
-Every `TrainingArguments` option passes through (--bf16, --torch_compile, --activation_checkpointing,
+`hf_attn_variants.pretraining_data.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by
+the example's tokens, the seed and the epoch), so 1 and N processes mask alike; the evaluation set is masked once,
+with a fixed seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval` as in transformers' examples
+(neither: both). Every `TrainingArguments` option passes through (--bf16, --torch_compile, --activation_checkpointing,
 --push_to_hub, ...). The output folder (--output_dir; default `outputs/{preset}`, named after the run as
-examples/output_folders.py says, which also refuses a folder holding another model's checkpoint) loads with
+`hf_attn_variants.output_folders` says, which also refuses a folder holding another model's checkpoint) loads with
 `AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)`.
 """
 
 import logging
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.admin import ADMIN_INIT_METHODS, AdminInitCallback
-from hf_attn_variants.families import FAMILIES
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data_loading import (  # noqa: E402
-    CORPUS_INFO,
+from hf_attn_variants.data_collators import EVAL_SEED, MaskedLMCollator
+from hf_attn_variants.data_loading import (
     DataArguments,
     column_names,
     first_rows,
@@ -52,26 +47,20 @@ from data_loading import (  # noqa: E402
     pretraining_splits,
     split_info,
 )
-from masking import EpochCallback, MaskedLMCollator  # noqa: E402
-from model_setup import (  # noqa: E402
+from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.model_setup import (
     ModelArguments,
     align_tokenizer,
     check_max_length,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
     run_family,
 )
-from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
-from run_record import (  # noqa: E402
-    Evaluation,
-    StepTimer,
-    check_pretraining_args,
-    device_defaults,
-    run_script,
-    run_stages,
-)
-from sentence_pairs import pair_batch, sentence_label  # noqa: E402
-from tokenization import load_tokenizer, token_blocks  # noqa: E402
+from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
+from hf_attn_variants.pretraining_data import pack_batch, pair_batch, sentence_label
+from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
+from hf_attn_variants.trainer import EpochCallback, MaskedLMTrainer, StepTimer
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +71,14 @@ DEFAULTS = dict(  # the main job; every one can be overridden on the command lin
     eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
     report_to="none", seed=42,
 )
-EVAL_MASK_SEED = 1234
+# The embedded corpus: the data of a run without data flags (here and in run_t5_pretraining.py), and the text of
+# every script's project tokenizer when the run has no data of the user's.
+CORPUS = Path(__file__).resolve().parent / "data" / "devils_dictionary.txt"
+CORPUS_INFO = {
+    "name": "The Devil's Dictionary (Ambrose Bierce, 1911)",
+    "source": "examples/data/devils_dictionary.txt, from Debian's dict-devil 1.0 (Internet Wiretap edition, 1993)",
+    "license": "public domain",
+}
 
 
 @dataclass
@@ -109,8 +105,8 @@ class PretrainingModelArguments(ModelArguments):
                 "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."})
     sparse_prediction: bool = field(default=True, metadata={
         "help": "Run the masked-LM head (transform + vocabulary projection) only at the positions that carry a "
-                "label (the heads' forward argument sparse_prediction, passed by the script's Trainer): the same "
-                "loss and gradients, a cheaper step. Not saved: the checkpoint gives transformers' full "
+                "label (the heads' forward argument sparse_prediction, passed by hf_attn_variants.MaskedLMTrainer): "
+                "the same loss and gradients, a cheaper step. Not saved: the checkpoint gives transformers' full "
                 "[batch, seq, vocab] logits to anyone who calls it, with or without labels."})
     t5_adafactor: bool = field(default=False, metadata={
         "help": "Train with T5's Adafactor (mesh-tensorflow's, as T5 pretrained) instead of --optim: transformers' "
@@ -126,33 +122,11 @@ class PretrainingModelArguments(ModelArguments):
                 "parameter group of their own). 1: no group of their own."})
 
 
-def pack_batch(batch, tokenizer, column, max_seq_length):
-    """Masked LM only (a batched map): the batch's token stream cut into [CLS] x [SEP] blocks of max_seq_length."""
-    blocks = token_blocks(batch[column], tokenizer, max_seq_length - 2)
-    edge = np.ones((len(blocks), 1), dtype=np.int32)
-    return {"input_ids": np.concatenate([edge * tokenizer.cls_token_id, blocks, edge * tokenizer.sep_token_id], 1)}
-
-
 def mask_batch(batch, collator):
     """The evaluation set masked once (a batched map): every evaluation, and every model trained on the same data,
     sees the same masks."""
     masked = [collator.mask({"input_ids": ids}) for ids in batch["input_ids"]]
     return {"input_ids": [m["input_ids"].tolist() for m in masked], "labels": [m["labels"].tolist() for m in masked]}
-
-
-class MaskedLMTrainer(Trainer):
-    """Trainer whose training and evaluation calls pass `sparse_prediction` to the masked-LM head
-    (--sparse_prediction): an argument of the call, not of the model or the batch, so the saved checkpoint keeps
-    transformers' full logits and the batches stay tensors for every callback."""
-
-    def __init__(self, *args, sparse_prediction: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.sparse_prediction = sparse_prediction
-
-    def compute_loss(self, model, inputs, *args, **kwargs):
-        if self.sparse_prediction:
-            inputs = {**inputs, "sparse_prediction": True}
-        return super().compute_loss(model, inputs, *args, **kwargs)
 
 
 def compute_metrics(prediction):
@@ -282,7 +256,7 @@ def training_sets(raw, tokenizer, column, data_args, training_args):
             raise ValueError(f"The training data gives no sequence of {data_args.max_seq_length} tokens: use more "
                              "text or a smaller --max_seq_length.")
     if training_args.do_eval:
-        eval_set = prepare(raw["validation"], tokenizer, column, data_args, training_args, EVAL_MASK_SEED,
+        eval_set = prepare(raw["validation"], tokenizer, column, data_args, training_args, EVAL_SEED,
                            "validation")
         if data_args.max_eval_samples is not None:
             eval_set = first_rows(eval_set, data_args.max_eval_samples)
@@ -293,7 +267,7 @@ def training_sets(raw, tokenizer, column, data_args, training_args):
             raise ValueError(f"The validation data gives no sequence of {data_args.max_seq_length} tokens: use more "
                              "text, a larger --validation_split_percentage or a smaller --max_seq_length.")
         eval_collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
-                                         seed=EVAL_MASK_SEED)
+                                         seed=EVAL_SEED)
         eval_set = map_batched(eval_set, mask_batch, training_args, data_args, desc="Masking the validation split",
                                fn_kwargs={"collator": eval_collator})
     return train_set, eval_set
@@ -317,10 +291,10 @@ def main(argv=None) -> dict:
     if objective != "none" and objective != FAMILIES[family].sentence_objective:
         raise ValueError(f"--sentence_objective {objective} is not {family}'s pretraining task: use "
                          f"{FAMILIES[family].sentence_objective} (or none).")
-    raw, eval_info = pretraining_splits(data_args, training_args)
+    raw, eval_info = pretraining_splits(data_args, training_args, default_file=CORPUS, default_info=CORPUS_INFO)
     column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
                          "--text_column_name", default="text")
-    tokenizer = load_tokenizer(model_args, family, data_args, training_args, raw.get("train"), [column])
+    tokenizer = load_tokenizer(model_args, family, data_args, training_args, raw.get("train"), [column], corpus=CORPUS)
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
         raise ValueError("The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
                          "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer).")

@@ -6,7 +6,7 @@
     python examples/run_qa.py --dataset_name rajpurkar/squad_v2 --version_2_with_negative ...
     python examples/run_qa.py --train_file train-v1.1.json --validation_file dev-v1.1.json ...
 
-Data (`data_loading.load_raw_datasets`): `--dataset_name` (a Hub id such as rajpurkar/squad, or a local dataset
+Data (`hf_attn_variants.data_loading`): `--dataset_name` (a Hub id such as rajpurkar/squad, or a local dataset
 folder) with SQuAD's columns (id, title, context, question, answers {text, answer_start}), or `--train_file` /
 `--validation_file` / `--test_file`: SQuAD's own nested JSON ({"data": [{"title", "paragraphs": [{"context",
 "qas": [...]}]}]}, flattened once into the cache), or JSON lines / CSV / parquet of flat records. Other column
@@ -25,7 +25,7 @@ Metrics are computed here, with the names and values of evaluate's `squad` (exac
 `predict_predictions.json` (and `predict_null_odds.json` for v2). Without validation data,
 --validation_split_percentage of the training questions are held out. Every `TrainingArguments` option passes
 through; `--resume_from_checkpoint last` resumes. The output folder (--output_dir; default `outputs/qa-{model}`, see
-examples/output_folders.py) holds the model, its metrics and its model card (README.md) and loads with
+hf_attn_variants.output_folders) holds the model, its metrics and its model card (README.md) and loads with
 `AutoModelForQuestionAnswering.from_pretrained(path, trust_remote_code=True)`.
 """
 
@@ -35,7 +35,6 @@ import json
 import os
 import re
 import string
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,21 +42,31 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data_loading import DATA, DataArguments, check_stage_data, finetuning_splits, map_batched  # noqa: E402
-from model_setup import (  # noqa: E402
+from hf_attn_variants.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
+from hf_attn_variants.model_setup import (
     ModelArguments,
     align_tokenizer,
     check_max_length,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
     run_family,
 )
-from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
-from run_record import Evaluation, Prediction, choose_stages, device_defaults, load_metric  # noqa: E402
-from run_record import run_script, run_stages  # noqa: E402
-from tokenization import cache_dir, load_tokenizer  # noqa: E402
+from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
+from hf_attn_variants.run_record import (
+    Evaluation,
+    Prediction,
+    choose_stages,
+    device_defaults,
+    load_metric,
+    run_script,
+    run_stages,
+)
+from hf_attn_variants.tokenizer_training import cache_dir
 
+DATA = Path(__file__).resolve().parent / "data"
+# the text of the project tokenizer when the run has no data of the user's (run_pretraining.py's embedded corpus)
+TOKENIZER_CORPUS = DATA / "devils_dictionary.txt"
 SQUAD = {"train": DATA / "squad_train.json", "validation": DATA / "squad_validation.json"}
 SQUAD_INFO = {
     "name": "SQuAD (Rajpurkar et al., 2016, 2018), 31 paragraphs / 117 answerable questions",
@@ -385,7 +394,7 @@ def main(argv=None) -> dict:
 
     family = run_family(model_args.model_name_or_path, model_args.preset)
     tokenizer = load_tokenizer(model_args, family, data_args, training_args, splits.get("train"),
-                               [data_args.question_column, data_args.context_column])
+                               [data_args.question_column, data_args.context_column], corpus=TOKENIZER_CORPUS)
     if not tokenizer.is_fast:
         raise ValueError("Extractive QA maps tokens back to characters, which needs a fast tokenizer "
                          "(tokenizer.json): pass --tokenizer_name with one.")

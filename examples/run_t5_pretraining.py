@@ -14,7 +14,7 @@ Data, as examples/run_pretraining.py: with no data arguments The Devil's Diction
 the noise is drawn per example when a batch is made (seeded by the example's tokens, the seed and the epoch), and
 the evaluation set is corrupted once with a fixed seed. The tokenizer: a Unigram one with sentinels trained on the
 run's text (see --tokenizer_name). The output folder (--output_dir; default `outputs/{preset}`, see
-examples/output_folders.py) loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
+hf_attn_variants.output_folders) loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
 
     python examples/run_t5_pretraining.py --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \
         --preprocessing_num_workers 8
@@ -22,18 +22,18 @@ examples/output_folders.py) loads with `AutoModelForSeq2SeqLM.from_pretrained(pa
 
 import logging
 import math
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from hf_attn_variants.families import FAMILIES
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data_loading import (  # noqa: E402
-    CORPUS_INFO,
+from hf_attn_variants.data_collators import (
+    EVAL_SEED,
+    DataCollatorForT5SpanCorruption,
+    corrupted_lengths,
+    raw_length_for,
+)
+from hf_attn_variants.data_loading import (
     DataArguments,
     column_names,
     first_rows,
@@ -43,25 +43,21 @@ from data_loading import (  # noqa: E402
     pretraining_splits,
     split_info,
 )
-from masking import EpochCallback, example_generator, pad_batch  # noqa: E402
-from model_setup import (  # noqa: E402
+from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.model_setup import (
     ModelArguments,
     align_tokenizer,
     check_max_length,
     load_or_build_model,
+    load_tokenizer,
     parse_config_overrides,
     run_family,
 )
-from output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir  # noqa: E402
-from run_record import (  # noqa: E402
-    Evaluation,
-    StepTimer,
-    check_pretraining_args,
-    device_defaults,
-    run_script,
-    run_stages,
-)
-from tokenization import load_tokenizer, token_blocks  # noqa: E402
+from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
+from hf_attn_variants.pretraining_data import block_batch
+from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
+from hf_attn_variants.trainer import EpochCallback, StepTimer
+from run_pretraining import CORPUS, CORPUS_INFO
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +70,6 @@ DEFAULTS = dict(
 )
 
 
-EVAL_NOISE_SEED = 1234
-
-
 @dataclass
 class T5DataArguments(DataArguments):
     text_column_name: str | None = field(default=None, metadata={
@@ -85,101 +78,6 @@ class T5DataArguments(DataArguments):
         "help": "Encoder input length after corruption (sentinels and </s> included)."})
     noise_density: float = field(default=0.15, metadata={"help": "Share of tokens that are corrupted."})
     mean_noise_span_length: float = field(default=3.0, metadata={"help": "Mean length of a corrupted span."})
-
-
-def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_length: float,
-                            generator: torch.Generator) -> torch.Tensor:
-    """Which of `length` tokens are noise: round(length * density) of them, in round(noise / mean span length)
-    spans; span lengths are a uniformly random composition, noise and non-noise spans alternate, starting with
-    non-noise (the T5 paper's procedure)."""
-    num_noise = min(max(round(length * noise_density), 1), length - 1)
-    num_spans = max(round(num_noise / mean_noise_span_length), 1)
-    num_spans = min(num_spans, num_noise, length - num_noise)
-
-    def segment(items: int) -> torch.Tensor:  # `items` split into `num_spans` positive lengths, uniformly
-        cuts = torch.randperm(items - 1, generator=generator)[: num_spans - 1].sort().values + 1
-        bounds = torch.cat([torch.tensor([0]), cuts, torch.tensor([items])])
-        return bounds.diff()
-
-    noise_lengths, keep_lengths = segment(num_noise), segment(length - num_noise)
-    lengths = torch.stack([keep_lengths, noise_lengths], dim=1).flatten()
-    is_noise = torch.tensor([0, 1]).repeat(num_spans)
-    return torch.repeat_interleave(is_noise, lengths).bool()
-
-
-def corrupted_lengths(raw_length: int, noise_density: float, mean_noise_span_length: float) -> tuple[int, int]:
-    """(input length, target length) of a corrupted sequence of `raw_length` tokens, </s> included."""
-    num_noise = min(max(round(raw_length * noise_density), 1), raw_length - 1)
-    num_spans = min(max(round(num_noise / mean_noise_span_length), 1), num_noise, raw_length - num_noise)
-    return raw_length - num_noise + num_spans + 1, num_noise + num_spans + 1
-
-
-def raw_length_for(input_length: int, noise_density: float, mean_noise_span_length: float) -> int:
-    """The longest raw token sequence whose corrupted input fits `input_length` (T5's inputs_length)."""
-    raw = input_length
-    while corrupted_lengths(raw + 1, noise_density, mean_noise_span_length)[0] <= input_length:
-        raw += 1
-    return raw
-
-
-def span_corrupt(tokens, mask: torch.Tensor, sentinels: list[int], eos: int) -> tuple[list[int], list[int]]:
-    """Inputs: every noise span replaced by the next sentinel; targets: each sentinel, then the span it replaced."""
-    inputs, targets, span = [], [], -1
-    for position, (token, noise) in enumerate(zip(tokens, mask.tolist())):
-        if noise:
-            if position == 0 or not mask[position - 1]:
-                span += 1
-                if span >= len(sentinels):
-                    raise ValueError(f"The sequence needs more than {len(sentinels)} sentinels: use a smaller "
-                                     "--max_seq_length or a larger --mean_noise_span_length.")
-                inputs.append(sentinels[span])
-                targets.append(sentinels[span])
-            targets.append(token)
-        else:
-            inputs.append(token)
-    return inputs + [eos], targets + [eos]
-
-
-def sentinel_ids(tokenizer) -> list[int]:
-    """The ids of <extra_id_0>, <extra_id_1>, ... (T5's span-corruption sentinels)."""
-    ids = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(100)])
-    if tokenizer.unk_token_id in ids:
-        raise ValueError("The tokenizer has no <extra_id_N> sentinel tokens, which span corruption needs.")
-    return ids
-
-
-
-class DataCollatorForT5SpanCorruption:
-    """Span-corrupts raw token sequences (`{"input_ids": [...]}` without </s>) and pads the batch.
-
-    Each example's noise comes from a generator seeded by its content, the seed and the epoch (see
-    `masking.example_generator`), so 1 and N processes corrupt alike. Examples that already carry `labels`
-    (a pre-corrupted eval set) are only padded.
-    """
-
-    def __init__(self, tokenizer, noise_density: float = 0.15, mean_noise_span_length: float = 3.0, seed: int = 0):
-        if not 0 < noise_density < 1:
-            raise ValueError(f"--noise_density must be in (0, 1), got {noise_density}.")
-        if mean_noise_span_length < 1:
-            raise ValueError(f"--mean_noise_span_length must be at least 1, got {mean_noise_span_length}.")
-        self.sentinels, self.eos, self.pad = sentinel_ids(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id
-        self.noise_density, self.mean_noise_span_length, self.seed, self.epoch = (
-            noise_density, mean_noise_span_length, seed, 0)
-
-    def corrupt(self, example: dict) -> dict:
-        tokens = list(example["input_ids"])
-        generator = example_generator(tokens, self.seed, self.epoch)
-        mask = random_spans_noise_mask(len(tokens), self.noise_density, self.mean_noise_span_length, generator)
-        inputs, targets = span_corrupt(tokens, mask, self.sentinels, self.eos)
-        return {"input_ids": inputs, "labels": targets}
-
-    def __call__(self, examples: list[dict]) -> dict:
-        return pad_batch([e if "labels" in e else self.corrupt(e) for e in examples], self.pad)
-
-
-def block_batch(batch, tokenizer, column, raw_length):
-    """A batched map: the batch's token stream (no </s>) cut into blocks of `raw_length`."""
-    return {"input_ids": token_blocks(batch[column], tokenizer, raw_length)}
 
 
 def corrupt_batch(batch, collator):
@@ -220,10 +118,10 @@ def main(argv=None) -> dict:
     check_pretraining_args(argv, training_args, data_args)
     if not FAMILIES[run_family(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
-    raw, eval_info = pretraining_splits(data_args, training_args)
+    raw, eval_info = pretraining_splits(data_args, training_args, default_file=CORPUS, default_info=CORPUS_INFO)
     column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
                          "--text_column_name", default="text")
-    tokenizer = load_tokenizer(model_args, "t5", data_args, training_args, raw.get("train"), [column])
+    tokenizer = load_tokenizer(model_args, "t5", data_args, training_args, raw.get("train"), [column], corpus=CORPUS)
     collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
                                                training_args.seed)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
@@ -250,7 +148,7 @@ def main(argv=None) -> dict:
             logger.warning("--streaming without --max_eval_samples: every evaluation reads the whole validation "
                            "stream.")
         eval_collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density,
-                                                        data_args.mean_noise_span_length, seed=EVAL_NOISE_SEED)
+                                                        data_args.mean_noise_span_length, seed=EVAL_SEED)
         eval_set = map_batched(eval_set, corrupt_batch, training_args, data_args,
                                desc="Corrupting the validation split", fn_kwargs={"collator": eval_collator})
     else:

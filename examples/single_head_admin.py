@@ -16,16 +16,14 @@ into --output_dir.
 """
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import HfArgumentParser
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_attention import run_setup, write_results
-from output_folders import output_folder
-from run_record import run_script
+from hf_attn_variants.output_folders import output_folder
+from hf_attn_variants.run_record import run_script
 
 
 @dataclass

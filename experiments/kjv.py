@@ -81,12 +81,11 @@ def kjv_files(archive: str | os.PathLike = ARCHIVE, cache: str | os.PathLike | N
 def write_tokenizer(target: str | os.PathLike) -> Path:
     """Train the project's WordPiece (8000 tokens) on the lines of the training split and save it in `target`;
     returns the path of its tokenizer.json."""
-    sys.path.insert(0, str(ROOT / "examples"))
-    from data_loading import read_documents
-    from tokenization import _train_wordpiece
+    from hf_attn_variants.pretraining_data import read_documents
+    from hf_attn_variants.tokenizer_training import wordpiece_tokenizer
 
     lines = [line for document in read_documents(kjv_files()["train"]) for line in document]
-    _train_wordpiece(lines, 8000).save_pretrained(target)
+    wordpiece_tokenizer(lines, 8000).save_pretrained(target)
     return Path(target) / "tokenizer.json"
 
 

@@ -17,10 +17,6 @@ The control against the schedule: one seed of claim (a)'s pair at 6400 steps wit
     python experiments/length.py --list
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import synthesizer
 import talking_heads
 from cells import Table, cell

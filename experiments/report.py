@@ -17,11 +17,9 @@ import json
 import math
 import re
 import statistics
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cells import PENDING_LR, SCREEN_LRS, Table, Trend
 from figures import plot_curves, plot_trend
 from provenance import ROOT

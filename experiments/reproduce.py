@@ -30,7 +30,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cells import EVAL_METRICS, SCRIPT
 from provenance import ROOT, sha256
 from results_file import RESULTS, load_results

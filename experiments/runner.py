@@ -97,7 +97,6 @@ def device_flags(args: RunnerArguments) -> list[str]:
 def kjv_tokenizer(script: str) -> Path:
     """The tokenizer committed beside the corpus for a script's KJV cells: the WordPiece (kjv.TOKENIZER) for masked
     LM, the Unigram with T5's sentinels (t5_unigram.T5_TOKENIZER) for span corruption."""
-    sys.path.insert(0, str(ROOT / "experiments"))
     if script == T5_SCRIPT:
         from t5_unigram import T5_TOKENIZER
 
@@ -118,7 +117,6 @@ def data_flags(args: RunnerArguments, script: str = SCRIPT) -> tuple[dict[str, s
             if not Path(path).is_file():
                 raise FileNotFoundError(f"--{name} {path}: no such file.")
         return {k: shlex.quote(v) for k, v in given.items()}, given
-    sys.path.insert(0, str(ROOT / "experiments"))
     from kjv import kjv_files
 
     paths, tokenizer = kjv_files(), kjv_tokenizer(script)

@@ -57,10 +57,6 @@ Cells (width 256, MLM on the KJV, 128 tokens, batch 16, 400 steps; see cells.TRA
     nice -n 19 python experiments/single_head.py --only 'single_head/*/search-*'
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import talking_heads
 from cells import LONG_TRAINING, Table, cell, dedupe, long_note
 from runner import main

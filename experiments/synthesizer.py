@@ -24,10 +24,6 @@ moving a loss by 0.03 to 0.06), so a configuration identical to one of them is r
     nice -n 19 python experiments/synthesizer.py --only 'synthesizer/*/screen-*'
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cells import (
     LONG_TRAINING,
     SCREEN_LRS,

@@ -50,10 +50,6 @@ Variants (config fields on top of the preset; talking heads: both maps, the pape
     python experiments/t5_places.py --list
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cells import (
     LONG_TRAINING,
     SCREEN_LRS,

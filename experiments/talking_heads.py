@@ -36,10 +36,6 @@ reproducible, and moving a loss by 0.03 to 0.06, as much as the effects measured
     python experiments/talking_heads.py --list
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cells import (
     LONG_TRAINING,
     SCREEN_LRS,

@@ -2,23 +2,19 @@
 masked token from the training chapters' token frequencies (the unigram distribution, add-one smoothed).
 
 A cell whose loss sits at this value has learnt nothing beyond token frequencies (e.g. a run whose learning rate is
-too high stalls there). The tokenizer is the one every cell uses: `run_pretraining`'s own, built the same way from
-the same training file (it is cached, so this reads it rather than training it again).
+too high stalls there). The tokenizer is the one every cell uses: `run_pretraining`'s own (the package's
+`load_tokenizer`), built the same way from the same training file (it is cached, so this reads it rather than
+training it again).
 
     python experiments/unigram.py        # prints the cross-entropy in nats per token (comparable to eval MLM loss)
 """
 
 import collections
 import math
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 # What `main` prints for the KJV split and the project's 8000-token WordPiece tokenizer (the cells' data): the
 # report counts a run that ends within report.STALL_MARGIN of it as stalled.
 UNIGRAM_LOSS = 5.857
-sys.path.insert(0, str(ROOT / "examples"))
-sys.path.insert(0, str(ROOT / "experiments"))
 
 
 def unigram_cross_entropy(train_ids: list[list[int]], eval_ids: list[list[int]], vocab_size: int) -> float:
@@ -35,13 +31,11 @@ def unigram_cross_entropy(train_ids: list[list[int]], eval_ids: list[list[int]],
 def main() -> float:
     from transformers import HfArgumentParser, TrainingArguments
 
-    from data_loading import pretraining_splits
+    from hf_attn_variants.data_loading import DataArguments, pretraining_splits
+    from hf_attn_variants.model_setup import ModelArguments, load_tokenizer
     from kjv import kjv_files
-    from run_pretraining import DEFAULTS, ModelArguments, PretrainingDataArguments
-    from tokenization import load_tokenizer
 
-    parser = HfArgumentParser((ModelArguments, PretrainingDataArguments, TrainingArguments))
-    parser.set_defaults(**DEFAULTS)
+    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     paths = kjv_files()
     args = parser.parse_args_into_dataclasses(["--preset", "bert-mini-dot-product", "--train_file", str(paths["train"]),
                                                "--validation_file", str(paths["validation"]),

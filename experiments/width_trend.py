@@ -36,10 +36,6 @@ Variants, each as at width 256 (the same config fields, read from the claim scri
     python experiments/width_trend.py --list
 """
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import synthesizer
 import talking_heads
 from cells import (

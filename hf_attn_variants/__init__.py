@@ -3,7 +3,13 @@
 Importing the package registers every class with transformers' Auto classes, so `AutoModel.from_pretrained(path)`
 works in-process without `trust_remote_code`; saved checkpoints carry their code and load anywhere with
 `trust_remote_code=True`.
+
+The pieces for training with `Trainer` (`MaskedLMCollator`, `DataCollatorForT5SpanCorruption`, `MaskedLMTrainer`,
+`EpochCallback`, `AdminInitCallback`) are imported on first use: they bring in transformers' `Trainer` (and with it
+`accelerate` and `datasets`) only for those who train.
 """
+
+import importlib
 
 # The package's version, read by pyproject.toml (`[tool.setuptools.dynamic]`); the modeling and configuration files,
 # which checkpoints carry as remote code, never read it.
@@ -83,7 +89,30 @@ _register(VariantBertConfig, modeling_variant_bert)
 _register(VariantAlbertConfig, modeling_variant_albert)
 _register(VariantT5Config, modeling_variant_t5)
 
+# name -> the package-only module that defines it, imported on first access (`__getattr__`)
+_LAZY = {
+    "AdminInitCallback": "admin",
+    "DataCollatorForT5SpanCorruption": "data_collators",
+    "EpochCallback": "trainer",
+    "MaskedLMCollator": "data_collators",
+    "MaskedLMTrainer": "trainer",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = [
+    *_LAZY,
     "ATTENTION_CLASSES",
     "ATTENTION_REGISTRY",
     "ATTENTION_TYPES",

@@ -1,4 +1,4 @@
-"""The example scripts' shared data loading (examples/data_loading.py: load_raw_datasets and its helpers), from local
+"""The example scripts' shared data loading (hf_attn_variants.data_loading: load_raw_datasets and its helpers), from local
 files of every format, the embedded default, and dataset repositories on the loopback Hub (tests/hub_server.py)."""
 
 import json
@@ -11,19 +11,15 @@ import pytest
 from transformers import TrainingArguments
 
 from conftest import run_with_hub
-from hub_server import byte_range
-
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-sys.path.insert(0, str(EXAMPLES))
-
-from data_loading import (  # noqa: E402
-    CORPUS,
+from hf_attn_variants.data_loading import (
     DataArguments,
     check_streaming,
     load_raw_datasets,
     map_batched,
     pick_column,
 )
+from hub_server import byte_range
+from run_pretraining import CORPUS
 
 ROWS = [{"text": f"row {i} of the table", "label": i % 3} for i in range(40)]
 
@@ -141,9 +137,8 @@ def test_missing_column_names_the_flag(tmp_path):
 
 
 HUB_LOAD = """
-import json, sys
-sys.path.insert(0, {examples!r})
-from data_loading import DataArguments, load_raw_datasets
+import json
+from hf_attn_variants.data_loading import DataArguments, load_raw_datasets
 for config, streaming in [("lines", False), ("lines", True), ("docs", False), ("nope", False)]:
     args = DataArguments(dataset_name="tester/corpus", dataset_config_name=config, streaming=streaming)
     try:
@@ -162,7 +157,7 @@ def test_dataset_repository_on_the_loopback_hub(hub, tmp_path):
         "lines": {"train": {"text": ["one", "two", "three"]}, "validation": {"text": ["four"]}},
         "docs": {"train": {"text": [f"doc {i}" for i in range(20)]}},
     })
-    proc = run_with_hub(hub, tmp_path / "hf_home", [sys.executable, "-c", HUB_LOAD.format(examples=str(EXAMPLES))])
+    proc = run_with_hub(hub, tmp_path / "hf_home", [sys.executable, "-c", HUB_LOAD.format()])
     lines, streamed, docs, nope = map(json.loads, proc.stdout.strip().splitlines()[-4:])
     assert lines == streamed == {"train": ["one", "two", "three"], "validation": ["four"]}
     assert len(docs["validation"]) == 1 and sorted(docs["train"] + docs["validation"]) == sorted(
@@ -209,9 +204,8 @@ def test_loopback_hub_serves_range_requests(hub):
 
 
 STREAM_LOAD = """
-import json, sys
-sys.path.insert(0, {examples!r})
-from data_loading import DataArguments, load_raw_datasets
+import json
+from hf_attn_variants.data_loading import DataArguments, load_raw_datasets
 raw = load_raw_datasets(DataArguments(dataset_name="tester/big", streaming=True), default_files=None, seed=0)
 assert type(raw["train"]).__name__ == "IterableDataset", type(raw["train"])
 with open({out!r}, "w") as f:
@@ -233,8 +227,7 @@ def test_streaming_reads_a_large_parquet_file_through_range_requests(hub, tmp_pa
     size = len(hub.state.files("datasets/tester/big")[path])
     assert size > 5_000_000
     out = tmp_path / "streamed.json"
-    run_with_hub(hub, tmp_path / "hf_home", [sys.executable, "-c", STREAM_LOAD.format(examples=str(EXAMPLES),
-                                                                                       out=str(out))])
+    run_with_hub(hub, tmp_path / "hf_home", [sys.executable, "-c", STREAM_LOAD.format(out=str(out))])
     assert json.loads(out.read_text()) == rows
     ranges = [(header, status) for url, header, status in hub.state.ranges if url.endswith(path)]
     assert ranges and all(status == 206 for _, status in ranges), ranges

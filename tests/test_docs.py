@@ -1,5 +1,6 @@
 """The README is a front page: at most 250 lines, linking every page of docs/; every relative link resolves; no doc,
-test or source file names a file outside the repository."""
+test or source file names a file outside the repository; the README's first example and the training page's own
+Trainer script run as pasted."""
 
 import re
 import subprocess
@@ -56,6 +57,41 @@ def test_the_readme_first_example_runs_and_its_checkpoint_loads_without_the_pack
     )
     assert check.returncode == 0, check.stderr[-3000:]
     module, attention_type, *_ = check.stdout.split()
+    assert module.startswith("transformers_modules.") and attention_type == "talking_heads"
+
+
+def test_the_training_pages_own_trainer_script_pretrains_a_talking_heads_t5(tmp_path):
+    """docs/training.md's Trainer script of one's own, as pasted, in a folder holding its text file and the T5
+    tokenizer it names: the package's span-corruption collator feeds a talking-heads T5 whose loss falls over its 20
+    steps, and the saved folder loads as remote code where the package cannot be imported."""
+    import json
+    import os
+    import shutil
+    import sys
+
+    from hf_attn_variants.isolation import run_isolated
+
+    page = (ROOT / "docs" / "training.md").read_text()
+    [script] = [block for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+                if "DataCollatorForT5SpanCorruption(" in block]
+    assert "Trainer(" in script and len(script.splitlines()) <= 30
+    (tmp_path / "examples" / "data").mkdir(parents=True)
+    (tmp_path / "examples" / "data" / "kjv-unigram-8000").symlink_to(ROOT / "examples" / "data" / "kjv-unigram-8000")
+    shutil.copy(ROOT / "examples" / "data" / "devils_dictionary.txt", tmp_path / "my_corpus.txt")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = tmp_path / "my-talking-heads-t5"
+    history = json.loads((saved / "checkpoint-20" / "trainer_state.json").read_text())["log_history"]
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    assert len(losses) == 4 and losses[-1] < losses[0] - 0.3, losses
+    check = run_isolated(
+        "import sys, torch\nfrom transformers import AutoModelForSeq2SeqLM\n"
+        "model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+        "print(type(model).__module__, model.config.attention_type)", [saved])
+    assert check.returncode == 0, check.stderr[-3000:]
+    module, attention_type = check.stdout.split()
     assert module.startswith("transformers_modules.") and attention_type == "talking_heads"
 
 

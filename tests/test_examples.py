@@ -1,13 +1,17 @@
-"""The example scripts run end to end on tiny settings (their `main(argv)` is callable in-process)."""
+"""The example scripts run end to end on tiny settings (their `main(argv)` is callable in-process); examples/ holds
+scripts only, each importing at most one sibling; no script, benchmark or experiment edits sys.path."""
 
+import ast
 import json
 import math
-import sys
+import re
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+ROOT = Path(__file__).resolve().parents[1]
+# An edit of sys.path: a call of one of its list methods, or an assignment to it or to a slice of it
+SYS_PATH_EDIT = re.compile(r"\bsys\.path\s*(?:\.\s*(?:insert|append|extend|remove|pop|clear)\s*\(|\[[^\]]*\]\s*=(?!=)|\+=|=(?!=))")
 
 
 def test_quickstart(tmp_path):
@@ -43,3 +47,34 @@ def test_single_head_admin_reproduction(tmp_path):
     assert (tmp_path / "eval_loss.png").stat().st_size > 1000
     assert "| single-head 4x1 + Admin (closed form) | `bert-mini-single-head-admin` |" in (
         tmp_path / "results.md").read_text()
+
+
+def test_no_script_benchmark_or_experiment_edits_sys_path():
+    """`python examples/run_x.py` and `python experiments/x.py` put the file's own folder on sys.path, and the
+    benchmarks import the installed package: no file there edits sys.path, in its own code or in code it hands to
+    another interpreter (`python -c`)."""
+    for edit in ("sys.path.insert(0, here)", "sys.path.append(x)", "sys.path[:0] = [x]", "sys.path += [x]",
+                 "sys.path = [x]"):
+        assert SYS_PATH_EDIT.search(edit), edit
+    for mention in ("# `python -c` puts it first on sys.path", "if here in sys.path:", "sys.path == before"):
+        assert not SYS_PATH_EDIT.search(mention), mention
+    edits = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+             for folder in ("examples", "benchmarks", "experiments") for path in sorted((ROOT / folder).rglob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), start=1) if SYS_PATH_EDIT.search(line)]
+    assert edits == []
+
+
+def test_examples_holds_scripts_each_importing_at_most_one_sibling():
+    """What scripts share lives in the package (hf_attn_variants.data_loading, .model_setup, .run_record, ...): every
+    file of examples/ is a script (it runs as `__main__`) and imports at most one other script (as
+    run_t5_pretraining.py imports run_pretraining.py's corpus)."""
+    scripts = {path.stem: path for path in (ROOT / "examples").glob("*.py")}
+    assert {"run_pretraining", "run_t5_pretraining", "run_classification", "run_qa", "run_text_to_text"} <= set(scripts)
+    for name, path in scripts.items():
+        tree = ast.parse(path.read_text())
+        assert any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in tree.body), name
+        imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                    for alias in node.names}
+        imported |= {node.module.split(".")[0] for node in ast.walk(tree)
+                     if isinstance(node, ast.ImportFrom) and node.module and node.level == 0}
+        assert len(imported & set(scripts) - {name}) <= 1, (name, sorted(imported & set(scripts)))

@@ -25,15 +25,14 @@ from transformers import (
     AutoTokenizer,
 )
 
+import run_classification
+import run_qa
+import run_text_to_text
 from conftest import run_with_hub
+from hf_attn_variants.tokenizer_training import train_tokenizer
+from run_pretraining import CORPUS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-sys.path.insert(0, str(EXAMPLES))
-
-import run_classification  # noqa: E402
-import run_qa  # noqa: E402
-import run_text_to_text  # noqa: E402
-from tokenization import project_tokenizer  # noqa: E402
 
 # A few steps, every step logged, nothing saved but the final model.
 FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
@@ -262,7 +261,7 @@ def test_gold_logits_recover_the_gold_answers(max_seq_length, doc_stride):
 
     from datasets import Dataset
 
-    tokenizer = project_tokenizer("wordpiece", 8000)
+    tokenizer = train_tokenizer("wordpiece", 8000, corpus=CORPUS)
     rows = squad_rows("validation")
     rows[0]["answers"] = {"text": [], "answer_start": []}  # unanswerable (SQuAD v2)
     examples = Dataset.from_list(rows)
@@ -612,7 +611,7 @@ def test_warm_start_from_a_vanilla_bert_and_resume(tmp_path):
     with `--resume_from_checkpoint last` continues from the saved checkpoint."""
     from transformers import BertConfig, BertForMaskedLM
 
-    tokenizer = project_tokenizer("wordpiece", 8000)
+    tokenizer = train_tokenizer("wordpiece", 8000, corpus=CORPUS)
     BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                intermediate_size=37, max_position_embeddings=64)).save_pretrained(tmp_path / "bert")
     tokenizer.save_pretrained(tmp_path / "bert")

@@ -13,23 +13,24 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-sys.path.insert(0, str(EXAMPLES))
-
-import run_pretraining  # noqa: E402
-import run_t5_pretraining  # noqa: E402
-import sentence_pairs  # noqa: E402
-from data_loading import read_documents  # noqa: E402
-from hf_attn_variants.isolation import run_isolated  # noqa: E402
-from hub_server import card_metadata_errors  # noqa: E402
-from masking import MaskedLMCollator, mask_example, word_continuation  # noqa: E402
-from run_t5_pretraining import (  # noqa: E402
+import run_pretraining
+import run_t5_pretraining
+from hf_attn_variants import pretraining_data
+from hf_attn_variants.data_collators import (
     DataCollatorForT5SpanCorruption,
+    MaskedLMCollator,
     corrupted_lengths,
+    mask_example,
     random_spans_noise_mask,
     raw_length_for,
+    word_continuation,
 )
-from tokenization import project_tokenizer  # noqa: E402
+from hf_attn_variants.isolation import run_isolated
+from hf_attn_variants.tokenizer_training import train_tokenizer
+from hub_server import card_metadata_errors
+from run_pretraining import CORPUS
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
         "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--warmup_steps", "0",
@@ -96,9 +97,9 @@ def test_sentence_objectives(tmp_path, preset, objective, label):
                                            "--learning_rate", "3e-3", "--sentence_objective", objective])
     assert 0 <= metrics["eval_sentence_accuracy"] <= 1 and math.isfinite(metrics["eval_mlm_loss"])
     assert_learns(tmp_path)
-    tokenizer = project_tokenizer("wordpiece")
-    docs = sentence_pairs.tokenize_sentences(read_documents()[:200], tokenizer)
-    pairs = sentence_pairs.pair_examples(docs, tokenizer, 64, objective, seed=0)
+    tokenizer = train_tokenizer("wordpiece", corpus=CORPUS)
+    docs = pretraining_data.tokenize_sentences(pretraining_data.read_documents(CORPUS)[:200], tokenizer)
+    pairs = pretraining_data.pair_examples(docs, tokenizer, 64, objective, seed=0)
     labels = [p[label] for p in pairs]
     assert 0.4 < sum(labels) / len(labels) < 0.6
     sep = tokenizer.sep_token_id
@@ -109,9 +110,9 @@ def test_sentence_objectives(tmp_path, preset, objective, label):
 
 
 def test_sop_swaps_the_segments_it_labels():
-    tokenizer = project_tokenizer("wordpiece")
+    tokenizer = train_tokenizer("wordpiece", corpus=CORPUS)
     docs = [[[100 + 3 * i + j for j in range(1 + i % 3)] for i in range(300)]]  # ids increase along the text
-    for pair in sentence_pairs.pair_examples(docs, tokenizer, 64, "sop", seed=3):
+    for pair in pretraining_data.pair_examples(docs, tokenizer, 64, "sop", seed=3):
         ids = pair["input_ids"]
         cut = ids.index(tokenizer.sep_token_id)
         first, second = ids[1:cut], ids[cut + 1 : -1]
@@ -120,7 +121,7 @@ def test_sop_swaps_the_segments_it_labels():
 
 
 def test_masking_is_per_example_and_whole_word():
-    tokenizer = project_tokenizer("wordpiece")
+    tokenizer = train_tokenizer("wordpiece", corpus=CORPUS)
     text = "Abdication, an act whereby a sovereign attests his sense of the high temperature of the throne. " * 3
     ids = tokenizer(text)["input_ids"]
     tokens = tokenizer.convert_ids_to_tokens(ids)
@@ -136,7 +137,7 @@ def test_masking_is_per_example_and_whole_word():
         changed = inputs != torch.tensor(ids)
         assert not (changed & (labels == -100)).any()  # only predicted positions change
     # SentencePiece-style vocabularies (T5's, vanilla ALBERT's) mark word starts instead: '▁' begins a word.
-    unigram = word_continuation(project_tokenizer("unigram"))
+    unigram = word_continuation(train_tokenizer("unigram", corpus=CORPUS))
     assert [unigram(t) for t in ["▁The", "ory", "▁of"]] == [False, True, False]
     # The same example gets the same mask in any batch (1 or N processes), and a new one each epoch.
     collator = MaskedLMCollator(tokenizer, 0.15, False, seed=0)
@@ -153,7 +154,7 @@ def test_masking_is_per_example_and_whole_word():
 def test_span_corruption_collator():
     """T5's span corruption: round(L * density) noise tokens in round(noise / mean) spans, alternating with kept
     spans from a kept start; sentinels <extra_id_0>, <extra_id_1>, ... in order; inputs + targets give back the text."""
-    tokenizer = project_tokenizer("unigram")
+    tokenizer = train_tokenizer("unigram", corpus=CORPUS)
     sentinels = tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(100)])
     assert sentinels[0] == len(tokenizer) - 1 and sentinels[1] == len(tokenizer) - 2
     g = torch.Generator().manual_seed(0)
@@ -405,7 +406,7 @@ def test_pretraining_on_a_local_file(tmp_path, suffix):
 
     saved = AutoTokenizer.from_pretrained(out)
     assert saved.tokenize("software database") == ["software", "database"]
-    assert len(project_tokenizer("wordpiece").tokenize("software database")) > 2  # the embedded book's splits them
+    assert len(train_tokenizer("wordpiece", corpus=CORPUS).tokenize("software database")) > 2  # the embedded book's splits them
     assert saved.model_max_length == 128 == json.loads((out / "config.json").read_text())["max_position_embeddings"]
     info = json.loads((out / "training_info.json").read_text())
     assert info["dataset"]["name"] == corpus.name
@@ -469,7 +470,7 @@ def test_eval_only_and_checks_of_training_arguments(tmp_path):
     assert (tmp_path / "eval" / "model.safetensors").is_file()
     from transformers import TrainingArguments
 
-    from run_record import settle_training_args
+    from hf_attn_variants.run_record import settle_training_args
 
     args = TrainingArguments(str(tmp_path), max_steps=20, warmup_steps=40)
     with pytest.warns(UserWarning, match="--warmup_steps 40 reaches --max_steps 20"):
@@ -546,7 +547,7 @@ def test_pretraining_from_a_hub_model_by_name(hub, tmp_path):
 
     from conftest import run_with_hub
 
-    tokenizer = project_tokenizer("wordpiece", 8000)
+    tokenizer = train_tokenizer("wordpiece", 8000, corpus=CORPUS)
     BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                intermediate_size=37, max_position_embeddings=64)).save_pretrained(tmp_path / "bert")
     tokenizer.save_pretrained(tmp_path / "bert")

@@ -22,18 +22,16 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "experiments"))
-sys.path.insert(0, str(ROOT / "examples"))
+import attempts
+import cells
+import figures
+import kjv
+import provenance
+import report
+import results_file
+import runner
 
-import attempts  # noqa: E402
-import cells  # noqa: E402
-import figures  # noqa: E402
-import kjv  # noqa: E402
-import provenance  # noqa: E402
-import report  # noqa: E402
-import results_file  # noqa: E402
-import runner  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 ROW_KEYS = {"id", "claim", "variant", "size", "seed", "config", "steps", "eval_loss", "eval_perplexity", "diverged",
             "eval_curve", "train_curve", "train_loss", "train_seconds_per_step", "train_runtime", "num_parameters",

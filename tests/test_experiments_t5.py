@@ -6,21 +6,18 @@ generalisation (a script per cell: their commands are still the recorded rows' o
 import hashlib
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "experiments"))
-sys.path.insert(0, str(ROOT / "examples"))
+import cells
+import report
+import results_file
+import runner
+import t5_places
+import t5_unigram
 
-import cells  # noqa: E402
-import report  # noqa: E402
-import results_file  # noqa: E402
-import runner  # noqa: E402
-import t5_places  # noqa: E402
-import t5_unigram  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PLACES = {"encoder": "encoder.block.0.layer.0.SelfAttention", "decoder": "decoder.block.0.layer.0.SelfAttention",
           "cross": "decoder.block.0.layer.1.EncDecAttention"}
@@ -31,7 +28,7 @@ TALKING = {"dot-product": set(), "th-encoder": {"encoder"}, "th-decoder": {"deco
 def t5_parser():
     from transformers import HfArgumentParser, TrainingArguments
 
-    from model_setup import ModelArguments
+    from hf_attn_variants.model_setup import ModelArguments
     from run_t5_pretraining import DEFAULTS, T5DataArguments
 
     parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments))
@@ -118,7 +115,7 @@ def test_committed_t5_tokenizer_rebuilds_byte_for_byte(tmp_path):
     sentinels (the T5 script's own check)."""
     from transformers import AutoTokenizer
 
-    from run_t5_pretraining import sentinel_ids
+    from hf_attn_variants.data_collators import sentinel_ids
 
     committed = t5_unigram.T5_TOKENIZER / "tokenizer.json"
     assert hashlib.sha256(committed.read_bytes()).hexdigest() == t5_unigram.T5_TOKENIZER_SHA256

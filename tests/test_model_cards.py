@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import kjv
 from conftest import build
 from hf_attn_variants.publish import example_input_of, read_card_record, render_card, render_record
 from hub_server import card_metadata_errors
@@ -30,8 +31,6 @@ from release import (
 
 ROOT = Path(__file__).resolve().parent.parent
 CARDS = ROOT / "model_cards"
-sys.path.insert(0, str(ROOT / "experiments"))
-import kjv  # noqa: E402
 
 
 def _texts(folder: Path) -> dict:

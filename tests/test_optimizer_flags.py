@@ -2,15 +2,12 @@
 transformers' Adafactor with T5's settings, the parameter groups the flags say, the parameter-scaled first step, and
 clear errors for values that would do nothing or something else."""
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 from transformers.optimization import Adafactor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import run_pretraining
 from hf_attn_variants import VariantBertForMaskedLM
 from hf_attn_variants.presets import preset_config

@@ -6,23 +6,20 @@ import hashlib
 import json
 import re
 import shlex
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+import run_classification
+import run_pretraining
+import run_qa
+import run_t5_pretraining
+import run_text_to_text
+from hf_attn_variants.output_folders import default_output_dir
+from hf_attn_variants.presets import preset_config
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
-
-import run_classification  # noqa: E402
-import run_pretraining  # noqa: E402
-import run_qa  # noqa: E402
-import run_t5_pretraining  # noqa: E402
-import run_text_to_text  # noqa: E402
-from output_folders import default_output_dir  # noqa: E402
-
-from hf_attn_variants.presets import preset_config  # noqa: E402
 
 SCRIPTS = {module.__name__: module
            for module in (run_pretraining, run_t5_pretraining, run_classification, run_qa, run_text_to_text)}
@@ -40,7 +37,7 @@ def readme_commands() -> list[tuple[str, list[str]]]:
     """(script, arguments) of each `python examples/run_*.py` command of the README's "Quick start" and "Training"
     sections, in the README's order, but those with a placeholder path (path/to/...)."""
     text = (ROOT / "README.md").read_text()
-    sections = re.findall(r"^## (Quick start|Training)\n(.*?)(?=^## )", text, flags=re.M | re.S)
+    sections = re.findall(r"^## (Quick start|Training)\n(.*?)(?=^## )", text, flags=re.MULTILINE | re.DOTALL)
     found = (re.match(r"HF_HUB_OFFLINE=1 python examples/(run_\w+)\.py(.*)$", line)
              for _, body in sections for line in body.splitlines())
     commands = [(m.group(1), shlex.split(m.group(2))) for m in found if m]

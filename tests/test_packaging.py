@@ -58,7 +58,7 @@ def test_pyproject_has_project_urls_classifiers_and_a_license_expression():
 
 
 def test_changelog_has_an_unreleased_section_then_the_current_version():
-    headings = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    headings = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
     assert headings[0] == "Unreleased"
     assert hf_attn_variants.__version__ in headings
     releases = [Version(v) for v in headings[1:]]

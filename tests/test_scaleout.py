@@ -25,18 +25,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import fsdp_worker
 import hf_attn_variants as hav
+import run_pretraining
 from conftest import SAME_WEIGHTS, build, head_inputs
 from hf_attn_variants.families import FAMILIES
 from test_remote_code import _auto_class, _run_isolated
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-sys.path.insert(0, str(EXAMPLES))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import fsdp_worker  # noqa: E402
-import run_pretraining  # noqa: E402
 
 NO_DROPOUT = '{"hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0}'
 # 3 steps of 8 sequences (16 training sequences: 2 steps per epoch), every process on the CPU.

@@ -20,19 +20,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
-sys.path.insert(0, str(ROOT / "experiments"))
+import kjv
+from hf_attn_variants.tokenizer_training import train_tokenizer
+from hf_attn_variants.vocabularies import _Lattices, unigram_vocabulary, wordpiece_vocabulary
 
-import kjv  # noqa: E402
-from tokenization import project_tokenizer  # noqa: E402
-from vocabularies import _Lattices, unigram_vocabulary, wordpiece_vocabulary  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TRAIN = """
 import sys
-sys.path.insert(0, "examples")
-from tokenization import project_tokenizer
-project_tokenizer(sys.argv[2], 3000, corpus=sys.argv[1])
+from hf_attn_variants.tokenizer_training import train_tokenizer
+train_tokenizer(sys.argv[2], 3000, corpus=sys.argv[1])
 """
 
 
@@ -51,7 +48,7 @@ def train_in_fresh_process(tmp_path: Path, corpus: Path, kind: str, name: str, *
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "unigram"])
-def test_project_tokenizer_is_byte_identical_in_two_fresh_processes(tmp_path, kind):
+def test_train_tokenizer_is_byte_identical_in_two_fresh_processes(tmp_path, kind):
     corpus = tmp_path / "text.txt"
     corpus.write_text("\n".join(kjv_lines(2000)) + "\n")
     first = train_in_fresh_process(tmp_path, corpus, kind, "a", PYTHONHASHSEED="1", RAYON_NUM_THREADS="1",
@@ -101,7 +98,7 @@ def test_unigram_tokenizer_layout(tmp_path, monkeypatch):
     """T5's layout, every character of the text a piece, log-probabilities in falling order, the size asked for."""
     monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path))
     lines = kjv_lines(2000)
-    tokenizer = project_tokenizer("unigram", 3000, lines=lines)
+    tokenizer = train_tokenizer("unigram", 3000, lines=lines)
     assert len(tokenizer) == 3000
     assert tokenizer.convert_ids_to_tokens([0, 1, 2]) == ["<pad>", "</s>", "<unk>"]
     assert tokenizer.convert_tokens_to_ids([f"<extra_id_{i}>" for i in range(100)]) == list(range(2999, 2899, -1))
@@ -199,7 +196,7 @@ def test_unigram_is_as_good_as_tokenizers_trainer(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path))
     lines = kjv_lines(4000)
     train, held_out = lines[:3000], lines[3000:]
-    ours = project_tokenizer("unigram", 2000, lines=train).backend_tokenizer
+    ours = train_tokenizer("unigram", 2000, lines=train).backend_tokenizer
     theirs = Tokenizer(models.Unigram())
     theirs.normalizer, theirs.pre_tokenizer = ours.normalizer, ours.pre_tokenizer
     theirs.train_from_iterator(train, trainers.UnigramTrainer(vocab_size=1900, special_tokens=["<pad>", "</s>", "<unk>"],

@@ -184,7 +184,7 @@ def _tokenizer(row: dict, root: Path):
 
 
 def _row_config(row: dict, tokenizer):
-    """The config a row's command builds (`examples/model_setup.py`'s preset path) and the class of its card."""
+    """The config a row's command builds (`hf_attn_variants.model_setup`'s preset path) and the class of its card."""
     preset, overrides = row["config"]["preset"], row["config"].get("overrides", {})
     config = preset_config(preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **overrides)
     family = family_of(config)

@@ -1,4 +1,5 @@
-"""What a run does and what it leaves behind, shared by every script: the stages (`--do_train`, `--do_eval`,
+"""What a run of a training script does and what it leaves behind (the example scripts'; package-only, for scripts
+of your own too): the stages (`--do_train`, `--do_eval`,
 `--do_predict` as in transformers' examples), the training arguments settled before anything runs, the stages run
 on a `Trainer` (`run_stages`: train, evaluate each evaluation set, predict each prediction set), and the run's
 record: metrics files, trainer state, `training_info.json`, the model card (README.md) and, with --push_to_hub, the
@@ -10,20 +11,17 @@ import json
 import os
 import sys
 import traceback
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import TrainerCallback
 from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
 
-import hf_attn_variants
-from data_loading import check_streaming
-from hf_attn_variants.publish import is_hub_id, render_card, upload_card
-
+from .data_loading import check_streaming
+from .output_folders import script_name
+from .publish import is_hub_id, render_card, upload_card
 
 DO_FLAGS = ("--do_train", "--do_eval", "--do_predict")
 
@@ -88,24 +86,6 @@ def settle_training_args(training_args) -> None:
     if training_args.max_steps > 0 and warmup >= 1 and warmup >= training_args.max_steps:
         warnings.warn(f"--warmup_steps {int(warmup)} reaches --max_steps {training_args.max_steps}: the learning "
                       "rate never leaves warm-up. Pass a ratio instead, e.g. --warmup_steps 0.1.", stacklevel=2)
-
-
-class StepTimer(TrainerCallback):
-    """Wall-clock seconds of the optimisation steps alone (evaluation and saving excluded)."""
-
-    def __init__(self):
-        self.seconds, self.steps, self._start = 0.0, 0, None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.seconds += time.perf_counter() - self._start
-        self.steps += 1
-
-    @property
-    def seconds_per_step(self) -> float:
-        return self.seconds / max(1, self.steps)
 
 
 def resume_checkpoint(training_args) -> str | None:
@@ -229,7 +209,7 @@ def write_training_info(output_dir, script: str, task: str, preset: str | None, 
     a Hub dataset, `hub_id` and config. `stages`: what the run did ("train", "eval", "predict"), when not all
     of a training run."""
     info = {
-        "script": f"examples/{Path(script).name}",
+        "script": script_name(script),
         "task": task,
         "preset": None if base_model else preset,
         "base_model": base_model if is_hub_id(base_model) else None,  # the card's base_model: a Hub id or nothing
@@ -268,17 +248,18 @@ def push_with_card(trainer) -> None:
         write_model_card(trainer.args.output_dir, trainer.hub_model_id, published.model_commit)
 
 
-# Where an error raised on purpose comes from: our scripts and package (a check that says what to change), and
-# transformers' argument parsing and validation (a bad flag).
-_OWN_CODE = (str(Path(__file__).resolve().parent), str(Path(hf_attn_variants.__file__).resolve().parent))
+# Where an error raised on purpose comes from: the script's folder and this package (a check that says what to
+# change), and transformers' argument parsing and validation (a bad flag).
+_PACKAGE = str(Path(__file__).resolve().parent)
 _ARGUMENT_CODE = ("transformers/training_args.py", "transformers/hf_argparser.py")
 _HUB_UNREACHABLE = ("ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled")
 
 
-def user_error(error: BaseException) -> str | None:
+def user_error(error: BaseException, script_folder: str) -> str | None:
     """The one line to print for an expected user error, None for anything else (a bug, which keeps its traceback):
-    a ValueError/FileNotFoundError that our checks or transformers' argument validation raised, or a Hub that
-    cannot be reached (`--push_to_hub`, a Hub id offline)."""
+    a ValueError/FileNotFoundError that our checks (the package's, or the scripts' in `script_folder`) or
+    transformers' argument validation raised, or a Hub that cannot be reached (`--push_to_hub`, a Hub id
+    offline)."""
     chain, cause = [], error
     while cause is not None and cause not in chain:
         chain.append(cause)
@@ -288,18 +269,19 @@ def user_error(error: BaseException) -> str | None:
                 "(or HF_ENDPOINT), or work offline: HF_HUB_OFFLINE=1 with local paths and without --push_to_hub.")
     if isinstance(error, (ValueError, FileNotFoundError)) and error.__traceback__ is not None:
         raised_in = traceback.extract_tb(error.__traceback__)[-1].filename
-        if raised_in.startswith(_OWN_CODE) or raised_in.endswith(_ARGUMENT_CODE):
+        if raised_in.startswith((script_folder, _PACKAGE)) or raised_in.endswith(_ARGUMENT_CODE):
             return str(error)
     return None
 
 
 def run_script(main) -> None:
-    """`main()` as a command line runs it: an expected user error (`user_error`) ends the run with one line on
-    stderr and exit status 1, not a traceback; every other exception is raised as it is."""
+    """`main()` as a command line runs it: an expected user error (`user_error`; the scripts' own checks are those
+    raised in the folder of `main`'s file) ends the run with one line on stderr and exit status 1, not a traceback;
+    every other exception is raised as it is."""
     try:
         main()
     except Exception as error:
-        message = user_error(error)
+        message = user_error(error, str(Path(main.__code__.co_filename).resolve().parent))
         if message is None:
             raise
         print(f"{Path(sys.argv[0]).name}: error: {' '.join(message.split())}", file=sys.stderr)  # one line

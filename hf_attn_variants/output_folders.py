@@ -1,5 +1,6 @@
-"""Where a run writes, for every script: the default `--output_dir`, named after what the run trains, and the check
-that a run never writes over the checkpoint of another model or config (`--overwrite_output_dir` lifts it).
+"""Where a run of a training script writes (the example scripts'; package-only, for scripts of your own too): the
+default `--output_dir`, named after what the run trains, and the check that a run never writes over the checkpoint
+of another model or config (`--overwrite_output_dir` lifts it).
 
 The default is `outputs/{task}-{model}` (`outputs/{model}` for pretraining), `{model}` being
 - with --preset: the preset's family and size and the attention the built model has, which is the preset's own name
@@ -18,8 +19,8 @@ from pathlib import Path
 from transformers import AutoConfig
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from hf_attn_variants.presets import PRESETS
-from hf_attn_variants.publish import attention_setups, identity_fields
+from .presets import PRESETS
+from .publish import attention_setups, identity_fields
 
 logger = logging.getLogger(__name__)
 
@@ -73,14 +74,19 @@ def _full_config(config) -> dict:
     return json.loads(config.to_json_string(use_diff=False))
 
 
+def script_name(script: str) -> str:
+    """How `training_info.json` names the script that ran: its folder and file (`__file__` or a recorded name)."""
+    return "/".join(Path(script).parts[-2:])
+
+
 def _made_by(script: str, preset: str | None, started_from: str | None) -> dict:
     """What `training_info.json` says made a checkpoint: the script and the preset or checkpoint it started from."""
-    return {"script": f"examples/{Path(script).name}", "preset": None if started_from else preset,
+    return {"script": script_name(script), "preset": None if started_from else preset,
             "started_from": os.path.normpath(started_from) if started_from else None}
 
 
 def _describe(config: dict, made: dict | None) -> str:
-    """E.g. "VariantBertForMaskedLM (variant_bert, talking-heads; examples/run_pretraining.py, preset ...)"."""
+    """E.g. "VariantBertForMaskedLM (variant_bert, talking-heads; <scripts folder>/run_pretraining.py, preset ...)"."""
     what = f"{', '.join(config.get('architectures') or ['a model'])} ({config.get('model_type')}, " \
            f"{'-'.join(attention_setups(config))}"
     if made:

@@ -1,16 +1,22 @@
-"""The model of an example script: `ModelArguments` (a preset or a checkpoint, attention overrides), the family a
-run belongs to, building or loading the model for a task head (a vanilla transformers checkpoint warm-starts its
-variant function-preservingly), and the length checks that keep the tokenizer and the model agreeing.
+"""The model and tokenizer of a training script (the example scripts'; package-only, for scripts of your own too):
+`ModelArguments` (a preset or a checkpoint, attention overrides, the tokenizer), the family a run belongs to,
+building or loading the model for a task head (`load_or_build_model`: a vanilla transformers checkpoint warm-starts
+its variant function-preservingly), the length checks that keep the tokenizer and the model agreeing, and the run's
+tokenizer (`load_tokenizer`).
 """
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from transformers import AutoTokenizer
+
 import hf_attn_variants as hav
-from hf_attn_variants import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
-from hf_attn_variants.families import FAMILIES, family_of
-from hf_attn_variants.presets import ATTENTION, PRESETS, SIZES, preset_config
+
+from .configuration_variant_attention import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
+from .families import FAMILIES, family_of
+from .presets import ATTENTION, PRESETS, SIZES, preset_config
+from .tokenizer_training import train_tokenizer
 
 
 @dataclass
@@ -132,3 +138,56 @@ def check_max_length(config, max_seq_length: int, argument: str = "--max_seq_len
     if limit is not None and max_seq_length > limit:
         raise ValueError(f"{argument}={max_seq_length} is longer than this model takes ({field}={limit}): pass "
                          f"{argument} {limit} or less, or build a model with a larger {field}.")
+
+
+# ---------------------------------------------------------------------------------------------------- tokenizer
+# The project tokenizer of a run on other data than the embedded corpus is trained on the first this many characters
+# of its training split (all of it when smaller); said in --tokenizer_name's help.
+TOKENIZER_SAMPLE_CHARS = 20_000_000
+
+
+def training_lines(dataset, column: str, max_chars: int = TOKENIZER_SAMPLE_CHARS) -> list[str]:
+    """The non-empty lines of the first `max_chars` characters of `dataset[column]` (map-style or streamed): the
+    text a project tokenizer is trained on."""
+    lines, chars = [], 0
+    batches = dataset.iter(batch_size=1000)
+    for batch in batches:
+        for text in batch[column]:
+            for line in (text or "").splitlines():
+                line = line.strip()
+                if line:
+                    lines.append(line)
+                    chars += len(line)
+            if chars >= max_chars:
+                return lines
+    return lines
+
+
+def _holds_text(dataset, column: str) -> bool:
+    """Whether a column holds strings (a streamed dataset whose features are unknown is taken at its word)."""
+    from datasets import Value
+
+    if dataset.features is None:
+        return True
+    feature = dataset.features.get(column)
+    return isinstance(feature, Value) and feature.dtype in ("string", "large_string")
+
+
+def load_tokenizer(model_args, family: str, data_args, training_args, train=None, columns=(), corpus=None):
+    """The run's tokenizer: --tokenizer_name's, else the checkpoint's (--model_name_or_path), else the project's
+    tokenizer of the family (`FAMILIES[family].tokenizer`, --vocab_size; `train_tokenizer`), trained on the run's
+    training text: the text `columns` of the `train` split when the user gave data (the first
+    `TOKENIZER_SAMPLE_CHARS` characters of each; columns that hold no text are skipped), else the text file `corpus`
+    (the script's embedded corpus). Under torchrun the main process trains it first and the others read its
+    cache."""
+    with training_args.main_process_first(desc="the tokenizer"):
+        if model_args.tokenizer_name or model_args.model_name_or_path:
+            # trust_remote_code: our checkpoints' config names their code; without it transformers asks on the terminal
+            return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path,
+                                                 trust_remote_code=True)
+        user_data = bool(data_args.dataset_name or data_args.train_file) and train is not None
+        text = [column for column in columns if _holds_text(train, column)] if user_data else []
+        lines = [line for column in text for line in training_lines(train, column)] if text else None
+        if lines is None:
+            return train_tokenizer(FAMILIES[family].tokenizer, model_args.vocab_size, corpus=corpus)
+        return train_tokenizer(FAMILIES[family].tokenizer, model_args.vocab_size, lines=lines)

@@ -1,7 +1,7 @@
 """The project tokenizers' vocabularies, learnt from word counts alone, so that the same text gives the same
 vocabulary in any process on any machine (`tokenizers`' own trainers iterate hash maps seeded afresh in every
 process): `wordpiece_vocabulary` (the byte-pair merges of `WordPieceTrainer`) and `unigram_vocabulary`
-(SentencePiece's Unigram: EM over each word's segmentation lattice, then pruning). `tokenization.py` hands them to
+(SentencePiece's Unigram: EM over each word's segmentation lattice, then pruning). `tokenizer_training` hands them to
 `tokenizers`' models with the families' normalizers and special tokens.
 """
 

@@ -1,42 +1,29 @@
-"""Data for the example scripts, read as transformers' examples read it (run_mlm.py, run_glue.py): the embedded
-corpus, `DataArguments` and its flags, `load_raw_datasets` (a Hub dataset or local folder, local files through
-datasets' builders, or the script's embedded data), the validation split carved from train when the data has none,
-batched preparation into the datasets cache, and `split_info`, the record of where each split comes from that
-`training_info.json` and the model card keep.
+"""Data for training scripts, read as transformers' examples read it (run_mlm.py, run_glue.py); the example
+scripts' data path, package-only, for scripts of your own too: `DataArguments` and its flags, `load_raw_datasets`
+(a Hub dataset or local folder, local files through datasets' builders, or the script's embedded data), the
+validation split carved from train when the data has none, batched preparation into the datasets cache
+(`map_batched`), and `split_info`, the record of where each split comes from that `training_info.json` and the model
+card keep. Needs `datasets` (`pip install "hf-attn-variants[examples]"`).
 """
 
-import os
-import re
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
-from hf_attn_variants.publish import is_hub_id
+try:
+    from datasets import (
+        DatasetDict,
+        IterableDataset,
+        get_dataset_config_names,
+        load_dataset,
+    )
+except ImportError as error:
+    raise ImportError('hf_attn_variants.data_loading reads data with the `datasets` library, which is not installed: '
+                      'pip install "hf-attn-variants[examples]" (or pip install datasets).') from error
 
-DATA = Path(__file__).resolve().parent / "data"
-CORPUS = DATA / "devils_dictionary.txt"
-
-CORPUS_INFO = {
-    "name": "The Devil's Dictionary (Ambrose Bierce, 1911)",
-    "source": "examples/data/devils_dictionary.txt, from Debian's dict-devil 1.0 (Internet Wiretap edition, 1993)",
-    "license": "public domain",
-}
-
-
-def read_documents(path: str | os.PathLike = CORPUS) -> list[list[str]]:
-    """A text file as documents: blank lines separate documents, each line of a document is one paragraph."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No such data file: {path}. Pass an existing text file (documents separated by "
-                                "blank lines).")
-    text = path.read_text(encoding="utf-8")
-    documents = [[line.strip() for line in block.splitlines() if line.strip()] for block in re.split(r"\n\s*\n", text)]
-    documents = [d for d in documents if d]
-    if not documents:
-        raise ValueError(f"{path} holds no text.")
-    return documents
+from .publish import is_hub_id
 
 
 @dataclass
@@ -123,8 +110,6 @@ def load_raw_datasets(args: DataArguments, *, default_files: dict[str, Path] | N
 
 
 def _load_named_dataset(name: str, config_name: str | None, kwargs: dict):
-    from datasets import get_dataset_config_names, load_dataset
-
     try:
         return load_dataset(name, config_name, **kwargs)
     except ValueError as error:  # datasets: "BuilderConfig 'x' not found. Available: [...]" / "Config name is missing"
@@ -139,8 +124,6 @@ def _load_named_dataset(name: str, config_name: str | None, kwargs: dict):
 
 
 def _load_files(files: dict[str, str], kwargs: dict, user: bool):
-    from datasets import load_dataset
-
     builders = set()
     for split, path in files.items():
         flag = SPLIT_FLAGS[split] if user else "the embedded data"
@@ -175,8 +158,6 @@ def carve_missing_validation(raw, percentage: float, seed: int, block_rows: int 
 
 def carve_validation(train, percentage: float, seed: int, block_rows: int = 1):
     """(train, validation) from one split; see `load_raw_datasets`."""
-    from datasets import IterableDataset
-
     if not 0 < percentage < 100:
         raise ValueError(f"--validation_split_percentage must be in [0, 100), got {percentage}.")
     if isinstance(train, IterableDataset):
@@ -199,8 +180,6 @@ def carve_validation(train, percentage: float, seed: int, block_rows: int = 1):
 
 def first_rows(dataset, count: int):
     """The first `count` rows (map-style: select; streaming: take)."""
-    from datasets import IterableDataset
-
     if count < 0:
         raise ValueError(f"max_*_samples must be positive, got {count}.")
     if isinstance(dataset, IterableDataset):
@@ -210,8 +189,6 @@ def first_rows(dataset, count: int):
 
 def is_empty(dataset) -> bool:
     """Whether a split has no example (a stream is read up to its first one)."""
-    from datasets import IterableDataset
-
     if isinstance(dataset, IterableDataset):
         return next(iter(dataset), None) is None
     return len(dataset) == 0
@@ -254,8 +231,6 @@ def map_batched(dataset, function, training_args, data_args: DataArguments, *, d
     """`dataset.map(function, batched=True)` the way every script prepares data: map-style, with
     --preprocessing_num_workers processes, into the datasets cache (reused unless --overwrite_cache), by the main
     process first (the others then read its cache); streaming, lazily as the data is read."""
-    from datasets import IterableDataset
-
     if isinstance(dataset, IterableDataset):
         return dataset.map(function, batched=True, remove_columns=remove_columns, **kwargs)
     workers = data_args.preprocessing_num_workers
@@ -294,12 +269,14 @@ def split_info(data_args, split: str, default: dict, carved_from: str | None = N
 PRETRAINING_VALIDATION_BLOCK_ROWS = 32
 
 
-def pretraining_splits(data_args: DataArguments, training_args):
-    """(raw splits, eval info) of a pretraining run: the data the flags name (the embedded corpus by default), a
-    validation split carved from train in blocks of `PRETRAINING_VALIDATION_BLOCK_ROWS` rows when it has none, and
-    what the validation split is (`split_info`; None without one). An error names the split a chosen stage lacks.
-    max_{train,eval}_samples are left to the script (they count packed sequences, not rows)."""
-    raw = load_raw_datasets(replace(data_args, validation_split_percentage=0), default_files={"train": CORPUS},
+def pretraining_splits(data_args: DataArguments, training_args, default_file=None, default_info: dict | None = None):
+    """(raw splits, eval info) of a pretraining run: the data the flags name (when they name none, the text file
+    `default_file`, which `default_info` describes), a validation split carved from train in blocks of
+    `PRETRAINING_VALIDATION_BLOCK_ROWS` rows when it has none, and what the validation split is (`split_info`; None
+    without one). An error names the split a chosen stage lacks. max_{train,eval}_samples are left to the script
+    (they count packed sequences, not rows)."""
+    default_files = {"train": default_file} if default_file is not None else None
+    raw = load_raw_datasets(replace(data_args, validation_split_percentage=0), default_files=default_files,
                             seed=training_args.seed, select_samples=False)
     raw, carved = carve_missing_validation(raw, data_args.validation_split_percentage, training_args.seed,
                                            PRETRAINING_VALIDATION_BLOCK_ROWS)
@@ -307,7 +284,7 @@ def pretraining_splits(data_args: DataArguments, training_args):
         if needed and split not in raw:
             raise ValueError(f"The data has no {split} split (it has {sorted(raw)}): give --{split}_file, or "
                              "--validation_split_percentage above 0.")
-    eval_info = split_info(data_args, "validation", CORPUS_INFO, carved_from="train" if carved else None) \
+    eval_info = split_info(data_args, "validation", default_info, carved_from="train" if carved else None) \
         if "validation" in raw else None
     return raw, eval_info
 
@@ -320,8 +297,6 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
     `load_raw_datasets`); max_{train,eval,predict}_samples keep the first N rows of each split. `convert_file`
     (path -> path) turns a data file into one datasets reads (e.g. SQuAD's nested JSON into JSON lines); the card
     still names the file the user gave."""
-    from datasets import DatasetDict
-
     check_percentage(data_args.validation_split_percentage)
     if data_args.streaming:
         raise ValueError("The fine-tuning scripts read map-style datasets (they need the eval examples for "
