@@ -52,6 +52,7 @@ from .configuration_variant_albert import VariantAlbertConfig
 from .modeling_variant_utils import (
     VariantPreTrainedModel,
     add_admin_omega,
+    add_output_bias,
     admin_residual,
     attention_projections,
     output_attentions_from_config,
@@ -272,7 +273,8 @@ class VariantAlbertMLMHead(nn.Module):
         self.activation = ACT2FN[config.hidden_act]
 
     def forward(self, hidden_states):
-        return self.decoder(self.LayerNorm(self.activation(self.dense(hidden_states)))) + self.bias  # [b, n, vocab]
+        logits = self.decoder(self.LayerNorm(self.activation(self.dense(hidden_states))))
+        return add_output_bias(logits, self.bias)  # [b, n, vocab]
 
 
 class VariantAlbertSOPHead(nn.Module):

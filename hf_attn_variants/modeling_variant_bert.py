@@ -56,6 +56,7 @@ from .modeling_variant_utils import (
     CACHE_FIELD,
     VariantPreTrainedModel,
     add_admin_omega,
+    add_output_bias,
     admin_residual,
     attention_projections,
     cache_field,
@@ -311,7 +312,7 @@ class VariantBertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, hidden_states):
-        return self.decoder(self.transform(hidden_states)) + self.bias  # [b, n, vocab]
+        return add_output_bias(self.decoder(self.transform(hidden_states)), self.bias)  # [b, n, vocab]
 
 
 class VariantBertOnlyMLMHead(nn.Module):
