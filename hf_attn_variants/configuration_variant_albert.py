@@ -28,6 +28,13 @@ class VariantAlbertConfig(PretrainedConfig):
         max_position_embeddings, type_vocab_size, initializer_range, layer_norm_eps, classifier_dropout_prob,
         pad_token_id, bos_token_id, eos_token_id, tie_word_embeddings:
             As in `AlbertConfig`. `num_attention_heads` is h, the number of logits/softmax heads.
+        unpad (`bool`, defaults to `True`):
+            Run the encoder on the real tokens only where the 2D attention mask has padding: the projections,
+            feed-forward and LayerNorms on the packed real tokens, attention within each sequence; the outputs at the
+            real positions are the padded batch's (to float rounding) and the padded positions of the last hidden state
+            hold zeros. Calls that ask for every layer's hidden states or attention weights, a decoder, a chunked
+            feed-forward and traced graphs run the padded batch. `False`: always the padded batch, as transformers'
+            BERT (docs/unpadding.md).
         attention_type, attention_head_size, attention_recompute, attention_algorithm, talking_heads_*, synthesizer_*:
             The attention variant: see below.
     """
@@ -58,6 +65,7 @@ class VariantAlbertConfig(PretrainedConfig):
         bos_token_id=2,
         eos_token_id=3,
         tie_word_embeddings=True,
+        unpad=True,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -77,6 +85,7 @@ class VariantAlbertConfig(PretrainedConfig):
         self.layer_norm_eps = layer_norm_eps
         self.classifier_dropout_prob = classifier_dropout_prob
         self.tie_word_embeddings = tie_word_embeddings
+        self.unpad = unpad
         pop_retired_sparse_prediction(kwargs)  # a forward argument of the masked-LM heads now
         VariantAttentionFields.pop_from(kwargs).set_on(self)  # the attention fields: configuration_variant_attention
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)

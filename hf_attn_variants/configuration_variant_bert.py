@@ -26,6 +26,13 @@ class VariantBertConfig(PretrainedConfig):
         initializer_range, layer_norm_eps, pad_token_id, use_cache, classifier_dropout, is_decoder,
         add_cross_attention, bos_token_id, eos_token_id, tie_word_embeddings:
             As in `BertConfig`. `num_attention_heads` is h, the number of logits/softmax heads.
+        unpad (`bool`, defaults to `True`):
+            Run the encoder on the real tokens only where the 2D attention mask has padding: the projections,
+            feed-forward and LayerNorms on the packed real tokens, attention within each sequence; the outputs at the
+            real positions are the padded batch's (to float rounding) and the padded positions of the last hidden state
+            hold zeros. Calls that ask for every layer's hidden states or attention weights, a decoder, a chunked
+            feed-forward and traced graphs run the padded batch. `False`: always the padded batch, as transformers'
+            BERT (docs/unpadding.md).
         attention_type, attention_head_size, attention_recompute, attention_algorithm, talking_heads_*, synthesizer_*:
             The attention variant: see below.
     """
@@ -56,6 +63,7 @@ class VariantBertConfig(PretrainedConfig):
         bos_token_id=None,
         eos_token_id=None,
         tie_word_embeddings=True,
+        unpad=True,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -75,6 +83,7 @@ class VariantBertConfig(PretrainedConfig):
         self.is_decoder = is_decoder
         self.add_cross_attention = add_cross_attention
         self.tie_word_embeddings = tie_word_embeddings
+        self.unpad = unpad
         pop_retired_sparse_prediction(kwargs)  # a forward argument of the masked-LM heads now
         VariantAttentionFields.pop_from(kwargs).set_on(self)  # the attention fields: configuration_variant_attention
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)

@@ -58,6 +58,7 @@ from .modeling_variant_utils import (
     scored_positions,
     sequence_classification_loss,
     span_loss,
+    unpadded,
 )
 
 AUTO_MAP = {
@@ -249,11 +250,17 @@ class VariantAlbertModel(VariantAlbertPreTrainedModel):
         embedding_output = self.embeddings(
             input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
-        )
+        packed = unpadded(self.config, attention_mask, position_ids, kwargs)  # None: the padded batch runs
+        if packed is not None:  # the real tokens only, attending within each sequence
+            embedding_output, attention_mask = packed.pack(embedding_output), packed
+        else:
+            attention_mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
+            )
         kwargs["key_positions"] = position_ids  # where the synthesizers read their tables (None: 0..n-1)
         sequence_output = self.encoder(embedding_output, attention_mask, **kwargs).last_hidden_state
+        if packed is not None:
+            sequence_output = packed.unpack(sequence_output)  # [b, n, d], zeros at the padded positions
         pooled_output = None
         if self.pooler is not None:
             pooled_output = self.pooler_activation(self.pooler(sequence_output[:, 0]))

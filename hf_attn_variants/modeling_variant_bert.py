@@ -67,6 +67,7 @@ from .modeling_variant_utils import (
     scored_positions,
     sequence_classification_loss,
     span_loss,
+    unpadded,
 )
 
 logger = logging.get_logger(__name__)
@@ -413,7 +414,10 @@ class VariantBertModel(VariantBertPreTrainedModel):
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds,
             cache_length=cache_length,
         )
-        if self.config.is_decoder:
+        packed = unpadded(self.config, attention_mask, position_ids, kwargs)  # None: the padded batch runs
+        if packed is not None:  # the real tokens only, attending within each sequence
+            embedding_output, attention_mask = packed.pack(embedding_output), packed
+        elif self.config.is_decoder:
             attention_mask = create_causal_mask(
                 config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask, **cache_field(cache)
             )
@@ -436,6 +440,8 @@ class VariantBertModel(VariantBertPreTrainedModel):
             **kwargs,
         )
         sequence_output = encoder_outputs.last_hidden_state
+        if packed is not None:
+            sequence_output = packed.unpack(sequence_output)  # [b, n, d], zeros at the padded positions
         pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=sequence_output,
