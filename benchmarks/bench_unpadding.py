@@ -21,7 +21,7 @@ from transformers import BertConfig, BertForMaskedLM
 from transformers.utils import logging
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from hf_attn_variants import VariantBertForMaskedLM  # noqa: E402
+from hf_attn_variants import VariantBertForMaskedLM
 
 ROWS = {  # name -> VariantBert fields (None: transformers' model)
     "transformers sdpa": None,

@@ -3,6 +3,7 @@ Synthesizer, general bilinear)."""
 
 # First: the transformers version check runs before anything of transformers is imported.
 from .configuration_variant_attention import (
+    UNPAD_DOCSTRING,
     VARIANT_CONFIG_DOCSTRING,
     VariantAttentionFields,
     pop_retired_sparse_prediction,
@@ -28,18 +29,11 @@ class VariantAlbertConfig(PretrainedConfig):
         max_position_embeddings, type_vocab_size, initializer_range, layer_norm_eps, classifier_dropout_prob,
         pad_token_id, bos_token_id, eos_token_id, tie_word_embeddings:
             As in `AlbertConfig`. `num_attention_heads` is h, the number of logits/softmax heads.
-        unpad (`bool`, defaults to `True`):
-            Run the encoder on the real tokens only where the 2D attention mask has padding: the projections,
-            feed-forward and LayerNorms on the packed real tokens, attention within each sequence; the outputs at the
-            real positions are the padded batch's (to float rounding) and the padded positions of the last hidden state
-            hold zeros. Calls that ask for every layer's hidden states or attention weights, a decoder, a chunked
-            feed-forward and traced graphs run the padded batch. `False`: always the padded batch, as transformers'
-            BERT (docs/unpadding.md).
         attention_type, attention_head_size, attention_recompute, attention_algorithm, talking_heads_*, synthesizer_*:
             The attention variant: see below.
     """
 
-    __doc__ += VARIANT_CONFIG_DOCSTRING
+    __doc__ += UNPAD_DOCSTRING + VARIANT_CONFIG_DOCSTRING
 
     model_type = "variant_albert"
 
