@@ -1,13 +1,14 @@
 """Inference on a padded batch, packed (`unpad=True`, the default) and padded, against transformers' SDPA BERT.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_unpadding.py [--repeats 7] [--batch-size 8] [--seq-len 512]
+    OMP_NUM_THREADS=1 python benchmarks/bench_unpadding.py [--repeats 7] [--batch-size 8] [--seq-len 512] [--train]
 
 A bert-mini `BertForMaskedLM` (4 layers, width 256, 4 heads, FFN 1024, vocab 8000) with SDPA attention, and
 `VariantBertForMaskedLM` of each attention type loaded from its weights, in `eval()` under `torch.inference_mode()`,
 on `--batch-size` rows of `--seq-len` positions whose real lengths are drawn uniformly from `--min-len`..`--seq-len`
 (fixed by `--seed`; `--min-len` equal to `--seq-len`: no padding). Per repeat every model runs once in turn
-(interleaved); each row prints the fastest time, its ratio to the fastest transformers time, and the range of the
-per-repeat ratios (time / that repeat's transformers time), which shows how much a loaded machine moved them.
+(interleaved); each row prints the fastest time, its ratio to the fastest transformers time, and the median and range
+of the per-repeat ratios (time / that repeat's transformers time), which show how much a loaded machine moved them.
+`--train` times a training step instead (docs/unpadding.md).
 """
 
 import argparse
@@ -37,6 +38,8 @@ p.add_argument("--seq-len", type=int, default=512)
 p.add_argument("--min-len", type=int, default=64)
 p.add_argument("--repeats", type=int, default=7)
 p.add_argument("--seed", type=int, default=0)
+p.add_argument("--train", action="store_true",
+               help="time a training step instead: train() (dropout 0.1), labels at 15%% of the real tokens, backward")
 args = p.parse_args()
 
 logging.set_verbosity_error()  # the variants' own parameters are new: no loading report
@@ -48,22 +51,32 @@ with tempfile.TemporaryDirectory() as folder:
     BertForMaskedLM(config).save_pretrained(folder)
     for name, fields in ROWS.items():
         cls = BertForMaskedLM if fields is None else VariantBertForMaskedLM
-        models[name] = cls.from_pretrained(folder, **(fields or {})).eval()
+        models[name] = cls.from_pretrained(folder, **(fields or {})).train(args.train)
 lengths = torch.randint(args.min_len, args.seq_len + 1, (args.batch_size,))
 ids = torch.randint(1, config.vocab_size, (args.batch_size, args.seq_len))
 mask = (torch.arange(args.seq_len) < lengths[:, None]).long()
+labels = ids.masked_fill((mask == 0) | (torch.rand(ids.shape) > 0.15), -100)
+
+
+def step(model):
+    if args.train:
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        return
+    with torch.inference_mode():
+        model(input_ids=ids, attention_mask=mask)
+
+
 times = {name: [] for name in models}
-with torch.inference_mode():
-    for repeat in range(args.repeats + 1):  # the first round warms up
-        for name, model in models.items():
-            start = time.perf_counter()
-            model(input_ids=ids, attention_mask=mask)
-            if repeat:
-                times[name].append(time.perf_counter() - start)
-print(f"{args.batch_size} x {args.seq_len}, lengths {sorted(lengths.tolist())}, {torch.get_num_threads()} thread(s), "
-      f"fastest of {args.repeats}")
+for repeat in range(args.repeats + 1):  # the first round warms up
+    for name, model in models.items():
+        start = time.perf_counter()
+        step(model)
+        if repeat:
+            times[name].append(time.perf_counter() - start)
+print(f"{'training step' if args.train else 'inference'}, {args.batch_size} x {args.seq_len}, lengths "
+      f"{sorted(lengths.tolist())}, {torch.get_num_threads()} thread(s), fastest of {args.repeats}")
 base = times["transformers sdpa"]
 for name, t in times.items():
-    ratios = [a / b for a, b in zip(t, base)]
-    print(f"{name:24s} {1000 * min(t):8.1f} ms  {min(t) / min(base):5.2f}x  (per repeat {min(ratios):.2f}-"
-          f"{max(ratios):.2f})")
+    ratios = sorted(a / b for a, b in zip(t, base))
+    print(f"{name:24s} {1000 * min(t):8.1f} ms  {min(t) / min(base):5.2f}x  (per repeat: median "
+          f"{ratios[len(ratios) // 2]:.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f})")

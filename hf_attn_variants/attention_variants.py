@@ -33,8 +33,10 @@ the ones that multiply V, after dropout (an eager function drops only while `mod
 and half-precision logits go through one softmax, in float32 (`talking_heads_blockwise.softmax_keys`).
 
 The base, `VariantAttentionCore`, holds what they share: the mask (padding, causal, position bias), dropout,
-recomputation and the memory as it is cached. Shapes: b batch, n query length, m key length, h_k/h/h_v key, softmax
-and value heads, d_k/d_v head sizes.
+recomputation and the memory as it is cached. `PackedSequences` is the layout of a padded batch's real tokens, packed
+on the token axis: an encoder hands it to a core in place of the mask, and the core runs its type's function within
+each sequence. Shapes: b batch, n query length, m key length, h_k/h/h_v key, softmax and value heads, d_k/d_v head
+sizes.
 """
 
 import functools
@@ -326,7 +328,7 @@ class VariantAttentionCore(nn.Module):
         query: torch.Tensor | None,
         key: torch.Tensor,
         value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
+        attention_mask: "torch.Tensor | PackedSequences | None",
         hidden_states: torch.Tensor,
         *,
         position_bias: torch.Tensor | None = None,
@@ -336,7 +338,9 @@ class VariantAttentionCore(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states [b, n, d] is the query input (dense synthesizers and dynamic x2l/x2w read it). A
         self-attention's `key_positions` [b or 1, m] (in kwargs; None: 0..m-1) are the keys' positions, cached keys
-        first and the n queries last (synthesizers read them)."""
+        first and the n queries last (synthesizers read them). An encoder running the packed real tokens of a padded
+        batch passes their layout, a `PackedSequences`, as `attention_mask`: the type's attention then runs within
+        each sequence (`PackedSequences.attend`)."""
         if isinstance(attention_mask, PackedSequences):  # the real tokens of a padded batch: attend per sequence
             return attention_mask.attend(self, query, key, value, hidden_states, position_bias=position_bias,
                                          attn_implementation=attn_implementation,

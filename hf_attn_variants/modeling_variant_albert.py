@@ -6,6 +6,8 @@ What differs from transformers' `modeling_albert.py`:
   sharing covers them and the parameter count does not grow with `num_hidden_layers`;
 - a synthesizer reads its position-indexed tables at `position_ids` where they are given, as the position embeddings
   do, so left padding with position ids leaves the outputs at the real tokens unchanged;
+- on a padded batch the encoder runs on the real tokens only (`config.unpad`, on by default), as VariantBERT's: the
+  outputs at the real tokens are the padded batch's, the padded positions of the last hidden state hold zeros;
 - called with `sparse_prediction=True` and labels (a forward argument, never saved), `ForMaskedLM` and
   `ForPreTraining` run the prediction head only at the labelled positions (`logits` `[n_scored, vocab]`); the loss
   is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;

@@ -7,6 +7,10 @@ What differs from transformers' `modeling_bert.py`:
   bilinear attention no key/value projections (the memory itself is the keys and the values);
 - a synthesizer reads its position-indexed tables at `position_ids` where they are given (the cached tokens at the
   attention mask's count, where `generate` put them), so left padding with position ids leaves the logits unchanged;
+- an encoder given a padded batch (a 2D attention mask with padding) runs on its real tokens only (`config.unpad`,
+  on by default; `modeling_variant_utils.unpadded`): the projections, feed-forward and LayerNorms on the packed
+  tokens, attention within each sequence. The outputs at the real tokens are the padded batch's; the padded positions
+  of the last hidden state hold zeros where transformers' BERT computes values no real token reads;
 - called with `sparse_prediction=True` and labels (a forward argument, never saved), `ForMaskedLM` and
   `ForPreTraining` run the prediction head only at the labelled positions (`logits` `[n_scored, vocab]`); the loss
   is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;

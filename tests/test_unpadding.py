@@ -12,9 +12,11 @@ import textwrap
 import pytest
 import torch
 
-from conftest import TINY, VARIANTS, at_real_tokens, build
+from conftest import TINY, VARIANTS, at_real_tokens, build, on_device
 from hf_attn_variants.attention_variants import PackedSequences
 from hf_attn_variants.isolation import run_isolated
+
+pytestmark = pytest.mark.device  # on HAV_TEST_DEVICE (a GPU where there is one): the packed layout runs there too
 
 HEADS = ["VariantBertForMaskedLM", "VariantAlbertForMaskedLM"]
 TOLERANCE = dict(atol=1e-5, rtol=1e-5)  # float32: two orders of the same sums
@@ -30,7 +32,7 @@ def _batch(position_ids: bool = False, seed: int = 0) -> dict:
     inputs = dict(input_ids=ids, attention_mask=mask)
     if position_ids:
         inputs["position_ids"] = (mask.cumsum(-1) - 1).clamp(min=0)
-    return inputs
+    return on_device(inputs)
 
 
 @pytest.fixture
@@ -106,7 +108,7 @@ def test_sparse_prediction_runs_packed(head, packed_runs):
     and logits rows."""
     model = build(head, "talking_heads")
     inputs = _batch()
-    scored = torch.rand(5, 12, generator=torch.Generator().manual_seed(1)) > 0.5
+    scored = on_device(torch.rand(5, 12, generator=torch.Generator().manual_seed(1)) > 0.5)
     inputs["labels"] = inputs["input_ids"].masked_fill(~scored | (inputs["attention_mask"] == 0), -100)
     with torch.no_grad():
         packed = model(**inputs, sparse_prediction=True)
@@ -200,9 +202,9 @@ LOADER = textwrap.dedent(
 
 
 def test_a_saved_checkpoint_runs_packed_as_remote_code(tmp_path):
-    inputs, jobs, expected = _batch(position_ids=True), [], {}
+    inputs, jobs, expected = {k: v.cpu() for k, v in _batch(position_ids=True).items()}, [], {}
     for head, variant in (("VariantBertModel", "synth_mixture"), ("VariantAlbertModel", "talking_heads_dynamic")):
-        model = build(head, variant)
+        model = build(head, variant).cpu()  # as the subprocess runs it
         path = str(tmp_path / head)
         model.save_pretrained(path)
         jobs.append(path)
