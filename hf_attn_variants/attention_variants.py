@@ -201,7 +201,7 @@ class PackedSequences:
     only. Attention runs per sequence: handed to a core as its attention mask, the layout makes it attend within each
     run of equal-length sequences, unmasked (`attend`). The sequences are packed shortest first, so sequences of one
     length sit together and share one call ([count, heads, length, d] blocks of the packed heads, views without
-    copies); on a CPU a call per length costs less than the padded keys it skips (docs/attention-algorithms.md).
+    copies); on a CPU a call per length costs less than the padded keys it skips (docs/unpadding.md).
 
     `indices` [total]: where each packed token sits in the padded batch flattened to [b * n]; `positions` [1, total]:
     its position (id), where the position embeddings put it and the synthesizers read their tables; `runs`: (count,
@@ -328,7 +328,7 @@ class VariantAttentionCore(nn.Module):
         query: torch.Tensor | None,
         key: torch.Tensor,
         value: torch.Tensor,
-        attention_mask: "torch.Tensor | PackedSequences | None",
+        attention_mask: torch.Tensor | PackedSequences | None,
         hidden_states: torch.Tensor,
         *,
         position_bias: torch.Tensor | None = None,

@@ -622,5 +622,5 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
 
 
 __all__ = ["ATTENTION_REGISTRY", "ATTENTION_TYPES", "AttentionSpec", "AttentionType", "BASELINE_ATTENTION",
-           "SUPPORTED_TRANSFORMERS", "UNPAD_DOCSTRING", "VariantAttentionFields", "cross_attention_type", "describe_attention_types",
-           "place_attention_type", "register_attention_type", "resolve_attention"]
+           "SUPPORTED_TRANSFORMERS", "UNPAD_DOCSTRING", "VariantAttentionFields", "cross_attention_type",
+           "describe_attention_types", "place_attention_type", "register_attention_type", "resolve_attention"]

@@ -154,7 +154,7 @@ def unpadded(config, attention_mask: torch.Tensor | None, position_ids: torch.Te
     a traced graph (`torch.compile`, `torch.export`, `torch.jit`: the packed shapes depend on the mask's values).
     """
     if (
-        not getattr(config, "unpad", True)
+        not config.unpad
         or getattr(config, "is_decoder", False)
         or attention_mask is None
         or attention_mask.dim() != 2
