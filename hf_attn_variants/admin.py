@@ -82,8 +82,9 @@ def admin_profile(model: VariantPreTrainedModel, batch: dict) -> list[float]:
         records.append(torch.stack([values.new_tensor(values.numel()), mean, ((values - mean) ** 2).sum()]))
         order.append(module)
 
-    was_training = model.training
+    was_training, unpad = model.training, model.config.unpad
     model.eval()
+    model.config.unpad = False  # the padded batch: its statistics are the whole batch tensor's, padding included
     try:
         for module in residuals:
             module.admin_omega.fill_(1.0)
@@ -93,6 +94,7 @@ def admin_profile(model: VariantPreTrainedModel, batch: dict) -> list[float]:
         for module in residuals:
             del module.admin_recorder
         model.train(was_training)
+        model.config.unpad = unpad
     if any(count > 1 for count in runs.values()):
         raise ValueError(
             "A residual ran more than once (shared ALBERT layers): variance profiling gives it no single omega; "

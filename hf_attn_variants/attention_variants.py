@@ -33,8 +33,10 @@ the ones that multiply V, after dropout (an eager function drops only while `mod
 and half-precision logits go through one softmax, in float32 (`talking_heads_blockwise.softmax_keys`).
 
 The base, `VariantAttentionCore`, holds what they share: the mask (padding, causal, position bias), dropout,
-recomputation and the memory as it is cached. Shapes: b batch, n query length, m key length, h_k/h/h_v key, softmax
-and value heads, d_k/d_v head sizes.
+recomputation and the memory as it is cached. `PackedSequences` is the layout of a padded batch's real tokens, packed
+on the token axis: an encoder hands it to a core in place of the mask, and the core runs its type's function within
+each sequence. Shapes: b batch, n query length, m key length, h_k/h/h_v key, softmax and value heads, d_k/d_v head
+sizes.
 """
 
 import functools
@@ -191,6 +193,72 @@ def talking_heads_attention_forward(module, query, key, value, attention_mask, s
     return out.transpose(1, 2).contiguous(), weights  # [b, n, h_v, d_v]
 
 
+class PackedSequences:
+    """The real tokens of a padded batch, packed one sequence after another on the token axis: the layout an encoder
+    runs in where its 2D attention mask has padding (BERT and ALBERT, `unpad`; `modeling_variant_utils.unpadded`).
+
+    Every per-token step (projections, feed-forward, LayerNorms) runs on `[1, total, d]`, the `total` real tokens
+    only. Attention runs per sequence: handed to a core as its attention mask, the layout makes it attend within each
+    run of equal-length sequences, unmasked (`attend`). The sequences are packed shortest first, so sequences of one
+    length sit together and share one call ([count, heads, length, d] blocks of the packed heads, views without
+    copies); on a CPU a call per length costs less than the padded keys it skips (docs/unpadding.md).
+
+    `indices` [total]: where each packed token sits in the padded batch flattened to [b * n]; `positions` [1, total]:
+    its position (id), where the position embeddings put it and the synthesizers read their tables; `runs`: (count,
+    length) of each run of equal-length sequences, in packed order; `shape`: (b, n) of the padded batch.
+    """
+
+    def __init__(self, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None):
+        """The layout of a 2D mask [b, n] (1 or True: a real token) and the batch's position ids [b or 1, n] (None:
+        each token's column, as the position embeddings count them)."""
+        b, n = self.shape = tuple(attention_mask.shape)
+        real = attention_mask.bool()
+        lengths = real.sum(-1)  # [b]
+        order = torch.argsort(lengths, stable=True)  # shortest first: equal lengths side by side
+        rows, columns = real[order].nonzero(as_tuple=True)  # row-major: each sequence's tokens in order
+        self.indices = order[rows] * n + columns  # [total]
+        if position_ids is None:
+            self.positions = columns[None]  # [1, total]
+        else:
+            self.positions = position_ids.expand(b, n).reshape(-1)[self.indices][None]
+        runs = {}
+        for length in lengths[order].tolist():
+            runs[length] = runs.get(length, 0) + 1
+        self.runs = tuple((count, length) for length, count in runs.items() if length > 0)
+
+    def pack(self, padded: torch.Tensor) -> torch.Tensor:
+        """[b, n, ...] -> the real tokens [1, total, ...]."""
+        return padded.flatten(0, 1).index_select(0, self.indices)[None]
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """[1, total, ...] -> [b, n, ...], the tokens back where they were and zeros at the padded positions."""
+        flat = packed.new_zeros(self.shape[0] * self.shape[1], *packed.shape[2:])
+        return flat.index_copy(0, self.indices, packed[0]).view(*self.shape, *packed.shape[2:])
+
+    def attend(self, core: "VariantAttentionCore", query, key, value, hidden_states, **kwargs):
+        """`core`'s attention of the packed heads (query [1, h_k, total, d_k], key and value as `prepare_memory`
+        makes them from the packed memory, hidden_states [1, total, d]) within each sequence: one unmasked call of
+        the core per run of equal-length sequences, at the tokens' `positions`. Returns [1, total, h_v, d_v] and no
+        weights (the encoders run the padded batch where the weights are asked for)."""
+        if kwargs.pop("position_bias", None) is not None or kwargs.pop("output_attentions", False):
+            raise ValueError("Packed sequences attend without a position bias and without returning the weights: "
+                             "run the padded batch (`unpad=False`) for those.")
+        kwargs.pop("key_positions", None)  # the padded batch's: the packed tokens' are `positions`
+        outputs, start = [], 0
+        for count, length in self.runs:
+            tokens = slice(start, start + count * length)
+            start = tokens.stop
+
+            def block(t):  # [1, heads, total, d] -> [count, heads, length, d], a view
+                return None if t is None else t[0, :, tokens].unflatten(1, (count, length)).transpose(0, 1)
+
+            x = hidden_states[0, tokens].view(count, length, -1)
+            positions = self.positions[0, tokens].view(count, length)
+            out, _ = core(block(query), block(key), block(value), None, x, key_positions=positions, **kwargs)
+            outputs.append(out.flatten(0, 1))  # [count * length, h_v, d_v]
+        return torch.cat(outputs)[None], None
+
+
 class VariantAttentionCore(nn.Module):
     """The part of an attention layer after the projections and before the output projection; the base of every
     attention type. `ATTENTION_CLASSES[spec.attention_type](spec)` (or `attention_core(spec)`) builds the right one.
@@ -260,7 +328,7 @@ class VariantAttentionCore(nn.Module):
         query: torch.Tensor | None,
         key: torch.Tensor,
         value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
+        attention_mask: torch.Tensor | PackedSequences | None,
         hidden_states: torch.Tensor,
         *,
         position_bias: torch.Tensor | None = None,
@@ -270,7 +338,13 @@ class VariantAttentionCore(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states [b, n, d] is the query input (dense synthesizers and dynamic x2l/x2w read it). A
         self-attention's `key_positions` [b or 1, m] (in kwargs; None: 0..m-1) are the keys' positions, cached keys
-        first and the n queries last (synthesizers read them)."""
+        first and the n queries last (synthesizers read them). An encoder running the packed real tokens of a padded
+        batch passes their layout, a `PackedSequences`, as `attention_mask`: the type's attention then runs within
+        each sequence (`PackedSequences.attend`)."""
+        if isinstance(attention_mask, PackedSequences):  # the real tokens of a padded batch: attend per sequence
+            return attention_mask.attend(self, query, key, value, hidden_states, position_bias=position_bias,
+                                         attn_implementation=attn_implementation,
+                                         output_attentions=output_attentions, **kwargs)
         dropout = self.spec.dropout if self.training else 0.0
         self.check_lengths(hidden_states.shape[1], value.shape[2], kwargs.get("key_positions"))
         attention_forward = self.attention_function(attn_implementation, output_attentions, dropout, value.device)

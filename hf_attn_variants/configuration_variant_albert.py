@@ -3,6 +3,7 @@ Synthesizer, general bilinear)."""
 
 # First: the transformers version check runs before anything of transformers is imported.
 from .configuration_variant_attention import (
+    UNPAD_DOCSTRING,
     VARIANT_CONFIG_DOCSTRING,
     VariantAttentionFields,
     pop_retired_sparse_prediction,
@@ -32,7 +33,7 @@ class VariantAlbertConfig(PretrainedConfig):
             The attention variant: see below.
     """
 
-    __doc__ += VARIANT_CONFIG_DOCSTRING
+    __doc__ += UNPAD_DOCSTRING + VARIANT_CONFIG_DOCSTRING
 
     model_type = "variant_albert"
 
@@ -58,6 +59,7 @@ class VariantAlbertConfig(PretrainedConfig):
         bos_token_id=2,
         eos_token_id=3,
         tie_word_embeddings=True,
+        unpad=True,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -77,6 +79,7 @@ class VariantAlbertConfig(PretrainedConfig):
         self.layer_norm_eps = layer_norm_eps
         self.classifier_dropout_prob = classifier_dropout_prob
         self.tie_word_embeddings = tie_word_embeddings
+        self.unpad = unpad
         pop_retired_sparse_prediction(kwargs)  # a forward argument of the masked-LM heads now
         VariantAttentionFields.pop_from(kwargs).set_on(self)  # the attention fields: configuration_variant_attention
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)

@@ -536,6 +536,16 @@ VariantAttentionFields.__doc__ = VariantAttentionFields.__doc__.replace("ATTENTI
                           subsequent_indent=" " * 14)
     for name, entry in ATTENTION_REGISTRY.items()))
 VARIANT_CONFIG_DOCSTRING = VariantAttentionFields.__doc__
+# The field of the encoder families' configs (BERT, ALBERT; T5 has none), documented once for both docstrings: how
+# their encoder runs a padded batch (`modeling_variant_utils.unpadded`, docs/unpadding.md).
+UNPAD_DOCSTRING = r"""
+        unpad (`bool`, defaults to `True`):
+            Run the encoder on the real tokens only where the 2D attention mask has padding: the projections,
+            feed-forward and LayerNorms on the packed real tokens, attention within each sequence. The outputs at the
+            real tokens are the padded batch's (to float rounding); the padded positions of the last hidden state hold
+            zeros. A call that asks for every layer's hidden states or attention weights, a decoder, a chunked
+            feed-forward and a traced graph (`torch.compile`, `torch.export`) run the padded batch. `False`: always
+            the padded batch, as transformers' models."""
 
 
 def cross_attention_type(attention_type: str, *, explicit: bool = False) -> str:
@@ -612,5 +622,5 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
 
 
 __all__ = ["ATTENTION_REGISTRY", "ATTENTION_TYPES", "AttentionSpec", "AttentionType", "BASELINE_ATTENTION",
-           "SUPPORTED_TRANSFORMERS", "VariantAttentionFields", "cross_attention_type", "describe_attention_types",
-           "place_attention_type", "register_attention_type", "resolve_attention"]
+           "SUPPORTED_TRANSFORMERS", "UNPAD_DOCSTRING", "VariantAttentionFields", "cross_attention_type",
+           "describe_attention_types", "place_attention_type", "register_attention_type", "resolve_attention"]

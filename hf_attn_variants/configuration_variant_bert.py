@@ -3,6 +3,7 @@ Synthesizer, general bilinear)."""
 
 # First: the transformers version check runs before anything of transformers is imported.
 from .configuration_variant_attention import (
+    UNPAD_DOCSTRING,
     VARIANT_CONFIG_DOCSTRING,
     VariantAttentionFields,
     pop_retired_sparse_prediction,
@@ -30,7 +31,7 @@ class VariantBertConfig(PretrainedConfig):
             The attention variant: see below.
     """
 
-    __doc__ += VARIANT_CONFIG_DOCSTRING
+    __doc__ += UNPAD_DOCSTRING + VARIANT_CONFIG_DOCSTRING
 
     model_type = "variant_bert"
 
@@ -56,6 +57,7 @@ class VariantBertConfig(PretrainedConfig):
         bos_token_id=None,
         eos_token_id=None,
         tie_word_embeddings=True,
+        unpad=True,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -75,6 +77,7 @@ class VariantBertConfig(PretrainedConfig):
         self.is_decoder = is_decoder
         self.add_cross_attention = add_cross_attention
         self.tie_word_embeddings = tie_word_embeddings
+        self.unpad = unpad
         pop_retired_sparse_prediction(kwargs)  # a forward argument of the masked-LM heads now
         VariantAttentionFields.pop_from(kwargs).set_on(self)  # the attention fields: configuration_variant_attention
         super().__init__(pad_token_id=pad_token_id, bos_token_id=bos_token_id, eos_token_id=eos_token_id, **kwargs)

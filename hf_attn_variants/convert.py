@@ -73,7 +73,9 @@ def probe_inputs(config, architecture: str) -> dict:
 
 def _mismatch(reference, candidate, inputs, atol: float, rtol: float) -> str | None:
     """None if every tensor output of `candidate` equals `reference`'s within atol + rtol * |reference|; else why
-    not."""
+    not. Outputs per token of the probe batch are compared at its real tokens: at the padded ones a model that runs
+    the encoder on the real tokens only (`unpad`) leaves zeros where transformers' computes what nothing reads."""
+    real = inputs["attention_mask"].bool()
     with torch.no_grad():
         expected, got = reference(**inputs), candidate(**inputs)
     for key, value in expected.items():
@@ -81,7 +83,10 @@ def _mismatch(reference, candidate, inputs, atol: float, rtol: float) -> str | N
             continue
         if key not in got or got[key].shape != value.shape:
             return f"output {key!r} is missing or has another shape"
-        error = (got[key] - value).abs()
+        candidate_value = got[key]
+        if value.shape[: real.dim()] == real.shape:
+            value, candidate_value = value[real], candidate_value[real]
+        error = (candidate_value - value).abs()
         if not torch.all(error <= atol + rtol * value.abs()):
             return f"output {key!r} differs by up to {error.max().item():.3g}"
     return None

@@ -6,6 +6,8 @@ What differs from transformers' `modeling_albert.py`:
   sharing covers them and the parameter count does not grow with `num_hidden_layers`;
 - a synthesizer reads its position-indexed tables at `position_ids` where they are given, as the position embeddings
   do, so left padding with position ids leaves the outputs at the real tokens unchanged;
+- on a padded batch the encoder runs on the real tokens only (`config.unpad`, on by default), as VariantBERT's: the
+  outputs at the real tokens are the padded batch's, the padded positions of the last hidden state hold zeros;
 - called with `sparse_prediction=True` and labels (a forward argument, never saved), `ForMaskedLM` and
   `ForPreTraining` run the prediction head only at the labelled positions (`logits` `[n_scored, vocab]`); the loss
   is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;
@@ -59,6 +61,7 @@ from .modeling_variant_utils import (
     scored_positions,
     sequence_classification_loss,
     span_loss,
+    unpadded,
 )
 
 AUTO_MAP = {
@@ -250,11 +253,17 @@ class VariantAlbertModel(VariantAlbertPreTrainedModel):
         embedding_output = self.embeddings(
             input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
-        attention_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
-        )
+        packed = unpadded(self.config, attention_mask, position_ids, kwargs)  # None: the padded batch runs
+        if packed is not None:  # the real tokens only, attending within each sequence
+            embedding_output, attention_mask = packed.pack(embedding_output), packed
+        else:
+            attention_mask = create_bidirectional_mask(
+                config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
+            )
         kwargs["key_positions"] = position_ids  # where the synthesizers read their tables (None: 0..n-1)
         sequence_output = self.encoder(embedding_output, attention_mask, **kwargs).last_hidden_state
+        if packed is not None:
+            sequence_output = packed.unpack(sequence_output)  # [b, n, d], zeros at the padded positions
         pooled_output = None
         if self.pooler is not None:
             pooled_output = self.pooler_activation(self.pooler(sequence_output[:, 0]))

@@ -7,6 +7,10 @@ What differs from transformers' `modeling_bert.py`:
   bilinear attention no key/value projections (the memory itself is the keys and the values);
 - a synthesizer reads its position-indexed tables at `position_ids` where they are given (the cached tokens at the
   attention mask's count, where `generate` put them), so left padding with position ids leaves the logits unchanged;
+- an encoder given a padded batch (a 2D attention mask with padding) runs on its real tokens only (`config.unpad`,
+  on by default; `modeling_variant_utils.unpadded`): the projections, feed-forward and LayerNorms on the packed
+  tokens, attention within each sequence. The outputs at the real tokens are the padded batch's; the padded positions
+  of the last hidden state hold zeros where transformers' BERT computes values no real token reads;
 - called with `sparse_prediction=True` and labels (a forward argument, never saved), `ForMaskedLM` and
   `ForPreTraining` run the prediction head only at the labelled positions (`logits` `[n_scored, vocab]`); the loss
   is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;
@@ -68,6 +72,7 @@ from .modeling_variant_utils import (
     scored_positions,
     sequence_classification_loss,
     span_loss,
+    unpadded,
 )
 
 logger = logging.get_logger(__name__)
@@ -414,7 +419,10 @@ class VariantBertModel(VariantBertPreTrainedModel):
             input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds,
             cache_length=cache_length,
         )
-        if self.config.is_decoder:
+        packed = unpadded(self.config, attention_mask, position_ids, kwargs)  # None: the padded batch runs
+        if packed is not None:  # the real tokens only, attending within each sequence
+            embedding_output, attention_mask = packed.pack(embedding_output), packed
+        elif self.config.is_decoder:
             attention_mask = create_causal_mask(
                 config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask, **cache_field(cache)
             )
@@ -437,6 +445,8 @@ class VariantBertModel(VariantBertPreTrainedModel):
             **kwargs,
         )
         sequence_output = encoder_outputs.last_hidden_state
+        if packed is not None:
+            sequence_output = packed.unpack(sequence_output)  # [b, n, d], zeros at the padded positions
         pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=sequence_output,

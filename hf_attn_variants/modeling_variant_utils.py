@@ -21,7 +21,7 @@ from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import logging
 
-from .attention_variants import VariantAttentionCore
+from .attention_variants import PackedSequences, VariantAttentionCore
 from .configuration_variant_attention import ATTENTION_REGISTRY, VARIANT_CONFIG_DEFAULTS
 
 logger = logging.get_logger(__name__)
@@ -140,6 +140,33 @@ def key_positions(position_ids: torch.Tensor | None, attention_mask: torch.Tenso
         cached = torch.arange(cache_length, device=position_ids.device)[None]  # [1, cache_length]
     b = max(cached.shape[0], position_ids.shape[0])
     return torch.cat([cached.expand(b, -1), position_ids.expand(b, -1)], dim=-1)
+
+
+def unpadded(config, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
+             kwargs: dict) -> PackedSequences | None:
+    """The packed layout an encoder's layers run in (`PackedSequences`: the real tokens only, attention within each
+    sequence), or None where they run the padded batch as transformers' do.
+
+    They run packed when `config.unpad` is on and the 2D `attention_mask` [b, n] has padding, in an encoder (not
+    `is_decoder`: no cache, no causal mask, no cross-attention), unless the call asks for what only the padded batch
+    has: the attention weights or the hidden states of every layer (`output_attentions`, `output_hidden_states`, as
+    forward arguments or config fields), a chunked feed-forward (`chunk_size_feed_forward` cuts the sequence axis), or
+    a traced graph (`torch.compile`, `torch.export`, `torch.jit`: the packed shapes depend on the mask's values).
+    """
+    if (
+        not config.unpad
+        or getattr(config, "is_decoder", False)
+        or attention_mask is None
+        or attention_mask.dim() != 2
+        or kwargs.get("output_attentions", getattr(config, "output_attentions", False))
+        or kwargs.get("output_hidden_states", getattr(config, "output_hidden_states", False))
+        or getattr(config, "chunk_size_feed_forward", 0)
+        or torch.compiler.is_compiling()
+        or torch.jit.is_tracing()
+        or bool(attention_mask.bool().all())
+    ):
+        return None
+    return PackedSequences(attention_mask, position_ids)
 
 
 def admin_residual(module, residual: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:

@@ -83,6 +83,17 @@ def run_with_hub(server, home, command: list[str], timeout: int = 600) -> subpro
 # test_save_load_round_trip checks that a 1e-3 change of a single embedding entry fails it.
 SAME_WEIGHTS = dict(atol=1e-6, rtol=1e-5)
 
+
+def at_real_tokens(output: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """A per-token output [b, n, ...] at the real tokens of `attention_mask` [b, n]: [n_real, ...]; an output of
+    another shape (a decoder's logits, a pooled output) as it is. Where BERT and ALBERT run the encoder on the real
+    tokens only (`unpad`, their default on a padded batch), the padded positions hold zeros, and a padded computation
+    (transformers' models, a compiled graph) fills them with what no real token reads: per-token outputs of two such
+    computations are compared here."""
+    if output.shape[: attention_mask.dim()] != attention_mask.shape:
+        return output
+    return output[attention_mask.bool()]
+
 TINY = dict(
     vocab_size=99,
     hidden_size=32,

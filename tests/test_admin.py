@@ -13,7 +13,7 @@ import torch
 import transformers
 
 import hf_attn_variants as hav
-from conftest import SAME_WEIGHTS, TINY, TINY_ALBERT, build, head_inputs
+from conftest import SAME_WEIGHTS, TINY, TINY_ALBERT, at_real_tokens, build, head_inputs
 from hf_attn_variants.admin import admin_closed_form, admin_profile, residual_count
 from hf_attn_variants.presets import PRESETS, preset_config, single_head_twin
 from test_remote_code import _run_isolated, _save
@@ -44,7 +44,9 @@ def test_admin_warm_start_equals_transformers_bert(tmp_path):
     inputs = head_inputs("VariantBertForMaskedLM")
     inputs.pop("labels")
     with torch.no_grad():
-        torch.testing.assert_close(ours(**inputs).logits, ref(**inputs).logits, atol=1e-6, rtol=1e-6)
+        ours_logits, ref_logits = ours(**inputs).logits, ref(**inputs).logits
+    real = inputs["attention_mask"]
+    torch.testing.assert_close(at_real_tokens(ours_logits, real), at_real_tokens(ref_logits, real), atol=1e-6, rtol=1e-6)
 
 
 def test_profiling_matches_an_independent_implementation(tmp_path):
@@ -289,7 +291,9 @@ def test_export_to_plain_transformers(tmp_path, head, method):
     plain = getattr(transformers, head.replace("Variant", "")).from_pretrained(tmp_path).eval()
     assert "auto_map" not in plain.config.to_dict()
     with torch.no_grad():
-        torch.testing.assert_close(plain(**inputs).logits, model(**inputs).logits, atol=1e-5, rtol=1e-5)
+        plain_logits, logits = plain(**inputs).logits, model(**inputs).logits
+    real = inputs["attention_mask"]
+    torch.testing.assert_close(at_real_tokens(plain_logits, real), at_real_tokens(logits, real), atol=1e-5, rtol=1e-5)
 
 
 def test_export_refuses_what_transformers_cannot_represent(tmp_path):

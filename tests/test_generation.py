@@ -231,6 +231,9 @@ def test_left_padding_leaves_logits_unchanged(variant, head, implementation, mon
         unmasked = _read(head, model, padded_ids, torch.ones_like(padded_mask), padded_mask)
         assert (unmasked - plain).abs().max() > 1e-4
         if VARIANTS[variant]["attention_type"] == "synthesizer":  # ... and where the tables are read at the index
+            # of the padded batch (packed, ALBERT's default, a token's index in its sequence is the count of real
+            # tokens before it, which the position ids give: tests/test_unpadding.py)
+            model.config.unpad = False
             monkeypatch.setattr(attention_variants, "synthesizer_positions",
                                 lambda key_positions, n, m: (slice(m - n, m), slice(0, m)))
             misread = _read(head, model, padded_ids, padded_mask, padded_mask)

@@ -219,7 +219,8 @@ def test_auto_takes_the_blockwise_core_to_train_or_for_large_attention_and_the_e
     calls = []
     monkeypatch.setitem(attention_variants.TALKING_HEADS_ALGORITHMS, "blockwise",
                         lambda *args, **kwargs: calls.append(1) or talking_heads_blockwise(*args, **kwargs))
-    model = build("VariantBertModel", "talking_heads")  # attention_algorithm="auto", the default
+    # attention_algorithm="auto", the default; the padded batch: one attention call per layer (packed, one per length)
+    model = build("VariantBertModel", "talking_heads", unpad=False)
     inputs = head_inputs("VariantBertModel")
     model.train()
     model(**inputs)

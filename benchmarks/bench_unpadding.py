@@ -1,0 +1,82 @@
+"""Inference on a padded batch, packed (`unpad=True`, the default) and padded, against transformers' SDPA BERT.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_unpadding.py [--repeats 7] [--batch-size 8] [--seq-len 512] [--train]
+
+A bert-mini `BertForMaskedLM` (4 layers, width 256, 4 heads, FFN 1024, vocab 8000) with SDPA attention, and
+`VariantBertForMaskedLM` of each attention type loaded from its weights, in `eval()` under `torch.inference_mode()`,
+on `--batch-size` rows of `--seq-len` positions whose real lengths are drawn uniformly from `--min-len`..`--seq-len`
+(fixed by `--seed`; `--min-len` equal to `--seq-len`: no padding). Per repeat every model runs once in turn
+(interleaved); each row prints the fastest time, its ratio to the fastest transformers time, and the median and range
+of the per-repeat ratios (time / that repeat's transformers time), which show how much a loaded machine moved them.
+`--train` times a training step instead (docs/unpadding.md).
+"""
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import BertConfig, BertForMaskedLM
+from transformers.utils import logging
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from hf_attn_variants import VariantBertForMaskedLM
+
+ROWS = {  # name -> VariantBert fields (None: transformers' model)
+    "transformers sdpa": None,
+    "dot product, packed": dict(attention_type="dot_product"),
+    "dot product, padded": dict(attention_type="dot_product", unpad=False),
+    "talking heads, packed": dict(attention_type="talking_heads"),
+    "talking heads, padded": dict(attention_type="talking_heads", unpad=False),
+}
+
+p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+p.add_argument("--batch-size", type=int, default=8)
+p.add_argument("--seq-len", type=int, default=512)
+p.add_argument("--min-len", type=int, default=64)
+p.add_argument("--repeats", type=int, default=7)
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--train", action="store_true",
+               help="time a training step instead: train() (dropout 0.1), labels at 15%% of the real tokens, backward")
+args = p.parse_args()
+
+logging.set_verbosity_error()  # the variants' own parameters are new: no loading report
+torch.manual_seed(args.seed)
+config = BertConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                    intermediate_size=1024, attn_implementation="sdpa")
+models = {}
+with tempfile.TemporaryDirectory() as folder:
+    BertForMaskedLM(config).save_pretrained(folder)
+    for name, fields in ROWS.items():
+        cls = BertForMaskedLM if fields is None else VariantBertForMaskedLM
+        models[name] = cls.from_pretrained(folder, **(fields or {})).train(args.train)
+lengths = torch.randint(args.min_len, args.seq_len + 1, (args.batch_size,))
+ids = torch.randint(1, config.vocab_size, (args.batch_size, args.seq_len))
+mask = (torch.arange(args.seq_len) < lengths[:, None]).long()
+labels = ids.masked_fill((mask == 0) | (torch.rand(ids.shape) > 0.15), -100)
+
+
+def step(model):
+    if args.train:
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        return
+    with torch.inference_mode():
+        model(input_ids=ids, attention_mask=mask)
+
+
+times = {name: [] for name in models}
+for repeat in range(args.repeats + 1):  # the first round warms up
+    for name, model in models.items():
+        start = time.perf_counter()
+        step(model)
+        if repeat:
+            times[name].append(time.perf_counter() - start)
+print(f"{'training step' if args.train else 'inference'}, {args.batch_size} x {args.seq_len}, lengths "
+      f"{sorted(lengths.tolist())}, {torch.get_num_threads()} thread(s), fastest of {args.repeats}")
+base = times["transformers sdpa"]
+for name, t in times.items():
+    ratios = sorted(a / b for a, b in zip(t, base))
+    print(f"{name:24s} {1000 * min(t):8.1f} ms  {min(t) / min(base):5.2f}x  (per repeat: median "
+          f"{ratios[len(ratios) // 2]:.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f})")
