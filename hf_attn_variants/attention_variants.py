@@ -50,7 +50,13 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 from .configuration_variant_attention import ATTENTION_REGISTRY, AttentionSpec
-from .talking_heads_blockwise import causal_bias, softmax_keys, talking_heads_blockwise, talking_heads_eager
+from .talking_heads_blockwise import (
+    causal_bias,
+    runs_inference_core,
+    softmax_keys,
+    talking_heads_blockwise,
+    talking_heads_eager,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -74,6 +80,25 @@ def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> to
 def causal_mask(n: int, m: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Additive causal mask [1, 1, n, m] for n queries that are the last n of m positions."""
     return causal_bias(n, m, dtype, device)[None, None]
+
+
+def padding_lengths(attention_mask: torch.Tensor | None, batch: int) -> list[int] | None:
+    """How many keys each of the `batch` rows attends to, where a 4D mask (transformers' boolean, True = attend, or
+    additive, 0 = attend and the dtype's minimum or -inf = hidden) hides exactly the keys after those from every
+    query (right padding) and leaves each row at least one key; None for any other mask, and for none. One pass over
+    the mask, so an attention can skip the padded keys instead of adding the mask."""
+    if attention_mask is None or attention_mask.dim() != 4 or torch.compiler.is_compiling():
+        return None
+    attend = attention_mask
+    if attention_mask.dtype != torch.bool:
+        attend = attention_mask == 0
+        if not (attend | (attention_mask <= torch.finfo(attention_mask.dtype).min)).all():
+            return None  # a bias of other values
+    lengths = attend[:, 0, 0].sum(-1)  # [b or 1]
+    expected = torch.arange(attend.shape[-1], device=attend.device) < lengths[:, None]  # [b or 1, m]
+    if int(lengths.min()) == 0 or not torch.equal(attend, expected[:, None, None].expand_as(attend)):
+        return None
+    return lengths.expand(batch).tolist()
 
 
 def attention_bias(module, attention_mask, position_bias, n: int, value: torch.Tensor, causal: bool = True):
@@ -137,8 +162,9 @@ TALKING_HEADS_ALGORITHMS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-# Without gradients "auto" keeps the eager algorithm (W computed in place of L, no recomputation) up to this many
-# elements of [b, heads, n, m] (256 MiB in float32), and goes blockwise beyond.
+# Without gradients on a GPU, "auto" keeps the eager algorithm (W computed in place of L, no recomputation) up to this
+# many elements of [b, heads, n, m] (256 MiB in float32), and goes blockwise beyond. On the CPU the blockwise
+# algorithm's inference core is faster at every size (docs/attention-algorithms.md).
 EAGER_INFERENCE_ELEMENTS = 1 << 26
 
 # The GPUs (`torch.cuda.get_device_name()`) on which `benchmarks/gpu_check.py --kernel` has passed: only there does
@@ -158,14 +184,17 @@ def talking_heads_algorithm(name: str, device: torch.device, elements: int) -> s
     """The algorithm `attention_algorithm`=name runs on `device` for attention of `elements` = b * heads * n * m.
 
     "auto" runs only verified code: the Triton kernel on a CUDA device named in `TRITON_VERIFIED_GPUS` where triton is
-    installed; else, on any device, the blockwise core while gradients are recorded (it keeps no n x m tensor for
-    backward) or when the eager algorithm's tensors would pass `EAGER_INFERENCE_ELEMENTS`, and the eager algorithm
-    otherwise (without gradients: nothing to recompute)."""
+    installed; else the blockwise algorithm while gradients are recorded (it keeps no n x m tensor for backward) and
+    on the CPU (without gradients its inference core: blocks that stay in the cache); on another device, or under
+    torch.compile / torch.export (whose graphs the loops over blocks would fix to one shape), the eager algorithm
+    without gradients (nothing to recompute) unless its tensors would pass `EAGER_INFERENCE_ELEMENTS`."""
     if name != "auto":
         return name
     if device.type == "cuda" and triton_verified_on(device):
         return "triton"
-    return "blockwise" if torch.is_grad_enabled() or elements > EAGER_INFERENCE_ELEMENTS else "eager"
+    if torch.is_grad_enabled() or elements > EAGER_INFERENCE_ELEMENTS:
+        return "blockwise"
+    return "blockwise" if device.type == "cpu" and not torch.compiler.is_compiling() else "eager"
 
 
 def talking_heads_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
@@ -179,11 +208,14 @@ def talking_heads_attention_forward(module, query, key, value, attention_mask, s
     formula = TALKING_HEADS_ALGORITHMS[algorithm]
     if algorithm == "eager" and recomputing(module):
         formula = functools.partial(checkpoint, formula, use_reentrant=False)
-    bias = attention_bias(module, attention_mask, position_bias, n, value, causal=False)
     causal = attention_mask is None and spec.is_causal and n > 1  # a causal mask made by the algorithm (per block)
     key, value, maps = module.formula_arguments(key, value, hidden_states)
     dropout = dropout if module.training else 0.0  # as transformers' eager function: dropout while training only
     options = dict(scaling=module.scaling if scaling is None else scaling, causal=causal, dropout=dropout)
+    if algorithm == "blockwise" and runs_inference_core(query, key, value, {**maps, "bias": position_bias}, dropout):
+        options["key_lengths"] = padding_lengths(attention_mask, b)  # the inference core skips padded keys
+        attention_mask = None if options["key_lengths"] is not None else attention_mask
+    bias = attention_bias(module, attention_mask, position_bias, n, value, causal=False)
     if output_attentions:
         out, weights = formula(query, key, value, bias, **maps, **options, return_weights=True)
     else:
