@@ -90,54 +90,46 @@ def assert_moves(model, reference: torch.Tensor, **batch):
     assert not torch.allclose(moved, reference, **CLOSE)
 
 
+def assert_equal_paths(monkeypatch, fast, eager, variant: str, batch: dict, per_row: bool) -> dict:
+    """The first output (logits, hidden states; padded positions too) of `fast` under `torch.inference_mode()`
+    against `eager`'s to 1e-5, then non-vacuity (`assert_moves`); returns the counts of the paths taken."""
+    paths = fast_paths(monkeypatch, variant, per_row)
+    with torch.inference_mode():
+        out = fast(**batch)[0]
+    with torch.no_grad():
+        expected = eager(**batch)[0]
+    torch.testing.assert_close(out, expected, **CLOSE)
+    assert_moves(fast, expected, **batch)
+    return paths
+
+
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("variant, per_row", CASES)
 def test_the_inference_path_equals_the_eager_reference(monkeypatch, variant, per_row, padded):
-    """BERT's masked-LM logits, every position (padded ones too), to 1e-5."""
+    """BERT's masked-LM logits."""
     fast, eager = fast_and_eager("VariantBertForMaskedLM", variant)
-    batch = inputs(padded)
-    paths = fast_paths(monkeypatch, variant, per_row)
-    with torch.inference_mode():
-        logits = fast(**batch).logits
-    with torch.no_grad():
-        expected = eager(**batch).logits
-    torch.testing.assert_close(logits, expected, **CLOSE)
+    paths = assert_equal_paths(monkeypatch, fast, eager, variant, inputs(padded), per_row)
     layers = fast.config.num_hidden_layers
-    assert len(paths["core"]) == layers
+    assert len(paths["core"]) == 2 * layers  # the unperturbed and the perturbed model
     if "rows" in paths:  # per batch row where the attention is large and has padded keys or factorized dense logits
         rows = per_row and (padded or "factorized_dense" in fast.config.synthesizer_components)
-        assert len(paths["rows"]) == layers * rows
-    assert_moves(fast, expected, **batch)
+        assert len(paths["rows"]) == 2 * layers * rows
 
 
 @pytest.mark.parametrize("variant", ["talking_heads", "synth_factorized_dense", "synth_mixture"])
 def test_a_causal_decoder_takes_its_inference_path_too(monkeypatch, variant):
     """BERT's causal LM head, padded (the mask then is causal, not only padding: no key is skipped), per batch row."""
     fast, eager = fast_and_eager("VariantBertLMHeadModel", variant, is_decoder=True)
-    batch = inputs(padded=True)
-    paths = fast_paths(monkeypatch, variant, per_row=True)
-    with torch.inference_mode():
-        logits = fast(**batch).logits
-    with torch.no_grad():
-        expected = eager(**batch).logits
-    torch.testing.assert_close(logits, expected, **CLOSE)
-    assert len(paths["core"]) == fast.config.num_hidden_layers
-    assert_moves(fast, expected, **batch)
+    paths = assert_equal_paths(monkeypatch, fast, eager, variant, inputs(padded=True), per_row=True)
+    assert len(paths["core"]) == 2 * fast.config.num_hidden_layers
 
 
 @pytest.mark.parametrize("variant", ["talking_heads", "synth_mixture"])
 def test_t5_encoders_skip_padded_keys_under_their_position_bias(monkeypatch, variant):
     """T5's encoder: the position bias is cut to each row's real keys."""
     fast, eager = fast_and_eager("VariantT5EncoderModel", variant, family="t5")
-    batch = inputs(padded=True)
-    paths = fast_paths(monkeypatch, variant, per_row=True)
-    with torch.inference_mode():
-        hidden = fast(**batch).last_hidden_state
-    with torch.no_grad():
-        expected = eager(**batch).last_hidden_state
-    torch.testing.assert_close(hidden, expected, **CLOSE)
-    assert len(paths["core"]) == fast.config.num_layers
-    assert_moves(fast, expected, **batch)
+    paths = assert_equal_paths(monkeypatch, fast, eager, variant, inputs(padded=True), per_row=True)
+    assert len(paths["core"]) == 2 * fast.config.num_layers
 
 
 def test_padding_lengths_finds_right_padding_and_nothing_else():
