@@ -52,16 +52,19 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils import logging
 
 from .configuration_variant_attention import ATTENTION_REGISTRY, AttentionSpec
-from .talking_heads_blockwise import causal_bias, softmax_keys, talking_heads_blockwise, talking_heads_eager
+from .talking_heads_blockwise import (
+    causal_bias,
+    runs_inference_core,
+    softmax_keys,
+    talking_heads_blockwise,
+    talking_heads_eager,
+)
 
 logger = logging.get_logger(__name__)
 
 # transformers' attention interface: fn(module, query, key, value, attention_mask, scaling=..., dropout=..., **kwargs)
 # -> (attn_output [b, n, heads, d], attn_weights [b, heads, n, m] or None)
 AttentionFunction = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
-
-# synthesizer components that fold into one SDPA call (see synthesizer_sdpa_forward)
-_SDPA_FOLDABLE = frozenset({"dot_product", "dense", "factorized_random", "random"})
 
 
 def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -76,6 +79,25 @@ def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> to
 def causal_mask(n: int, m: int, dtype: torch.dtype, device) -> torch.Tensor:
     """Additive causal mask [1, 1, n, m] for n queries that are the last n of m positions."""
     return causal_bias(n, m, dtype, device)[None, None]
+
+
+def padding_lengths(attention_mask: torch.Tensor | None, batch: int) -> list[int] | None:
+    """How many keys each of the `batch` rows attends to, where a 4D mask (transformers' boolean, True = attend, or
+    additive, 0 = attend and the dtype's minimum or -inf = hidden) hides exactly the keys after those from every
+    query (right padding) and leaves each row at least one key; None for any other mask, and for none. One pass over
+    the mask, so an attention can skip the padded keys instead of adding the mask."""
+    if attention_mask is None or attention_mask.dim() != 4 or torch.compiler.is_compiling():
+        return None
+    attend = attention_mask
+    if attention_mask.dtype != torch.bool:
+        attend = attention_mask == 0
+        if not (attend | (attention_mask <= torch.finfo(attention_mask.dtype).min)).all():
+            return None  # a bias of other values
+    lengths = attend[:, 0, 0].sum(-1)  # [b or 1]
+    expected = torch.arange(attend.shape[-1], device=attend.device) < lengths[:, None]  # [b or 1, m]
+    if int(lengths.min()) == 0 or not torch.equal(attend, expected[:, None, None].expand_as(attend)):
+        return None
+    return lengths.expand(batch).tolist()
 
 
 def attention_bias(module, attention_mask, position_bias, n: int, value: torch.Tensor, causal: bool = True):
@@ -139,8 +161,9 @@ TALKING_HEADS_ALGORITHMS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-# Without gradients "auto" keeps the eager algorithm (W computed in place of L, no recomputation) up to this many
-# elements of [b, heads, n, m] (256 MiB in float32), and goes blockwise beyond.
+# Without gradients on a GPU, "auto" keeps the eager algorithm (W computed in place of L, no recomputation) up to this
+# many elements of [b, heads, n, m] (256 MiB in float32), and goes blockwise beyond. On the CPU the blockwise
+# algorithm's inference core is faster at every size (docs/attention-algorithms.md).
 EAGER_INFERENCE_ELEMENTS = 1 << 26
 
 # The GPUs (`torch.cuda.get_device_name()`) on which `benchmarks/gpu_check.py --kernel` has passed: only there does
@@ -160,14 +183,17 @@ def talking_heads_algorithm(name: str, device: torch.device, elements: int) -> s
     """The algorithm `attention_algorithm`=name runs on `device` for attention of `elements` = b * heads * n * m.
 
     "auto" runs only verified code: the Triton kernel on a CUDA device named in `TRITON_VERIFIED_GPUS` where triton is
-    installed; else, on any device, the blockwise core while gradients are recorded (it keeps no n x m tensor for
-    backward) or when the eager algorithm's tensors would pass `EAGER_INFERENCE_ELEMENTS`, and the eager algorithm
-    otherwise (without gradients: nothing to recompute)."""
+    installed; else the blockwise algorithm while gradients are recorded (it keeps no n x m tensor for backward) and
+    on the CPU (without gradients its inference core: blocks that stay in the cache); on another device, or under
+    torch.compile / torch.export (whose graphs the loops over blocks would fix to one shape), the eager algorithm
+    without gradients (nothing to recompute) unless its tensors would pass `EAGER_INFERENCE_ELEMENTS`."""
     if name != "auto":
         return name
     if device.type == "cuda" and triton_verified_on(device):
         return "triton"
-    return "blockwise" if torch.is_grad_enabled() or elements > EAGER_INFERENCE_ELEMENTS else "eager"
+    if torch.is_grad_enabled() or elements > EAGER_INFERENCE_ELEMENTS:
+        return "blockwise"
+    return "blockwise" if device.type == "cpu" and not torch.compiler.is_compiling() else "eager"
 
 
 def talking_heads_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
@@ -181,11 +207,14 @@ def talking_heads_attention_forward(module, query, key, value, attention_mask, s
     formula = TALKING_HEADS_ALGORITHMS[algorithm]
     if algorithm == "eager" and recomputing(module):
         formula = functools.partial(checkpoint, formula, use_reentrant=False)
-    bias = attention_bias(module, attention_mask, position_bias, n, value, causal=False)
     causal = attention_mask is None and spec.is_causal and n > 1  # a causal mask made by the algorithm (per block)
     key, value, maps = module.formula_arguments(key, value, hidden_states)
     dropout = dropout if module.training else 0.0  # as transformers' eager function: dropout while training only
     options = dict(scaling=module.scaling if scaling is None else scaling, causal=causal, dropout=dropout)
+    if algorithm == "blockwise" and runs_inference_core(query, key, value, {**maps, "bias": position_bias}, dropout):
+        options["key_lengths"] = padding_lengths(attention_mask, b)  # the inference core skips padded keys
+        attention_mask = None if options["key_lengths"] is not None else attention_mask
+    bias = attention_bias(module, attention_mask, position_bias, n, value, causal=False)
     if output_attentions:
         out, weights = formula(query, key, value, bias, **maps, **options, return_weights=True)
     else:
@@ -530,14 +559,13 @@ class SynthesizerAttention(VariantAttentionCore):
             )
 
     def attention_function(self, attn_implementation, output_attentions, dropout, device):
-        spec = self.spec
-        if (  # the fold pays only where a fused kernel can run: on the CPU, SDPA has none with dropout
+        """Every mixture folds into SDPA (`synthesizer_sdpa_forward`); the fold pays only where a fused kernel can
+        run: on the CPU, SDPA has none with dropout."""
+        if (
             attn_implementation == "sdpa"
             and (dropout == 0.0 or device.type != "cpu")
             and not output_attentions
-            and not spec.recompute
-            and _SDPA_FOLDABLE.issuperset(spec.components)
-            and spec.components != ("random",)
+            and not self.spec.recompute
         ):
             return synthesizer_sdpa_forward
         return synthesizer_eager_forward
@@ -610,7 +638,7 @@ def synthesizer_logits(core: "SynthesizerAttention", query, key, x, scaling: flo
             w2 = core.dense_keys(cols).transpose(2, 3).to(x.dtype)  # [b or 1, h, d_h + 1, m]
             terms.append(torch.matmul(torch.cat([hidden, ones], dim=-1), w2))
         elif comp == "factorized_dense":  # A[j // b] * B[j % b] for the key at position j
-            terms.append(_factorized_dense_logits(core, hidden, cols, m))
+            terms.append(_factorized_dense_logits(factorized_dense_heads(core, hidden), cols, m))
         elif comp == "random":
             terms.append(_pairs(core.random_logits, rows, cols))
         else:  # factorized_random: R1 R2^T, rank k
@@ -625,12 +653,18 @@ def synthesizer_logits(core: "SynthesizerAttention", query, key, x, scaling: flo
     return logits.to(x.dtype)
 
 
-def _factorized_dense_logits(core: "SynthesizerAttention", hidden: torch.Tensor, cols, m: int) -> torch.Tensor:
+def factorized_dense_heads(core: "SynthesizerAttention", hidden: torch.Tensor, weight=1.0):
+    """The factorized dense synthesizer's two per-query heads of relu(W1 x + b1) [b, h, n, d_h]: A [b, h, n, na]
+    (times `weight`, a mixture weight) and B [b, h, n, nb]."""
+    a, b = (getattr(core, name).to(hidden.dtype) for name in ("factorized_dense_a", "factorized_dense_b"))
+    return torch.matmul(hidden, a) * weight, torch.matmul(hidden, b)
+
+
+def _factorized_dense_logits(heads, cols, m: int) -> torch.Tensor:
     """Factorized dense logits [b, h, n, m]: `A[j // nb] * B[j % nb]` for the key at position j (every pair of an A
-    and a B entry once over the na * nb positions), A [b, h, n, na] and B [b, h, n, nb] the two per-query heads."""
-    fa = torch.matmul(hidden, core.factorized_dense_a)  # [b, h, n, na]
-    fb = torch.matmul(hidden, core.factorized_dense_b)  # [b, h, n, nb]
-    positions = torch.arange(m, device=hidden.device)[None] if isinstance(cols, slice) else cols  # [b or 1, m]
+    and a B entry once over the na * nb positions), (A, B) = `factorized_dense_heads`."""
+    fa, fb = heads
+    positions = torch.arange(m, device=fa.device)[None] if isinstance(cols, slice) else cols  # [b or 1, m]
     index = positions[:, None, None, :].expand(*fa.shape[:-1], m)  # [b, h, n, m]
     nb = fb.shape[-1]
     return fa.gather(-1, index // nb) * fb.gather(-1, index % nb)
@@ -646,57 +680,141 @@ def synthesizer_eager_forward(module, query, key, value, attention_mask, scaling
     return _weighted_values(module, softmax_keys(logits if bias is None else logits + bias), value, dropout)
 
 
+# An attention of at least this many elements of [b, heads, n, m] runs the synthesizer's fused path one batch row at
+# a time where that saves work (padded keys skipped, factorized dense logits made per row in a reused buffer); below
+# it the calls' overhead would cost more than they save.
+SDPA_PER_ROW_ELEMENTS = 1 << 20
+
+
 def synthesizer_sdpa_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
                              hidden_states, position_bias=None, key_positions=None, **kwargs):
-    """The synthesizer as one fused SDPA call (no [b, h, n, m] logits in memory when SDPA can avoid them); returns
-    no weights.
+    """The synthesizer without its weights in memory where it can avoid them (SDPA's fused kernel); returns none.
 
-    Every foldable component is a dot product of a per-query and a per-key vector, so the mixture is one dot
-    product of concatenations: q' = [a_dp s q | a_d relu(W1 x + b1) | a_d | a_fr R1[i]] and
-    k' = [k | W2[:, j] | b2[j] | R2[j]], at the positions of `synthesizer_positions`. A random component has no such
-    form and joins the mask as a_r R.
-    q'/k' (or v) are zero-padded to one head size, as SDPA's fused CPU/GPU kernels require.
+    `synthesizer_sdpa_terms` writes the mixture as a dot product q' . k' (dot product, dense) plus an additive bias
+    (random, factorized random, dense's b2) and factorized dense logits. Without gradients, a large attention
+    (`SDPA_PER_ROW_ELEMENTS`) with a right-padding mask (`padding_lengths`) or factorized dense terms runs one batch
+    row at a time over its real keys only (`_synthesizer_rows`); otherwise one SDPA call takes the mask and the bias
+    together, and a mixture with no dot-product form takes one softmax of its logits (one for the batch where they
+    are the same for every row: random and factorized random), no q . k to compute.
     """
-    spec, x = module.spec, hidden_states
-    b, n = x.shape[:2]
-    m = value.shape[2]
+    x = hidden_states
+    b, n, m = x.shape[0], x.shape[1], value.shape[2]
     rows, cols = synthesizer_positions(key_positions, n, m)
-    scaling = module.scaling if scaling is None else scaling
+    q, k, bias, factorized = synthesizer_sdpa_terms(module, query, key, x, module.scaling if scaling is None
+                                                    else scaling, rows, cols)
+    per_row = (not torch.is_grad_enabled() and dropout == 0.0 and not torch.compiler.is_compiling()
+               and isinstance(cols, slice) and b * value.shape[1] * n * m >= SDPA_PER_ROW_ELEMENTS)
+    lengths = padding_lengths(attention_mask, b) if per_row else None
+    per_row = per_row and (lengths is not None or factorized is not None)
+    if factorized is not None and not per_row:
+        bias, factorized = _add(bias, _factorized_dense_logits(factorized, cols, m)), None  # [b, h, n, m]
+    mask = None if lengths is not None else additive_mask(attention_mask, x.dtype)
+    is_causal = module.is_causal and attention_mask is None and n > 1
+    if is_causal and (q is None or bias is not None or position_bias is not None or n != m or per_row):
+        mask, is_causal = _add(mask, causal_mask(n, m, x.dtype, x.device)), False
+    mask = _add(_add(mask, bias), position_bias)
+    if q is None and not per_row:
+        return _weights_times_values(F.dropout(softmax_keys(mask), p=dropout, training=module.training), value), None
+    d_v = value.shape[-1]
+    width = d_v if q is None else -(-max(q.shape[-1], d_v) // 8) * 8  # one head size for q', k' and v (fused kernel)
+    q, k, v = (t if t is None or t.shape[-1] == width else F.pad(t, (0, width - t.shape[-1])) for t in (q, k, value))
+    if per_row:
+        return _synthesizer_rows(q, k, v, mask, factorized, cols, lengths, n)[..., :d_v], None
+    out = F.scaled_dot_product_attention(q, k.expand(b, -1, -1, -1), v, attn_mask=mask, dropout_p=dropout,
+                                         is_causal=is_causal, scale=1.0)  # a k' of batch 1 expanded: fused
+    return out[..., :d_v].transpose(1, 2).contiguous(), None
+
+
+def _weights_times_values(weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """weights [1 or b, h, n, m] times value [b, h, m, d], heads-last [b, n, h, d]. Weights shared by the batch
+    take one GEMM per head over every row's values (matmul would first copy them out to [b, h, n, m]: 2.5x the
+    time at 8 x 512)."""
+    b, h, m, d = value.shape
+    if weights.shape[0] > 1 or b == 1:
+        return torch.matmul(weights, value).transpose(1, 2).contiguous()
+    out = torch.bmm(weights[0], value.permute(1, 2, 0, 3).reshape(h, m, b * d))  # [h, n, b * d]
+    return out.view(h, -1, b, d).permute(2, 1, 0, 3).contiguous()
+
+
+def _add(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    """a + b, where either may be None (no term)."""
+    return b if a is None else a if b is None else a + b
+
+
+def _synthesizer_rows(q, k, v, mask, factorized, cols: slice, lengths: list[int] | None, n: int) -> torch.Tensor:
+    """softmax(q' k'^T + mask (+ factorized dense logits)) v one batch row at a time, row i over its first
+    lengths[i] keys (all where None): q' [b, h, n, w] or None (no dot-product form: no SDPA, the softmax of the
+    row's logits in a reused buffer), k' [b or 1, h, m, w], v [b, h, m, w], mask broadcastable to [b, h, n, m] or
+    None, `factorized` the factorized dense heads (`factorized_dense_heads`) or None. Returns [b, n, h, w]."""
+    b, h, m, w = v.shape
+    out = v.new_empty(b, n, h, w)
+    buffer = None
+    if q is None or factorized is not None:
+        buffer = v.new_empty(h * n * (m if factorized is None else factorized[0].shape[-1] * factorized[1].shape[-1]))
+    for i in range(b):
+        keys = m if lengths is None else lengths[i]
+        row_mask = None if mask is None else mask[i if mask.shape[0] > 1 else 0, ..., :keys]  # [h or 1, ., keys]
+        if buffer is not None:
+            row_mask = _row_logits(factorized, i, cols, keys, row_mask, buffer, (h, n))  # [h, n, keys]
+        if q is None:
+            row = torch.matmul(softmax_keys(row_mask, in_place=True), v[i, :, :keys])  # [h, n, w]
+        else:
+            j = i if k.shape[0] > 1 else 0
+            row = F.scaled_dot_product_attention(q[i : i + 1], k[j : j + 1, :, :keys], v[i : i + 1, :, :keys],
+                                                 attn_mask=None if row_mask is None else row_mask[None], scale=1.0)[0]
+        out[i] = row.transpose(0, 1)
+    return out
+
+
+def _row_logits(factorized, i: int, cols: slice, keys: int, row_mask, buffer: torch.Tensor, heads_rows) -> torch.Tensor:
+    """Batch row i's logits over its first `keys` keys, [h, n, keys] (`heads_rows` = (h, n)), in the flat `buffer`:
+    its factorized dense logits A[i, j // nb] B[i, j % nb] at the keys' positions `cols` plus `row_mask`, or
+    `row_mask` alone."""
+    h, n = heads_rows
+    if factorized is None:
+        return buffer[: h * n * keys].view(h, n, keys).copy_(row_mask)
+    fa, fb = factorized
+    logits = torch.mul(fa[i, :, :, :, None], fb[i, :, :, None, :], out=buffer.view(h, n, fa.shape[-1], -1))
+    logits = logits.view(h, n, -1)[..., cols][..., :keys]
+    return logits if row_mask is None else logits.add_(row_mask)
+
+
+def synthesizer_sdpa_terms(module, query, key, x, scaling: float, rows, cols):
+    """The synthesizer's logits sum_c alpha_c S_c as q' [b, h, n, w] and k' [b or 1, h, m, w] whose dot product
+    carries the components of that form (None, None where there is none), an additive bias [1 or b, h, n or 1, m]
+    (or None), and the factorized dense heads (alpha A, B) (or None), made into logits by the caller.
+
+    dot product: a_dp s q . k; dense: a_d relu(W1 x + b1) . W2[:, j], b2[j] in the bias; random: a_r R[i, j] and
+    factorized random: a_fr R1[i] . R2[j] in the bias, one [h, n, m] table for the batch (its rank-k product costs
+    less than k more columns in q', k' and v); factorized dense: a_fd A[i, j // nb] B[i, j % nb]. Tables are read at
+    the positions `rows` and `cols` (`synthesizer_positions`).
+    """
+    spec, b = module.spec, x.shape[0]
     alpha = module.mixture_alpha()
-    qs, ks, extra = [], [], None
+    hidden = module.dense_hidden(x) if {"dense", "factorized_dense"} & set(spec.components) else None
+    qs, ks, bias, factorized = [], [], None, None
     for i, comp in enumerate(spec.components):
         weight = 1.0 if alpha is None else alpha[i]
         if comp == "dot_product":
             qs.append(query * (weight * scaling))
             ks.append(key)
-        elif comp == "dense":
-            hidden = module.dense_hidden(x)
-            qs.append(torch.cat([hidden, hidden.new_ones(b, spec.num_heads, n, 1)], dim=-1) * weight)
-            ks.append(module.dense_keys(cols).to(x.dtype).expand(b, -1, -1, -1))  # [b, h, m, d_h + 1]
+        elif comp == "dense":  # [b, h, n, d_h] . [1 or b, h, m, d_h], + b2 [1 or b, h, 1, m]
+            qs.append(hidden if alpha is None else hidden * weight)
+            ks.append(_at(module.dense_weight.transpose(1, 2), cols).to(x.dtype))
+            bias = _add(bias, _at(module.dense_bias.transpose(1, 2), cols).transpose(2, 3).to(x.dtype) * weight)
         elif comp == "factorized_random":
-            qs.append(_at(module.factorized_random_r1, rows).to(x.dtype).expand(b, -1, -1, -1) * weight)
-            ks.append(_at(module.factorized_random_r2, cols).to(x.dtype).expand(b, -1, -1, -1))
-        else:  # random: no q.k form, an additive term of the mask
-            extra = (_pairs(module.random_logits, rows, cols) * weight).to(x.dtype)
-    q, k = torch.cat(qs, dim=-1), torch.cat(ks, dim=-1)
-    mask = additive_mask(attention_mask, x.dtype)
-    for term in (extra, position_bias):
-        if term is not None:
-            mask = term if mask is None else mask + term
-    is_causal = False
-    if module.is_causal and attention_mask is None and n > 1:
-        if mask is None and n == m:
-            is_causal = True
-        else:
-            causal = causal_mask(n, m, x.dtype, x.device)
-            mask = causal if mask is None else mask + causal
-    d_v = value.shape[-1]
-    width = -(-max(q.shape[-1], d_v) // 8) * 8
-    q, k = F.pad(q, (0, width - q.shape[-1])), F.pad(k, (0, width - k.shape[-1]))
-    out = F.scaled_dot_product_attention(
-        q, k, F.pad(value, (0, width - d_v)), attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=1.0
-    )[..., :d_v]
-    return out.transpose(1, 2).contiguous(), None
+            table = torch.matmul(_at(module.factorized_random_r1, rows), _at(module.factorized_random_r2, cols).mT)
+            bias = _add(bias, (table * weight).to(x.dtype))
+        elif comp == "random":
+            bias = _add(bias, (_pairs(module.random_logits, rows, cols) * weight).to(x.dtype))
+        else:  # factorized dense
+            factorized = factorized_dense_heads(module, hidden, weight)
+    if not qs:
+        return None, None, bias, factorized
+    if len(qs) == 1:
+        return qs[0], ks[0].contiguous(), bias, factorized
+    k = torch.cat([t.expand(max(t.shape[0] for t in ks), -1, -1, -1) for t in ks], dim=-1)
+    return torch.cat(qs, dim=-1), k, bias, factorized
 
 
 class GeneralBilinearAttention(VariantAttentionCore):

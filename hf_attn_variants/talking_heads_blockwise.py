@@ -187,11 +187,12 @@ def talking_heads_eager(query, key, value, bias=None, pre_proj=None, post_proj=N
 BLOCK_ELEMENTS = 1 << 20
 
 
-def block_rows(b: int, heads: int, n: int, m: int, block_size: int | None = None) -> int:
+def block_rows(b: int, heads: int, n: int, m: int, block_size: int | None = None,
+               budget: int = BLOCK_ELEMENTS) -> int:
     """The query rows of one block: `block_size`, or as many as keep a block's [b, heads, rows, m] tensors near
-    `BLOCK_ELEMENTS` elements (at least 16, at most n)."""
+    `budget` elements (at least 16, at most n)."""
     if block_size is None:
-        block_size = max(16, BLOCK_ELEMENTS // max(1, b * heads * m))
+        block_size = max(16, budget // max(1, b * heads * m))
     return max(1, min(n, block_size))
 
 
@@ -368,9 +369,18 @@ def _block_backward(blk: _Block, inputs: dict, grads: dict, grad_out, keep, scal
 
 def talking_heads_blockwise(query, key, value, bias=None, pre_proj=None, post_proj=None, x2l=None, m2l=None,
                             x2w=None, m2w=None, *, scaling: float, causal: bool = False, dropout: float = 0.0,
-                            block_size: int | None = None) -> torch.Tensor:
-    """The formula of this module, blockwise (`BlockwiseTalkingHeads`): out [b, h_v, n, d_v]. `dropout` draws its
-    seed from torch's generator, so `torch.manual_seed` makes a run reproducible."""
+                            block_size: int | None = None, key_lengths: list[int] | None = None) -> torch.Tensor:
+    """The formula of this module, blockwise: out [b, h_v, n, d_v]. Where `runs_inference_core` says so (no gradient
+    to record, the CPU) `talking_heads_inference`, else `BlockwiseTalkingHeads`. `key_lengths`: batch row i attends
+    to its first key_lengths[i] keys only (right padding; the bias covers the rest). `dropout` draws its seed from
+    torch's generator, so `torch.manual_seed` makes a run reproducible."""
+    maps = dict(bias=bias, pre_proj=pre_proj, post_proj=post_proj, x2l=x2l, m2l=m2l, x2w=x2w, m2w=m2w)
+    if runs_inference_core(query, key, value, maps, dropout):
+        return talking_heads_inference(query, key, value, bias, pre_proj, post_proj, scaling=scaling, causal=causal,
+                                       key_lengths=key_lengths, block_size=block_size)
+    if key_lengths is not None:
+        padding = padding_bias(key_lengths, key.shape[2], query.dtype, query.device)  # [b, 1, 1, m]
+        bias = padding if bias is None else bias + padding
     if dropout > 0.0:
         seed = int(torch.randint(0, 2**62, (), device="cpu"))
         return _blockwise_with_dropout(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling,
@@ -385,3 +395,81 @@ def _blockwise_with_dropout(*args) -> torch.Tensor:
     the per-block dropout generators (`InductorError: KeyError: 'buf1'` in its CPU code generation), and the seed
     drawn just before already breaks the graph, so nothing is lost: the core runs as it does uncompiled."""
     return BlockwiseTalkingHeads.apply(*args)
+
+
+# ---------------------------------------------------------------------------------------------- the inference core
+# Elements of one block of the inference core, [heads, rows, keys] of one batch row (1 MiB in float32): J, L, W and U
+# of a block take two such buffers, reused by every block, so they stay in the cache from the logits to U.
+INFERENCE_BLOCK_ELEMENTS = 1 << 18
+
+
+def runs_inference_core(query, key, value, maps: dict, dropout: float) -> bool:
+    """Whether `talking_heads_blockwise` computes the formula with `talking_heads_inference`: on the CPU (where its
+    blocks stay in the cache; a GPU would launch kernels per block and batch row), no gradient to record, no
+    dropout, no dynamic map (`maps`: the formula's other tensor arguments by name), not under torch.compile (whose
+    graph would unroll the loops over the batch)."""
+    tensors = [query, key, value, *(t for t in maps.values() if t is not None)]
+    return (query.device.type == "cpu" and dropout == 0.0 and not torch.compiler.is_compiling()
+            and all(maps.get(name) is None for name in ("x2l", "m2l", "x2w", "m2w"))
+            and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)))
+
+
+def padding_bias(key_lengths: list[int], m: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """The additive mask [b, 1, 1, m] that hides from batch row i its keys from key_lengths[i] on."""
+    hidden = torch.arange(m, device=device)[None] >= torch.tensor(key_lengths, device=device)[:, None]
+    return torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill(hidden, torch.finfo(dtype).min)[:, None, None]
+
+
+def talking_heads_inference(query, key, value, bias=None, pre_proj=None, post_proj=None, *, scaling: float,
+                            causal: bool = False, key_lengths: list[int] | None = None,
+                            block_size: int | None = None) -> torch.Tensor:
+    """The formula of this module without gradients, dropout or dynamic maps, one batch row and one block of query
+    rows at a time (`block_size` rows, or `INFERENCE_BLOCK_ELEMENTS` worth): `_inference_block` computes a block in
+    two reused buffers, so it stays in the cache as SDPA's fused kernel keeps its tiles. Batch row i sees its first
+    key_lengths[i] keys (all where None; right padding: the later keys are not computed at all, the bias covers the
+    rest), under `causal` the keys up to its block's last row. Returns out [b, h_v, n, d_v] as a view of a
+    heads-last [b, n, h_v, d_v] tensor (the layout the layer's output projection reads)."""
+    b, h_k, n, _ = query.shape
+    m, h_v, d_v = key.shape[2], value.shape[1], value.shape[3]
+    h = h_k if pre_proj is None else pre_proj.shape[1]
+    step = block_rows(1, max(h_k, h, h_v), n, m, block_size, INFERENCE_BLOCK_ELEMENTS)
+    pre = None if pre_proj is None else (pre_proj * scaling).t().to(query.dtype)  # s P_l^T [h, h_k]
+    post = None if post_proj is None else post_proj.t().to(query.dtype)  # P_w^T [h_v, h]
+    buffers = query.new_empty(2, max(h_k, h, h_v) * step * m)
+    out = value.new_empty(b, n, h_v, d_v)
+    for i in range(b):
+        row_bias = None if bias is None else bias[i if bias.shape[0] > 1 else 0]  # [h or 1, n or 1, m]
+        for start in range(0, n, step):
+            rows = slice(start, min(n, start + step))
+            keys = m if key_lengths is None else key_lengths[i]
+            if causal:  # the block's last row sees the keys up to m - n + rows.stop - 1
+                keys = min(keys, m - n + rows.stop)
+            block_bias = _rows(row_bias, rows, 1, keys)
+            if causal and rows.start + m - n < keys - 1:  # a key the block sees is still hidden from its first row
+                mask = causal_bias(n, m, query.dtype, query.device, rows)[:, :keys]
+                block_bias = mask if block_bias is None else block_bias + mask
+            block = (query[i, :, rows], key[i, :, :keys], value[i, :, :keys], block_bias)
+            out[i, rows] = _inference_block(*block, pre, post, scaling, buffers).transpose(0, 1)
+    return out.transpose(1, 2)
+
+
+def _inference_block(query, key, value, bias, pre, post, scaling: float, buffers) -> torch.Tensor:
+    """One block of `talking_heads_inference`, out [h_v, r, d_v] from query [h_k, r, d_k], key [h_k, k, d_k], value
+    [h_v, k, d_v] and a bias broadcastable to [h, r, k] (or None), with pre = s P_l^T and post = P_w^T (or None).
+    J goes to the first buffer, L (the heads mixed by one GEMM) to the second, W overwrites L, U the buffer W is not
+    in: no tensor of the block is allocated."""
+    h_k, r, k = query.shape[0], query.shape[1], key.shape[1]
+    dots = torch.bmm(query, key.transpose(1, 2), out=buffers[0, : h_k * r * k].view(h_k, r, k))  # J [h_k, r, k]
+    if pre is None:
+        logits = dots.mul_(scaling)
+    else:
+        h = pre.shape[0]
+        logits = torch.mm(pre, dots.view(h_k, r * k), out=buffers[1, : h * r * k].view(h, r * k)).view(h, r, k)
+    if bias is not None:
+        logits += bias
+    weights = softmax_keys(logits, in_place=True)  # W [h, r, k]
+    if post is not None:
+        h, h_v = weights.shape[0], post.shape[0]
+        free = buffers[0 if pre is not None else 1, : h_v * r * k]
+        weights = torch.mm(post, weights.reshape(h, r * k), out=free.view(h_v, r * k)).view(h_v, r, k)  # U
+    return torch.bmm(weights, value)  # [h_v, r, d_v]

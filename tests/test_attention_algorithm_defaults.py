@@ -2,7 +2,8 @@
 
 A default runs only verified code: the Triton kernel has been tested through Triton's CPU interpreter but has never
 passed `benchmarks/gpu_check.py --kernel` on a GPU, so "auto" on CUDA takes the blockwise core in training and the
-eager or blockwise core in inference, as on the CPU; only a GPU named in `TRITON_VERIFIED_GPUS` gets the kernel.
+eager or blockwise core in inference (the CPU: the blockwise algorithm's inference core at every size); only a GPU
+named in `TRITON_VERIFIED_GPUS` gets the kernel.
 CUDA is simulated by the device argument and a patched `torch.cuda.get_device_name`."""
 
 import importlib.util
@@ -45,8 +46,11 @@ def test_no_gpu_is_verified_yet():
 @pytest.mark.parametrize("device", [torch.device("cpu"), CUDA])
 def test_auto_runs_the_verified_pytorch_cores_on_any_unverified_device(gpu, device):
     assert _auto(device, SMALL, grad=True) == "blockwise"  # training: no n x m tensor kept for backward
-    assert _auto(device, SMALL, grad=False) == "eager"  # inference: one in-place buffer
+    # inference: on the CPU the blockwise inference core (blocks in the cache), on a GPU one in-place eager buffer
+    assert _auto(device, SMALL, grad=False) == ("blockwise" if device.type == "cpu" else "eager")
     assert _auto(device, LARGE, grad=False) == "blockwise"  # inference past the eager buffer's limit
+    gpu.setattr(torch.compiler, "is_compiling", lambda: True)  # torch.compile / torch.export: no loop over blocks
+    assert _auto(device, SMALL, grad=False) == "eager"
 
 
 def test_auto_takes_the_kernel_only_on_a_verified_gpu_with_triton(gpu):

@@ -138,16 +138,15 @@ def test_talking_heads_function_equals_the_einsum_reference(variant, algorithm, 
     assert not torch.allclose(moved.transpose(1, 2), out, **CLOSE64)
 
 
+@pytest.mark.parametrize("per_row", [False, True])
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v.startswith("synth")])
-def test_synthesizer_sdpa_fold_equals_its_eager_function(variant):
-    """Where the components fold into one SDPA call, that call gives what the eager function gives (with T5's
-    position bias too); a pure random synthesizer or one with factorized dense terms has no fold and stays eager."""
+def test_synthesizer_sdpa_fold_equals_its_eager_function(monkeypatch, variant, per_row):
+    """Every mixture folds: `synthesizer_sdpa_forward` gives what the eager function gives (with T5's position bias
+    too), in one call and, for a large attention (here every one), one batch row at a time over its real keys."""
+    if per_row:
+        monkeypatch.setattr(av, "SDPA_PER_ROW_ELEMENTS", 1)
     core, x, query, key, value, mask = layer_and_inputs(variant)
-    fn = core.attention_function("sdpa", False, 0.0, x.device)
-    foldable = av._SDPA_FOLDABLE.issuperset(core.spec.components) and core.spec.components != ("random",)
-    assert fn is (av.synthesizer_sdpa_forward if foldable else av.synthesizer_eager_forward)
-    if not foldable:
-        return
+    assert core.attention_function("sdpa", False, 0.0, x.device) is av.synthesizer_sdpa_forward
     bias = torch.randn(1, 4, 7, 7)
     with torch.no_grad():
         expected, weights = call(av.synthesizer_eager_forward, core, x, query, key, value, mask, position_bias=bias)

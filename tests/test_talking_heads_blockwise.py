@@ -11,11 +11,14 @@ import torch
 
 import hf_attn_variants as hav
 from conftest import build, head_inputs, make_config
+from hf_attn_variants import talking_heads_blockwise as talking_heads_blockwise_module
 from hf_attn_variants.talking_heads_blockwise import (
     BlockwiseTalkingHeads,
     _dropout_keep,
     block_rows,
     talking_heads_blockwise,
+    runs_inference_core,
+    talking_heads_inference,
     talking_heads_reference,
 )
 
@@ -100,6 +103,66 @@ def test_blockwise_equals_the_reference_in_float32(case):
     expected = outputs_and_grads(talking_heads_reference, args, causal)
     actual = outputs_and_grads(talking_heads_blockwise, args, causal, block_size=5)
     assert_close_everywhere(expected, actual, atol=1e-5, rtol=1e-5)
+
+
+INFERENCE_CASES = [name for name, case in CASES.items() if not case.get("dynamic")]  # the core has no dynamic maps
+DYNAMIC = ("x2l", "m2l", "x2w", "m2w")
+
+
+def _static_arguments(args: dict) -> dict:
+    """The formula's arguments without gradients (detached copies) and without the dynamic maps."""
+    return {name: None if t is None else t.detach().clone() for name, t in args.items() if name not in DYNAMIC}
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("block_size", [1, 4, 7, None])
+@pytest.mark.parametrize("case", INFERENCE_CASES)
+def test_the_inference_core_equals_the_reference(case, block_size, dtype, tolerance):
+    """`talking_heads_inference` (the blockwise algorithm without gradients) gives the reference's output whatever
+    the block size, with its two buffers reused by blocks of different shapes (causal blocks see fewer keys, the
+    last block fewer rows)."""
+    args, causal = _static_arguments(formula_inputs(CASES[case], dtype=dtype)), CASES[case].get("causal", False)
+    expected = talking_heads_reference(**args, scaling=0.4, causal=causal)
+    with torch.no_grad():
+        actual = talking_heads_inference(**args, scaling=0.4, causal=causal, block_size=block_size)
+    torch.testing.assert_close(actual, expected, atol=tolerance, rtol=tolerance)
+
+
+def test_the_inference_core_runs_only_where_nothing_needs_what_it_leaves_out():
+    """No gradient to record, no dropout, no dynamic map, the CPU: anything else takes the autograd core."""
+    args = formula_inputs(CASES["all_dynamic"])  # leaves that require gradients
+    query, key, value = args["query"], args["key"], args["value"]
+    static = {name: args[name] for name in ("bias", "pre_proj", "post_proj")}
+    assert not runs_inference_core(query, key, value, static, 0.0)  # gradients are recorded
+    with torch.no_grad():
+        assert runs_inference_core(query, key, value, static, 0.0)
+        assert not runs_inference_core(query, key, value, static, 0.1)
+        assert not runs_inference_core(query, key, value, {**static, "m2w": args["m2w"]}, 0.0)
+        assert not runs_inference_core(query.to("meta"), key, value, static, 0.0)  # another device
+    detached = {name: t.detach() for name, t in static.items() if t is not None}
+    assert runs_inference_core(query.detach(), key.detach(), value.detach(), detached, 0.0)  # grad mode, no leaf
+
+
+@pytest.mark.parametrize("case", ["both_maps", "hk_h_hv_differ", "position_bias"])
+def test_key_lengths_give_the_padding_mask_without_reading_the_padded_keys(case):
+    """`key_lengths` (row 0 sees its first m - 5 keys) gives what the padding mask gives: in the autograd core with
+    every gradient, and in the inference core without reading the padded keys at all (NaN there changes nothing)."""
+    args = formula_inputs(CASES[case])
+    m = args["key"].shape[2]
+    padding = torch.zeros(2, 1, 1, m, dtype=torch.float64)
+    padding[0, ..., m - 5 :] = torch.finfo(torch.float64).min
+
+    def padded_reference(bias=None, **kwargs):
+        return talking_heads_reference(bias=padding if bias is None else bias + padding, **kwargs)
+
+    expected = outputs_and_grads(padded_reference, args, False)
+    actual = outputs_and_grads(talking_heads_blockwise, args, False, key_lengths=[m - 5, m], block_size=4)
+    assert_close_everywhere(expected, actual, atol=1e-10, rtol=1e-10)
+    poisoned = _static_arguments(args)
+    poisoned["key"][0, :, m - 5 :] = poisoned["value"][0, :, m - 5 :] = float("nan")
+    with torch.no_grad():
+        out = talking_heads_blockwise(**poisoned, scaling=0.4, key_lengths=[m - 5, m], block_size=4)
+    torch.testing.assert_close(out, expected[0].detach(), atol=1e-10, rtol=1e-10)
 
 
 def test_a_wrong_map_entry_fails_the_comparison():
@@ -213,27 +276,26 @@ def test_models_train_the_same_with_the_blockwise_core(head, variant):
     assert any(not torch.allclose(perturbed[1][name], grad, **tolerance[name]) for name, grad in expected[1].items())
 
 
-def test_auto_takes_the_blockwise_core_to_train_or_for_large_attention_and_the_eager_one_otherwise(monkeypatch):
+def test_auto_takes_the_blockwise_core_to_train_and_for_inference_on_the_cpu(monkeypatch):
     from hf_attn_variants import attention_variants
 
-    calls = []
+    calls, cores = [], []
     monkeypatch.setitem(attention_variants.TALKING_HEADS_ALGORITHMS, "blockwise",
                         lambda *args, **kwargs: calls.append(1) or talking_heads_blockwise(*args, **kwargs))
+    monkeypatch.setattr(talking_heads_blockwise_module, "talking_heads_inference",
+                        lambda *args, **kwargs: cores.append(1) or talking_heads_inference(*args, **kwargs))
     # attention_algorithm="auto", the default; the padded batch: one attention call per layer (packed, one per length)
     model = build("VariantBertModel", "talking_heads", unpad=False)
     inputs = head_inputs("VariantBertModel")
     model.train()
     model(**inputs)
-    assert len(calls) == model.config.num_hidden_layers
+    assert len(calls) == model.config.num_hidden_layers and not cores
     with torch.no_grad():
-        model(**inputs)
+        model(**inputs)  # inference on the CPU: the blockwise algorithm's inference core
+    assert len(calls) == 2 * len(cores) == 2 * model.config.num_hidden_layers
     model.eval()
     weights = model(**inputs, output_attentions=True).attentions  # the weights need the eager path
-    assert len(calls) == model.config.num_hidden_layers and weights[0].shape[-1] == inputs["input_ids"].shape[1]
-    monkeypatch.setattr(attention_variants, "EAGER_INFERENCE_ELEMENTS", 2 * 4 * 7 * 7 - 1)  # b * h * n * m, less one
-    with torch.no_grad():
-        model(**inputs)  # past the eager buffer's limit: blockwise without gradients too
-    assert len(calls) == 2 * model.config.num_hidden_layers
+    assert len(calls) == 2 * model.config.num_hidden_layers and weights[0].shape[-1] == inputs["input_ids"].shape[1]
 
 
 def test_an_algorithm_for_a_type_that_has_none_is_refused_by_name():
