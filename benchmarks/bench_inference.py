@@ -52,10 +52,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import bench_attention
-import bench_training
 import torch
 import transformers
+from transformers.utils import logging as hf_logging
+
+import bench_attention
+import bench_training
+import hf_attn_variants
 from bench_attention import (
     DTYPES,
     SETUPS,
@@ -65,9 +68,6 @@ from bench_attention import (
     format_table,
     resolve_device,
 )
-from transformers.utils import logging as hf_logging
-
-import hf_attn_variants
 from hf_attn_variants.families import FAMILIES
 from hf_attn_variants.presets import SIZES
 

@@ -789,7 +789,7 @@ def synthesizer_sdpa_terms(module, query, key, x, scaling: float, rows, cols):
     less than k more columns in q', k' and v); factorized dense: a_fd A[i, j // nb] B[i, j % nb]. Tables are read at
     the positions `rows` and `cols` (`synthesizer_positions`).
     """
-    spec, b = module.spec, x.shape[0]
+    spec = module.spec
     alpha = module.mixture_alpha()
     hidden = module.dense_hidden(x) if {"dense", "factorized_dense"} & set(spec.components) else None
     qs, ks, bias, factorized = [], [], None, None

@@ -16,8 +16,8 @@ from hf_attn_variants.talking_heads_blockwise import (
     BlockwiseTalkingHeads,
     _dropout_keep,
     block_rows,
-    talking_heads_blockwise,
     runs_inference_core,
+    talking_heads_blockwise,
     talking_heads_inference,
     talking_heads_reference,
 )
