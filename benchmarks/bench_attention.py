@@ -58,18 +58,23 @@ ROWS = {
     "eager": ("transformers", {"attn_implementation": "eager"}),
     "sdpa": ("transformers", {"attn_implementation": "sdpa"}),
     **{name: ("ours", fields) for name, fields in SETUPS.items()},
-    **{f"talking-heads{suffix}": ("ours", {**SETUPS["talking-heads"], **fields}) for suffix, fields in (
-        ("-eager", {"attention_algorithm": "eager"}),
-        ("-blockwise", {"attention_algorithm": "blockwise"}),
-        ("-recompute", {"attention_algorithm": "eager", "attention_recompute": True}),
-        ("-dynamic", {"talking_heads_dynamic": DYNAMIC}),
-        ("-dynamic-eager", {"talking_heads_dynamic": DYNAMIC, "attention_algorithm": "eager"}),
-    )},
+    **{
+        f"talking-heads{suffix}": ("ours", {**SETUPS["talking-heads"], **fields})
+        for suffix, fields in (
+            ("-eager", {"attention_algorithm": "eager"}),
+            ("-blockwise", {"attention_algorithm": "blockwise"}),
+            ("-recompute", {"attention_algorithm": "eager", "attention_recompute": True}),
+            ("-dynamic", {"talking_heads_dynamic": DYNAMIC}),
+            ("-dynamic-eager", {"talking_heads_dynamic": DYNAMIC, "attention_algorithm": "eager"}),
+        )
+    },
     "synthesizer-factorized-random": (
-        "ours", {**SETUPS["synthesizer-random"], "synthesizer_components": ["factorized_random"]},
+        "ours",
+        {**SETUPS["synthesizer-random"], "synthesizer_components": ["factorized_random"]},
     ),
     "synthesizer-factorized-dense": (
-        "ours", {**SETUPS["synthesizer-dense"], "synthesizer_components": ["factorized_dense"]},
+        "ours",
+        {**SETUPS["synthesizer-dense"], "synthesizer_components": ["factorized_dense"]},
     ),
 }
 REFERENCES = ("eager", "sdpa")
@@ -81,8 +86,12 @@ STATS = {"min": min, "median": statistics.median}
 def add_timing_args(p):
     """--stat and --clock, shared with bench_single_head.py."""
     p.add_argument("--stat", choices=list(STATS), default="min", help="of the repeats (default: the fastest)")
-    p.add_argument("--clock", choices=["wall", "process"], default="wall",
-                   help="CPU only: wall time, or this process's CPU time (robust to other load with one thread)")
+    p.add_argument(
+        "--clock",
+        choices=["wall", "process"],
+        default="wall",
+        help="CPU only: wall time, or this process's CPU time (robust to other load with one thread)",
+    )
 
 
 def resolve_device(parser, device: str) -> torch.device:
@@ -105,14 +114,21 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     add_timing_args(p)
-    p.add_argument("--variants", nargs="+", choices=list(ROWS), default=list(ROWS), metavar="NAME",
-                   help=f"rows to run, of {', '.join(ROWS)}; eager and sdpa are always run as references")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(ROWS),
+        default=list(ROWS),
+        metavar="NAME",
+        help=f"rows to run, of {', '.join(ROWS)}; eager and sdpa are always run as references",
+    )
     p.add_argument("--attention-dropout", type=float, default=0.1, help="attention_probs_dropout_prob of every row")
     p.add_argument("--family", choices=["bert", "albert"], default="bert")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: hidden 64, 4 heads, seq 16 32, batch 2, repeats 1, warmup 0")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: hidden 64, 4 heads, seq 16 32, batch 2, repeats 1, warmup 0"
+    )
     p.add_argument("--markdown", action="store_true", help="print markdown tables")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="the models' weights (no autocast)")
@@ -131,10 +147,14 @@ def parse_args():
 def build_model(name, args):
     family, kwargs = FLASH if name == "flash" else ROWS[name]
     common = dict(
-        vocab_size=1000, hidden_size=args.hidden_size, num_attention_heads=args.num_heads,
-        num_hidden_layers=args.num_layers, intermediate_size=4 * args.hidden_size,
+        vocab_size=1000,
+        hidden_size=args.hidden_size,
+        num_attention_heads=args.num_heads,
+        num_hidden_layers=args.num_layers,
+        intermediate_size=4 * args.hidden_size,
         max_position_embeddings=max(512, *args.seq_lens),
-        hidden_dropout_prob=0.1, attention_probs_dropout_prob=args.attention_dropout,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=args.attention_dropout,
     )
     if args.family == "albert":
         common.update(embedding_size=128, num_hidden_groups=1, hidden_act="gelu")
@@ -257,13 +277,30 @@ def measure(args, seq_len):
 
 
 def table(results):
-    header = ["variant", "fwd ms", "fwd / eager", "fwd / sdpa", "fwd+bwd ms", "fwd+bwd / eager",
-              "fwd+bwd / sdpa", "saved MiB", "saved / eager"]
+    header = [
+        "variant",
+        "fwd ms",
+        "fwd / eager",
+        "fwd / sdpa",
+        "fwd+bwd ms",
+        "fwd+bwd / eager",
+        "fwd+bwd / sdpa",
+        "saved MiB",
+        "saved / eager",
+    ]
     eager, sdpa = results["eager"], results["sdpa"]
     rows = [
-        [name, f"{r['fwd']:.1f}", f"{r['fwd'] / eager['fwd']:.2f}", f"{r['fwd'] / sdpa['fwd']:.2f}",
-         f"{r['fwd_bwd']:.1f}", f"{r['fwd_bwd'] / eager['fwd_bwd']:.2f}", f"{r['fwd_bwd'] / sdpa['fwd_bwd']:.2f}",
-         f"{r['saved']:.1f}", f"{r['saved'] / eager['saved']:.2f}"]
+        [
+            name,
+            f"{r['fwd']:.1f}",
+            f"{r['fwd'] / eager['fwd']:.2f}",
+            f"{r['fwd'] / sdpa['fwd']:.2f}",
+            f"{r['fwd_bwd']:.1f}",
+            f"{r['fwd_bwd'] / eager['fwd_bwd']:.2f}",
+            f"{r['fwd_bwd'] / sdpa['fwd_bwd']:.2f}",
+            f"{r['saved']:.1f}",
+            f"{r['saved'] / eager['saved']:.2f}",
+        ]
         for name, r in results.items()
     ]
     if "peak" in eager:  # on a GPU
@@ -281,8 +318,11 @@ def format_table(header, rows, markdown):
         cells = [fn(cell, w) for fn, cell, w in zip(align, cells, widths)]
         return "| " + " | ".join(cells) + " |" if markdown else "  ".join(cells)
 
-    rule = ("|" + "|".join(":" + "-" * (w + 1) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
-            if markdown else "  ".join("-" * w for w in widths))
+    rule = (
+        "|" + "|".join(":" + "-" * (w + 1) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
+        if markdown
+        else "  ".join("-" * w for w in widths)
+    )
     return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
@@ -290,10 +330,12 @@ def main():
     args = parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    print(f"{args.family}: torch {torch.__version__}, transformers {transformers.__version__}, "
-          f"hf_attn_variants {hf_attn_variants.__version__}, threads {torch.get_num_threads()}; "
-          f"batch {args.batch_size}, hidden {args.hidden_size}, heads {args.num_heads}, layers {args.num_layers}, "
-          f"{'fastest' if args.stat == 'min' else 'median'} of {args.repeats} (warmup {args.warmup}), {args.clock} clock")
+    print(
+        f"{args.family}: torch {torch.__version__}, transformers {transformers.__version__}, "
+        f"hf_attn_variants {hf_attn_variants.__version__}, threads {torch.get_num_threads()}; "
+        f"batch {args.batch_size}, hidden {args.hidden_size}, heads {args.num_heads}, layers {args.num_layers}, "
+        f"{'fastest' if args.stat == 'min' else 'median'} of {args.repeats} (warmup {args.warmup}), {args.clock} clock"
+    )
     if args.device.type != "cpu" or args.dtype != "float32":
         name = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else "cpu"
         print(f"device {args.device} ({name}), weights {args.dtype}; flash-attn rows: {'flash' in args.variants}")

@@ -54,20 +54,35 @@ def child(mode: str, corpus: str, tokenizer_dir: str, num_proc: int, max_seq_len
         begin = time.perf_counter()
         tokens = 0
         for start in range(0, len(lines), 1000):
-            tokens += sum(len(e.ids) for e in tokenizer.backend_tokenizer.encode_batch(
-                [t for t in lines[start : start + 1000] if t], add_special_tokens=False))
+            tokens += sum(
+                len(e.ids)
+                for e in tokenizer.backend_tokenizer.encode_batch(
+                    [t for t in lines[start : start + 1000] if t], add_special_tokens=False
+                )
+            )
         return {"seconds": time.perf_counter() - begin, "tokens": tokens, "import_seconds": imported - started}
     streaming = mode == "streaming"
-    data_args = DataArguments(train_file=corpus, streaming=streaming, validation_split_percentage=0,
-                              preprocessing_num_workers=None if streaming else num_proc)
+    data_args = DataArguments(
+        train_file=corpus,
+        streaming=streaming,
+        validation_split_percentage=0,
+        preprocessing_num_workers=None if streaming else num_proc,
+    )
     training_args = TrainingArguments(tempfile.mkdtemp(), report_to="none", max_steps=10)
     begin = time.perf_counter()
     raw = load_raw_datasets(data_args, default_files=None, seed=0, select_samples=False)
     loaded = time.perf_counter()
     features = Features({"input_ids": Sequence(Value("int32"))})  # as run_pretraining.py packs masked LM
-    train = map_batched(raw["train"], pack_batch, training_args, data_args, desc="Packing the train split",
-                        remove_columns=column_names(raw["train"]), features=features,
-                        fn_kwargs={"tokenizer": tokenizer, "column": "text", "max_seq_length": max_seq_length})
+    train = map_batched(
+        raw["train"],
+        pack_batch,
+        training_args,
+        data_args,
+        desc="Packing the train split",
+        remove_columns=column_names(raw["train"]),
+        features=features,
+        fn_kwargs={"tokenizer": tokenizer, "column": "text", "max_seq_length": max_seq_length},
+    )
     if streaming:
         collator = MaskedLMCollator(tokenizer)
         examples = []
@@ -76,11 +91,19 @@ def child(mode: str, corpus: str, tokenizer_dir: str, num_proc: int, max_seq_len
             if len(examples) == batch_size:
                 break
         batch = collator(examples)
-        return {"seconds": time.perf_counter() - begin, "batch_shape": list(batch["input_ids"].shape),
-                "import_seconds": imported - started}
-    return {"seconds": time.perf_counter() - begin, "load_seconds": loaded - begin,
-            "map_seconds": time.perf_counter() - loaded, "sequences": len(train),
-            "cache_files": len(train.cache_files), "import_seconds": imported - started}
+        return {
+            "seconds": time.perf_counter() - begin,
+            "batch_shape": list(batch["input_ids"].shape),
+            "import_seconds": imported - started,
+        }
+    return {
+        "seconds": time.perf_counter() - begin,
+        "load_seconds": loaded - begin,
+        "map_seconds": time.perf_counter() - loaded,
+        "sequences": len(train),
+        "cache_files": len(train.cache_files),
+        "import_seconds": imported - started,
+    }
 
 
 # ------------------------------------------------------------------------------------------------- the parent
@@ -89,14 +112,22 @@ def measure(mode: str, args, corpus: Path, tokenizer_dir: Path, cache: Path, num
     import psutil
 
     env = {**os.environ, "HF_DATASETS_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    code = ("import json, bench_data; "
-            f"print('RESULT', json.dumps(bench_data.child({mode!r}, {str(corpus)!r}, {str(tokenizer_dir)!r}, "
-            f"{num_proc}, {args.max_seq_length}, {args.batch_size})))")
+    code = (
+        "import json, bench_data; "
+        f"print('RESULT', json.dumps(bench_data.child({mode!r}, {str(corpus)!r}, {str(tokenizer_dir)!r}, "
+        f"{num_proc}, {args.max_seq_length}, {args.batch_size})))"
+    )
     # output to files: a child writing more than a pipe holds (progress bars) would block until read
     log = open(cache.parent / f"{cache.name}-{mode}.log", "w+")
     # run from this folder: `python -c` puts it first on sys.path, so the child imports this file as bench_data
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).parent,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     handle = psutil.Process(proc.pid)
     peak_main = peak_tree = 0
     while proc.poll() is None:
@@ -104,8 +135,9 @@ def measure(mode: str, args, corpus: Path, tokenizer_dir: Path, cache: Path, num
             main = handle.memory_info().rss
             children = handle.children(recursive=True)
             # with workers: proportional set sizes, so pages a forked worker shares with its parent count once
-            tree = (handle.memory_full_info().pss + sum(c.memory_full_info().pss for c in children)
-                    if children else main)
+            tree = (
+                handle.memory_full_info().pss + sum(c.memory_full_info().pss for c in children) if children else main
+            )
         except psutil.Error:
             break
         peak_main, peak_tree = max(peak_main, main), max(peak_tree, tree)
@@ -118,8 +150,12 @@ def measure(mode: str, args, corpus: Path, tokenizer_dir: Path, cache: Path, num
         raise RuntimeError(f"{mode} failed:\n{output[-3000:]}")
     result = json.loads(output.split("RESULT ", 1)[1].splitlines()[0])
     maxrss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # the largest child so far
-    return {**result, "peak_rss_main_mb": peak_main / 2**20, "peak_rss_tree_mb": peak_tree / 2**20,
-            "maxrss_children_mb": maxrss_children / 2**20}
+    return {
+        **result,
+        "peak_rss_main_mb": peak_main / 2**20,
+        "peak_rss_tree_mb": peak_tree / 2**20,
+        "maxrss_children_mb": maxrss_children / 2**20,
+    }
 
 
 def write_corpus(path: Path, size_mb: float) -> int:
@@ -161,32 +197,60 @@ def main(argv=None) -> dict:
             cache = tmp / f"cache-{num_proc}"
             first = measure("map", args, corpus, tokenizer_dir, cache, num_proc)
             results[f"map_num_proc_{num_proc}"] = first
-            rows.append((f"map-style, num_proc {num_proc}", first["seconds"], mb / first["seconds"],
-                         first["peak_rss_main_mb"], first["peak_rss_tree_mb"]))
+            rows.append(
+                (
+                    f"map-style, num_proc {num_proc}",
+                    first["seconds"],
+                    mb / first["seconds"],
+                    first["peak_rss_main_mb"],
+                    first["peak_rss_tree_mb"],
+                )
+            )
             if num_proc == 1:
                 again = measure("map", args, corpus, tokenizer_dir, cache, num_proc)
                 results["cached_rerun"] = again
-                rows.append(("cached rerun (num_proc 1)", again["seconds"], None, again["peak_rss_main_mb"],
-                             again["peak_rss_tree_mb"]))
+                rows.append(
+                    (
+                        "cached rerun (num_proc 1)",
+                        again["seconds"],
+                        None,
+                        again["peak_rss_main_mb"],
+                        again["peak_rss_tree_mb"],
+                    )
+                )
         streamed = measure("streaming", args, corpus, tokenizer_dir, tmp / "cache-stream")
         results["streaming"] = streamed
-        rows.append(("streaming: first batch", streamed["seconds"], None, streamed["peak_rss_main_mb"],
-                     streamed["peak_rss_tree_mb"]))
+        rows.append(
+            (
+                "streaming: first batch",
+                streamed["seconds"],
+                None,
+                streamed["peak_rss_main_mb"],
+                streamed["peak_rss_tree_mb"],
+            )
+        )
 
-    lines = [f"{mb:.0f} MB of text, {args.max_seq_length}-token blocks, {os.cpu_count()} CPU cores",
-             "", "| step | wall time (s) | MB/s | x ceiling | peak RSS, process (MB) | peak, with workers (MB, PSS) |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"{mb:.0f} MB of text, {args.max_seq_length}-token blocks, {os.cpu_count()} CPU cores",
+        "",
+        "| step | wall time (s) | MB/s | x ceiling | peak RSS, process (MB) | peak, with workers (MB, PSS) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, seconds, rate, main_mb, tree_mb in rows:
         ratio = f"{rate / ceiling_rate:.2f}" if rate is not None else ""
-        lines.append(f"| {name} | {seconds:.2f} | {f'{rate:.2f}' if rate else ''} | {ratio} | "
-                     f"{f'{main_mb:.0f}' if main_mb else ''} | {f'{tree_mb:.0f}' if tree_mb else ''} |")
+        lines.append(
+            f"| {name} | {seconds:.2f} | {f'{rate:.2f}' if rate else ''} | {ratio} | "
+            f"{f'{main_mb:.0f}' if main_mb else ''} | {f'{tree_mb:.0f}' if tree_mb else ''} |"
+        )
     first = results.get("map_num_proc_1")
     if first and "cached_rerun" in results:
         lines.append("")
-        lines.append(f"cached rerun / first preparation: {results['cached_rerun']['seconds'] / first['seconds']:.1%}; "
-                     f"first preparation: {first['load_seconds']:.1f} s loading (text builder) + "
-                     f"{first['map_seconds']:.1f} s packing; {first['sequences']} sequences; imports "
-                     f"{first['import_seconds']:.1f} s (not counted)")
+        lines.append(
+            f"cached rerun / first preparation: {results['cached_rerun']['seconds'] / first['seconds']:.1%}; "
+            f"first preparation: {first['load_seconds']:.1f} s loading (text builder) + "
+            f"{first['map_seconds']:.1f} s packing; {first['sequences']} sequences; imports "
+            f"{first['import_seconds']:.1f} s (not counted)"
+        )
     print("\n".join(lines))
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=2) + "\n")

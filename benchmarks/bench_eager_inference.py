@@ -29,9 +29,15 @@ def measure(mode: str, what: str, batch: int, length: int, repeats: int) -> dict
     import hf_attn_variants as hav
 
     torch.manual_seed(0)
-    config = hav.VariantBertConfig(hidden_size=768, num_attention_heads=12, intermediate_size=3072,
-                                   num_hidden_layers=1, attention_type="talking_heads", attn_implementation="eager",
-                                   attention_algorithm="blockwise" if mode == "blockwise" else "eager")
+    config = hav.VariantBertConfig(
+        hidden_size=768,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        num_hidden_layers=1,
+        attention_type="talking_heads",
+        attn_implementation="eager",
+        attention_algorithm="blockwise" if mode == "blockwise" else "eager",
+    )
     layer = hav.VariantBertModel(config).eval().requires_grad_(False).encoder.layer[0]
     attn = layer.attention.self
     x = torch.randn(batch, length, 768)
@@ -67,8 +73,12 @@ def main(argv=None) -> None:
     results = {mode: [] for mode in MODES}
     for _ in range(args.rounds):
         for mode in MODES:
-            out = subprocess.run([sys.executable, __file__, *(argv or sys.argv[1:]), "--mode", mode],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, *(argv or sys.argv[1:]), "--mode", mode],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             results[mode].append(json.loads(out.strip().splitlines()[-1]))
     print(f"| {args.what}, b={args.batch}, n={args.length}, no gradients | time (min) | peak RSS above the model |")
     print("|---|---|---|")

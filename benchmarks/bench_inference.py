@@ -97,11 +97,22 @@ TRAINING_BARS = {
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--shapes", nargs="+", default=None, metavar="NAME",
-                   help=f"of {', '.join(SHAPES)} (default: all; --quick: {', '.join(QUICK_SHAPES)})")
+    p.add_argument(
+        "--shapes",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help=f"of {', '.join(SHAPES)} (default: all; --quick: {', '.join(QUICK_SHAPES)})",
+    )
     p.add_argument("--families", nargs="+", choices=list(HEADS), default=list(HEADS))
-    p.add_argument("--types", nargs="+", choices=list(SETUPS), default=list(SETUPS), metavar="NAME",
-                   help=f"our rows, of {', '.join(SETUPS)}; transformers' sdpa and eager always run as references")
+    p.add_argument(
+        "--types",
+        nargs="+",
+        choices=list(SETUPS),
+        default=list(SETUPS),
+        metavar="NAME",
+        help=f"our rows, of {', '.join(SETUPS)}; transformers' sdpa and eager always run as references",
+    )
     p.add_argument("--padding", nargs="+", choices=PADDINGS, default=list(PADDINGS))
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1)
@@ -112,8 +123,12 @@ def parse_args(argv=None):
     p.add_argument("--sentences", type=int, default=64, help="verses per pipeline call")
     p.add_argument("--serving-batch", type=int, default=16, help="the pipelines' batch_size")
     p.add_argument("--encode-sentences", type=int, default=512, help="verses per sentence-transformers encode")
-    p.add_argument("--compile-shape", default=None, metavar="NAME",
-                   help="the shape of the torch.compile rows (default: mini-16x64; --quick: tiny-2x32)")
+    p.add_argument(
+        "--compile-shape",
+        default=None,
+        metavar="NAME",
+        help="the shape of the torch.compile rows (default: mini-16x64; --quick: tiny-2x32)",
+    )
     p.add_argument("--training-bars", action="store_true", help="add the training bars (minutes at bert-base)")
     p.add_argument("--quick", action="store_true", help="smoke run: tiny shapes, 1 repeat, few sentences")
     p.add_argument("--markdown", action="store_true", help="print markdown tables")
@@ -129,8 +144,10 @@ def parse_args(argv=None):
     args.shapes = args.shapes or list(shapes)
     unknown = [name for name in [*args.shapes, args.compile_shape] if name not in shapes]
     if unknown:
-        p.error(f"shape {' '.join(unknown)}: choose from {', '.join(shapes)}"
-                + ("" if args.quick else f" (--quick: {', '.join(QUICK_SHAPES)})"))
+        p.error(
+            f"shape {' '.join(unknown)}: choose from {', '.join(shapes)}"
+            + ("" if args.quick else f" (--quick: {', '.join(QUICK_SHAPES)})")
+        )
     if args.serving and args.warmup < 1:
         p.error("--serving needs --warmup >= 1 (the first torch.compile call compiles)")
     return args
@@ -164,8 +181,9 @@ def load_rows(family: str, head: str, folder: str, args) -> dict:
     theirs = getattr(transformers, f"{fam.prefix}{head}")
     models = {name: theirs.from_pretrained(folder, attn_implementation=name) for name in REFERENCES}
     # general bilinear's query projection is h times wider than the checkpoint's: it gets its own init
-    models.update({name: ours.from_pretrained(folder, ignore_mismatched_sizes=True, **type_fields(name))
-                   for name in args.types})
+    models.update(
+        {name: ours.from_pretrained(folder, ignore_mismatched_sizes=True, **type_fields(name)) for name in args.types}
+    )
     return {name: model.to(device=args.device, dtype=DTYPES[args.dtype]).eval() for name, model in models.items()}
 
 
@@ -247,11 +265,15 @@ def pipeline_rows(family: str, task: str, tokenizer, args) -> tuple[dict, str]:
     with tempfile.TemporaryDirectory() as folder:
         save_reference(family, "mini", head, len(tokenizer), folder, args.seed)
         models = load_rows(family, head, folder, args)
-    pipes = {name: transformers.pipeline(task, model=model, tokenizer=tokenizer, device=args.device)
-             for name, model in models.items()}
+    pipes = {
+        name: transformers.pipeline(task, model=model, tokenizer=tokenizer, device=args.device)
+        for name, model in models.items()
+    }
     with torch.inference_mode():
-        times = time_rows({name: functools.partial(pipe, verses, batch_size=args.serving_batch)
-                           for name, pipe in pipes.items()}, args)
+        times = time_rows(
+            {name: functools.partial(pipe, verses, batch_size=args.serving_batch) for name, pipe in pipes.items()},
+            args,
+        )
     return times, f"{len(verses)} verses, batch_size {args.serving_batch}"
 
 
@@ -265,17 +287,29 @@ def encode_rows(family: str, tokenizer, args) -> tuple[dict, str]:
         reference = os.path.join(root, "reference")
         save_reference(family, "mini", "ForMaskedLM", len(tokenizer), reference, args.seed)
         tokenizer.save_pretrained(reference)
-        encoders = {name: SentenceTransformer(reference, device=str(args.device), model_kwargs={
-            "attn_implementation": name, "dtype": DTYPES[args.dtype]}) for name in REFERENCES}
+        encoders = {
+            name: SentenceTransformer(
+                reference,
+                device=str(args.device),
+                model_kwargs={"attn_implementation": name, "dtype": DTYPES[args.dtype]},
+            )
+            for name in REFERENCES
+        }
         for name, model in load_rows(family, "ForMaskedLM", reference, args).items():
             if name not in REFERENCES:
                 folder = os.path.join(root, name)
                 model.save_pretrained(folder)
                 tokenizer.save_pretrained(folder)
-                encoders[name] = SentenceTransformer(folder, device=str(args.device), trust_remote_code=True,
-                                                     model_kwargs={"dtype": DTYPES[args.dtype]})
-        times = time_rows({name: functools.partial(encoder.encode, verses, batch_size=args.serving_batch)
-                           for name, encoder in encoders.items()}, args)
+                encoders[name] = SentenceTransformer(
+                    folder, device=str(args.device), trust_remote_code=True, model_kwargs={"dtype": DTYPES[args.dtype]}
+                )
+        times = time_rows(
+            {
+                name: functools.partial(encoder.encode, verses, batch_size=args.serving_batch)
+                for name, encoder in encoders.items()
+            },
+            args,
+        )
     return times, f"{len(verses)} verses, batch_size {args.serving_batch}, mean pooling"
 
 
@@ -289,8 +323,9 @@ def compile_rows(family: str, args) -> tuple[dict, str]:
         models = load_rows(family, HEADS[family], folder, args)
     inputs = make_inputs(batch, n, VOCAB[size], False, 0, args)
     with torch.inference_mode():
-        times = time_rows({name: functools.partial(torch.compile(model), **inputs) for name, model in models.items()},
-                          args)
+        times = time_rows(
+            {name: functools.partial(torch.compile(model), **inputs) for name, model in models.items()}, args
+        )
     return times, "inductor; the first call (compiling) left out"
 
 
@@ -313,24 +348,57 @@ def ratio_tables(family: str, results: list, args) -> list[tuple[str, list, list
     tables = []
     for base, other in (("sdpa", "eager"), ("eager", "sdpa")):
         header = [f"{family}: time / {base}", f"{base} ms", other, *args.types]
-        rows = [[label, f"{t[base]:.1f}", *(f"{t[name] / t[base]:.2f}" for name in (other, *args.types))]
-                for label, t, _ in results]
-        tables.append((f"{family}, time / transformers' {base.upper() if base == 'sdpa' else base} model", header,
-                       rows))
+        rows = [
+            [label, f"{t[base]:.1f}", *(f"{t[name] / t[base]:.2f}" for name in (other, *args.types))]
+            for label, t, _ in results
+        ]
+        tables.append(
+            (f"{family}, time / transformers' {base.upper() if base == 'sdpa' else base} model", header, rows)
+        )
     return tables
 
 
 def training_bars(args) -> list[list[str]]:
     """The training bars (`TRAINING_BARS`), measured with bench_attention's and bench_training's own functions."""
-    attention = bench_attention.measure(argparse.Namespace(
-        variants=["eager", "sdpa", "talking-heads"], seq_lens=[512], batch_size=8, hidden_size=768, num_heads=12,
-        num_layers=2, attention_dropout=0.1, family="bert", seed=args.seed, device=args.device, dtype=args.dtype,
-        warmup=args.warmup, repeats=args.repeats, stat=args.stat), 512)
-    training = bench_training.measure(bench_training.SETTINGS["mini-128"], "eager", argparse.Namespace(
-        seed=args.seed, device=args.device, dtype=args.dtype, family="bert", only=["talking_heads"], sparse=["on"],
-        warmup=args.warmup, repeats=args.repeats, compile_backend="inductor", profile=0))
-    measured = (attention["talking-heads"]["fwd_bwd"] / attention["eager"]["fwd_bwd"],
-                training["talking_heads+sparse"]["step"] / training["sdpa"]["step"])
+    attention = bench_attention.measure(
+        argparse.Namespace(
+            variants=["eager", "sdpa", "talking-heads"],
+            seq_lens=[512],
+            batch_size=8,
+            hidden_size=768,
+            num_heads=12,
+            num_layers=2,
+            attention_dropout=0.1,
+            family="bert",
+            seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+            warmup=args.warmup,
+            repeats=args.repeats,
+            stat=args.stat,
+        ),
+        512,
+    )
+    training = bench_training.measure(
+        bench_training.SETTINGS["mini-128"],
+        "eager",
+        argparse.Namespace(
+            seed=args.seed,
+            device=args.device,
+            dtype=args.dtype,
+            family="bert",
+            only=["talking_heads"],
+            sparse=["on"],
+            warmup=args.warmup,
+            repeats=args.repeats,
+            compile_backend="inductor",
+            profile=0,
+        ),
+    )
+    measured = (
+        attention["talking-heads"]["fwd_bwd"] / attention["eager"]["fwd_bwd"],
+        training["talking_heads+sparse"]["step"] / training["sdpa"]["step"],
+    )
     return [[what, f"{value:.2f}", f"{bar:.2f}"] for (what, bar), value in zip(TRAINING_BARS.items(), measured)]
 
 
@@ -353,10 +421,13 @@ def main(argv=None):
         logger.setLevel("ERROR")
     hf_logging.disable_progress_bar()
     load = "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else ""
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, hf_attn_variants "
-          f"{hf_attn_variants.__version__}; {args.device} ({machine(args.device)}), threads {torch.get_num_threads()}, "
-          f"{args.dtype}; {'fastest' if args.stat == 'min' else 'median'} of {args.repeats} (warmup {args.warmup}), "
-          f"{args.clock} clock; {load} at the start", flush=True)
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, hf_attn_variants "
+        f"{hf_attn_variants.__version__}; {args.device} ({machine(args.device)}), threads {torch.get_num_threads()}, "
+        f"{args.dtype}; {'fastest' if args.stat == 'min' else 'median'} of {args.repeats} (warmup {args.warmup}), "
+        f"{args.clock} clock; {load} at the start",
+        flush=True,
+    )
     for family in args.families:
         results = measure_family(family, args)
         if args.serving:

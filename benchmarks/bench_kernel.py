@@ -29,8 +29,11 @@ from pathlib import Path
 def parse(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (the kernel needs a GPU unless --interpret)")
-    parser.add_argument("--interpret", action="store_true",
-                        help="run through Triton's interpreter on the CPU, at a tiny shape (a smoke test)")
+    parser.add_argument(
+        "--interpret",
+        action="store_true",
+        help="run through Triton's interpreter on the CPU, at a tiny shape (a smoke test)",
+    )
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float32"])
     parser.add_argument("--seq-lens", nargs="+", type=int, default=[512, 2048, 4096])
     parser.add_argument("--batch", type=int, default=8)
@@ -58,8 +61,10 @@ def inputs(args, n, dtype, device, seed=0):
     def rand(*shape, scale=1.0):
         return (torch.randn(*shape, generator=gen) * scale).to(device=device, dtype=dtype).requires_grad_(True)
 
-    maps = [(torch.eye(h) + torch.randn(h, h, generator=gen) * h**-0.5).to(device=device, dtype=dtype)
-            .requires_grad_(True) for _ in range(2)]
+    maps = [
+        (torch.eye(h) + torch.randn(h, h, generator=gen) * h**-0.5).to(device=device, dtype=dtype).requires_grad_(True)
+        for _ in range(2)
+    ]
     return [rand(b, h, n, d), rand(b, h, n, d), rand(b, h, n, d), *maps]
 
 
@@ -140,8 +145,11 @@ def main(argv=None) -> int:
         print("bench_kernel: no CUDA device (use --interpret for the CPU smoke test)")
         return 2
     where = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU, Triton interpreter"
-    print(f"bench_kernel: {where}; torch {torch.__version__}; batch {args.batch}, {args.heads} heads of "
-          f"{args.head_size}", flush=True)
+    print(
+        f"bench_kernel: {where}; torch {torch.__version__}; batch {args.batch}, {args.heads} heads of "
+        f"{args.head_size}",
+        flush=True,
+    )
     rows = []
     for dtype_name in args.dtypes:
         dtype = getattr(torch, dtype_name)
@@ -155,15 +163,23 @@ def main(argv=None) -> int:
                 else:
                     result = measure(fn, tensors, args, torch)
                 seconds, peak = result
-                row = dict(dtype=dtype_name, n=n, method=name,
-                           ms=round(seconds * 1e3, 2) if isinstance(seconds, float) else seconds,
-                           peak_mb=round(peak / 2**20, 1) if isinstance(peak, (int, float)) else None)
+                row = dict(
+                    dtype=dtype_name,
+                    n=n,
+                    method=name,
+                    ms=round(seconds * 1e3, 2) if isinstance(seconds, float) else seconds,
+                    peak_mb=round(peak / 2**20, 1) if isinstance(peak, (int, float)) else None,
+                )
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             del tensors
         check = accuracy(args, dtype_name, run, torch)
-        row = dict(dtype=dtype_name, n=args.check_len, method="max |triton - eager fp32|",
-                   **{k: float(f"{v:.3g}") for k, v in check.items()})
+        row = dict(
+            dtype=dtype_name,
+            n=args.check_len,
+            method="max |triton - eager fp32|",
+            **{k: float(f"{v:.3g}") for k, v in check.items()},
+        )
         rows.append(row)
         print(json.dumps(row), flush=True)
     if args.markdown:
@@ -174,8 +190,11 @@ def main(argv=None) -> int:
         print("\n| dtype | n | out | dq | dk | dv | dpre | dpost |\n|---|---|---|---|---|---|---|---|")
         for r in rows:
             if "out" in r:
-                print(f"| {r['dtype']} | {r['n']} | " + " | ".join(f"{r[k]:.2e}" for k in
-                                                                ("out", "dq", "dk", "dv", "dpre", "dpost")) + " |")
+                print(
+                    f"| {r['dtype']} | {r['n']} | "
+                    + " | ".join(f"{r[k]:.2e}" for k in ("out", "dq", "dk", "dv", "dpre", "dpost"))
+                    + " |"
+                )
     if args.json:
         Path(args.json).write_text("".join(json.dumps(r) + "\n" for r in rows))
     return 0

@@ -44,7 +44,8 @@ ROWS = {  # name -> (whose model, config fields)
     "talking-heads-eager": ("ours", {**TALKING_HEADS, "attention_algorithm": "eager"}),
     "talking-heads-blockwise": ("ours", {**TALKING_HEADS, "attention_algorithm": "blockwise"}),
     "talking-heads-dynamic-blockwise": (
-        "ours", {**TALKING_HEADS, "attention_algorithm": "blockwise", "talking_heads_dynamic": ["x2l", "m2l", "x2w", "m2w"]},
+        "ours",
+        {**TALKING_HEADS, "attention_algorithm": "blockwise", "talking_heads_dynamic": ["x2l", "m2l", "x2w", "m2w"]},
     ),
 }
 
@@ -57,8 +58,14 @@ def parse_args(argv=None):
     p.add_argument("--num-heads", type=int, default=8)
     p.add_argument("--num-layers", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--variants", nargs="+", choices=list(ROWS), default=list(ROWS), metavar="NAME",
-                   help=f"rows of {', '.join(ROWS)} (sdpa, the reference, always runs)")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(ROWS),
+        default=list(ROWS),
+        metavar="NAME",
+        help=f"rows of {', '.join(ROWS)} (sdpa, the reference, always runs)",
+    )
     p.add_argument("--no-memory", action="store_true", help="time only (no subprocesses)")
     p.add_argument("--quick", action="store_true", help="smoke run: width 64, 2 heads, n = 64 128, 1 repeat")
     p.add_argument("--markdown", action="store_true")
@@ -72,9 +79,16 @@ def parse_args(argv=None):
 
 def build(name: str, args, seq_len: int):
     whose, fields = ROWS[name]
-    common = dict(vocab_size=1000, hidden_size=args.hidden_size, num_attention_heads=args.num_heads,
-                  num_hidden_layers=args.num_layers, intermediate_size=4 * args.hidden_size,
-                  max_position_embeddings=max(512, seq_len), hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.0)
+    common = dict(
+        vocab_size=1000,
+        hidden_size=args.hidden_size,
+        num_attention_heads=args.num_heads,
+        num_hidden_layers=args.num_layers,
+        intermediate_size=4 * args.hidden_size,
+        max_position_embeddings=max(512, seq_len),
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.0,
+    )
     torch.manual_seed(0)
     if whose == "transformers":
         return BertModel(BertConfig(**common, **fields)).train()
@@ -107,9 +121,21 @@ def peak_of(name: str, seq_len: int, args) -> float:
 
 
 def measure_peak(name: str, seq_len: int, args) -> float:
-    command = [sys.executable, __file__, "--peak-of", name, str(seq_len), "--batch-size", str(args.batch_size),
-               "--hidden-size", str(args.hidden_size), "--num-heads", str(args.num_heads),
-               "--num-layers", str(args.num_layers)]
+    command = [
+        sys.executable,
+        __file__,
+        "--peak-of",
+        name,
+        str(seq_len),
+        "--batch-size",
+        str(args.batch_size),
+        "--hidden-size",
+        str(args.hidden_size),
+        "--num-heads",
+        str(args.num_heads),
+        "--num-layers",
+        str(args.num_layers),
+    ]
     proc = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])["peak_mib"]
 
@@ -126,24 +152,36 @@ def measure(args, seq_len: int) -> dict:
             if repeat:
                 times[name].append((time.perf_counter() - start) * 1e3)
     del models
-    return {name: {"ms": min(t), "peak": None if args.no_memory else measure_peak(name, seq_len, args)}
-            for name, t in times.items()}
+    return {
+        name: {"ms": min(t), "peak": None if args.no_memory else measure_peak(name, seq_len, args)}
+        for name, t in times.items()
+    }
 
 
 def table(results: dict, markdown: bool) -> str:
     header = ["variant", "fwd+bwd ms", "/ sdpa", "peak MiB", "/ sdpa"]
     ref = results["sdpa"]
-    rows = [[name, f"{r['ms']:.1f}", f"{r['ms'] / ref['ms']:.2f}",
-             "-" if r["peak"] is None else f"{r['peak']:.0f}",
-             "-" if r["peak"] is None else f"{r['peak'] / ref['peak']:.2f}"] for name, r in results.items()]
+    rows = [
+        [
+            name,
+            f"{r['ms']:.1f}",
+            f"{r['ms'] / ref['ms']:.2f}",
+            "-" if r["peak"] is None else f"{r['peak']:.0f}",
+            "-" if r["peak"] is None else f"{r['peak'] / ref['peak']:.2f}",
+        ]
+        for name, r in results.items()
+    ]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
 
     def line(cells):
         cells = [c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))]
         return "| " + " | ".join(cells) + " |" if markdown else "  ".join(cells)
 
-    rule = ("|" + "|".join(":" + "-" * (w + 1) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
-            if markdown else "  ".join("-" * w for w in widths))
+    rule = (
+        "|" + "|".join(":" + "-" * (w + 1) if i == 0 else "-" * (w + 1) + ":" for i, w in enumerate(widths)) + "|"
+        if markdown
+        else "  ".join("-" * w for w in widths)
+    )
     return "\n".join([line(header), rule, *(line(row) for row in rows)])
 
 
@@ -152,8 +190,10 @@ def main(argv=None):
     if args.peak_of:
         print(json.dumps({"peak_mib": peak_of(args.peak_of[0], int(args.peak_of[1]), args)}))
         return
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; batch {args.batch_size}, width "
-          f"{args.hidden_size}, {args.num_heads} heads, {args.num_layers} layer(s); fastest of {args.repeats}")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}; batch {args.batch_size}, width "
+        f"{args.hidden_size}, {args.num_heads} heads, {args.num_layers} layer(s); fastest of {args.repeats}"
+    )
     for seq_len in args.seq_lens:
         print(f"\n{'### ' if args.markdown else ''}seq_len {seq_len}\n")
         print(table(measure(args, seq_len), args.markdown))

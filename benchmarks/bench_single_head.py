@@ -45,8 +45,11 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--admin", action="store_true")
     p.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout of every model")
-    p.add_argument("--transformers", action="store_true",
-                   help="add transformers' BertModel of the multi-head shape, the reference of the ratios")
+    p.add_argument(
+        "--transformers",
+        action="store_true",
+        help="add transformers' BertModel of the multi-head shape, the reference of the ratios",
+    )
     add_timing_args(p)
     p.add_argument("--quick", action="store_true", help="4x4 layers of width 64, batch 2, seq 16")
     p.add_argument("--markdown", action="store_true")
@@ -55,20 +58,39 @@ def main():
     if args.quick:
         args.layers, args.heads, args.hidden_size, args.batch_size, args.seq_len, args.repeats = 4, 4, 64, 2, 16, 1
     config = hf_attn_variants.VariantBertConfig(
-        vocab_size=1000, hidden_size=args.hidden_size, num_hidden_layers=args.layers, num_attention_heads=args.heads,
-        intermediate_size=4 * args.hidden_size, admin=args.admin,
-        hidden_dropout_prob=args.dropout, attention_probs_dropout_prob=args.dropout,
+        vocab_size=1000,
+        hidden_size=args.hidden_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=4 * args.hidden_size,
+        admin=args.admin,
+        hidden_dropout_prob=args.dropout,
+        attention_probs_dropout_prob=args.dropout,
     )
     twin, counts = single_head_twin(config)
     models, sizes = {}, {}
     if args.transformers:
-        reference = BertConfig(**{k: getattr(config, k) for k in (
-            "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-            "hidden_dropout_prob", "attention_probs_dropout_prob")})
+        reference = BertConfig(
+            **{
+                k: getattr(config, k)
+                for k in (
+                    "vocab_size",
+                    "hidden_size",
+                    "num_hidden_layers",
+                    "num_attention_heads",
+                    "intermediate_size",
+                    "hidden_dropout_prob",
+                    "attention_probs_dropout_prob",
+                )
+            }
+        )
         torch.manual_seed(0)
         models[f"transformers {args.layers}x{args.heads}"] = BertModel(reference)
         sizes[f"transformers {args.layers}x{args.heads}"] = counts["multi_head"]
-    for name, cfg in ((f"multi-head {args.layers}x{args.heads}", config), (f"single-head {twin.num_hidden_layers}x1", twin)):
+    for name, cfg in (
+        (f"multi-head {args.layers}x{args.heads}", config),
+        (f"single-head {twin.num_hidden_layers}x1", twin),
+    ):
         torch.manual_seed(0)
         models[name] = hf_attn_variants.VariantBertModel(cfg)
     sizes.update(zip(list(models)[-2:], (counts["multi_head"], counts["single_head"])))
@@ -87,11 +109,23 @@ def main():
     stat = STATS[args.stat]
     for name, n_params in sizes.items():
         f, t = stat(fwd[name][1:]), stat(train[name][1:])
-        rows.append([name, f"{n_params / 1e6:.1f}M", f"{f:.0f}", f"{f / stat(fwd[base][1:]):.2f}", f"{t:.0f}",
-                     f"{t / stat(train[base][1:]):.2f}", f"{saved[name]:.0f}", f"{saved[name] / saved[base]:.2f}"])
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}; batch {args.batch_size}, seq {args.seq_len},"
-          f" width {args.hidden_size}, admin {args.admin}, dropout {args.dropout};"
-          f" {'fastest' if args.stat == 'min' else 'median'} of {args.repeats}, {args.clock} clock\n")
+        rows.append(
+            [
+                name,
+                f"{n_params / 1e6:.1f}M",
+                f"{f:.0f}",
+                f"{f / stat(fwd[base][1:]):.2f}",
+                f"{t:.0f}",
+                f"{t / stat(train[base][1:]):.2f}",
+                f"{saved[name]:.0f}",
+                f"{saved[name] / saved[base]:.2f}",
+            ]
+        )
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}; batch {args.batch_size}, seq {args.seq_len},"
+        f" width {args.hidden_size}, admin {args.admin}, dropout {args.dropout};"
+        f" {'fastest' if args.stat == 'min' else 'median'} of {args.repeats}, {args.clock} clock\n"
+    )
     print(format_table(header, rows, markdown=args.markdown))
 
 

@@ -59,22 +59,35 @@ def parse_args():
         args.d_model, args.num_heads, args.batch_size, args.source_len = 64, 4, 2, 16
         args.target_len, args.new_tokens, args.repeats = 8, 8, 1
     args.variants = ["eager", "sdpa", *(v for v in args.variants if v not in ("eager", "sdpa"))]
-    if (args.device.type == "cuda" and args.dtype != "float32" and is_flash_attn_2_available()
-            and T5ForConditionalGeneration._supports_flash_attn):
+    if (
+        args.device.type == "cuda"
+        and args.dtype != "float32"
+        and is_flash_attn_2_available()
+        and T5ForConditionalGeneration._supports_flash_attn
+    ):
         args.variants.insert(2, "flash")
     return args
 
 
 def build(name, args):
     whose, kwargs = ("transformers", {"attn_implementation": "flash_attention_2"}) if name == "flash" else ROWS[name]
-    common = dict(vocab_size=1000, d_model=args.d_model, num_heads=args.num_heads, d_kv=args.d_model // args.num_heads,
-                  d_ff=4 * args.d_model, num_layers=args.num_layers, dropout_rate=0.1, decoder_start_token_id=0)
+    common = dict(
+        vocab_size=1000,
+        d_model=args.d_model,
+        num_heads=args.num_heads,
+        d_kv=args.d_model // args.num_heads,
+        d_ff=4 * args.d_model,
+        num_layers=args.num_layers,
+        dropout_rate=0.1,
+        decoder_start_token_id=0,
+    )
     torch.manual_seed(0)
     if whose == "transformers":
         model = T5ForConditionalGeneration(T5Config(**common, **kwargs))
     else:
-        config = hf_attn_variants.VariantT5Config(**common, synthesizer_max_position=max(args.source_len, 512),
-                                                  **kwargs)
+        config = hf_attn_variants.VariantT5Config(
+            **common, synthesizer_max_position=max(args.source_len, 512), **kwargs
+        )
         model = hf_attn_variants.VariantT5ForConditionalGeneration(config)
     return model.to(device=args.device, dtype=DTYPES[args.dtype])
 
@@ -82,8 +95,14 @@ def build(name, args):
 def time_generate(model, ids, args):
     model.eval()
     with torch.no_grad(), Clock(args.device) as clock:
-        out = model.generate(ids, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, do_sample=False,
-                             use_cache=True, decoder_start_token_id=0)
+        out = model.generate(
+            ids,
+            max_new_tokens=args.new_tokens,
+            min_new_tokens=args.new_tokens,
+            do_sample=False,
+            use_cache=True,
+            decoder_start_token_id=0,
+        )
     assert out.shape[1] == args.new_tokens + 1
     return clock.ms / 1e3
 
@@ -125,25 +144,42 @@ def main():
             if step >= args.warmup:
                 gen[name].append(timings[0])
                 train[name].append(timings[1])
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}; "
-          f"d_model {args.d_model}, heads {args.num_heads}, layers {args.num_layers}+{args.num_layers}, batch "
-          f"{args.batch_size}, source {args.source_len}, target {args.target_len}, {args.new_tokens} new tokens; "
-          f"fastest of {args.repeats} (warmup {args.warmup})\n")
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}; "
+        f"d_model {args.d_model}, heads {args.num_heads}, layers {args.num_layers}+{args.num_layers}, batch "
+        f"{args.batch_size}, source {args.source_len}, target {args.target_len}, {args.new_tokens} new tokens; "
+        f"fastest of {args.repeats} (warmup {args.warmup})\n"
+    )
     gpu = args.device.type == "cuda"
     if gpu or args.dtype != "float32":
         name = torch.cuda.get_device_name(args.device) if gpu else "cpu"
         print(f"device {args.device} ({name}), weights {args.dtype}\n")
-    header = ["variant", "generate tok/s", "gen time / eager", "gen time / sdpa", "train step ms",
-              "step / eager", "step / sdpa"]
+    header = [
+        "variant",
+        "generate tok/s",
+        "gen time / eager",
+        "gen time / sdpa",
+        "train step ms",
+        "step / eager",
+        "step / sdpa",
+    ]
     peaks = {name: peak_train_mib(model, ids, labels) for name, model in models.items()} if gpu else {}
     if gpu:
         header += ["peak MiB", "peak / sdpa"]
     rows = []
     for name in models:
         g, t = min(gen[name]), min(train[name])
-        rows.append([name, f"{args.batch_size * args.new_tokens / g:.0f}", f"{g / min(gen['eager']):.2f}",
-                     f"{g / min(gen['sdpa']):.2f}", f"{t * 1e3:.0f}", f"{t / min(train['eager']):.2f}",
-                     f"{t / min(train['sdpa']):.2f}"])
+        rows.append(
+            [
+                name,
+                f"{args.batch_size * args.new_tokens / g:.0f}",
+                f"{g / min(gen['eager']):.2f}",
+                f"{g / min(gen['sdpa']):.2f}",
+                f"{t * 1e3:.0f}",
+                f"{t / min(train['eager']):.2f}",
+                f"{t / min(train['sdpa']):.2f}",
+            ]
+        )
         if gpu:
             rows[-1] += [f"{peaks[name]:.1f}", f"{peaks[name] / peaks['sdpa']:.2f}"]
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
@@ -151,8 +187,15 @@ def main():
         cells = [c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))]
         print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells))
         if i == 0:
-            print("|" + "|".join((":" if j == 0 else "") + "-" * (w + 1) + ("" if j == 0 else ":")
-                                 for j, w in enumerate(widths)) + "|" if args.markdown else "  ".join("-" * w for w in widths))
+            print(
+                "|"
+                + "|".join(
+                    (":" if j == 0 else "") + "-" * (w + 1) + ("" if j == 0 else ":") for j, w in enumerate(widths)
+                )
+                + "|"
+                if args.markdown
+                else "  ".join("-" * w for w in widths)
+            )
 
 
 if __name__ == "__main__":

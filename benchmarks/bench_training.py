@@ -71,26 +71,55 @@ MLM_PROBABILITY = 0.15
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--settings", nargs="+", default=None, metavar="NAME",
-                   help=f"of {', '.join(SETTINGS)} (default: all; --quick: {', '.join(QUICK_SETTINGS)})")
+    p.add_argument(
+        "--settings",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help=f"of {', '.join(SETTINGS)} (default: all; --quick: {', '.join(QUICK_SETTINGS)})",
+    )
     p.add_argument("--family", choices=["bert", "albert"], default="bert", help="the masked-LM family")
-    p.add_argument("--only", nargs="+", choices=list(ROWS), default=list(ROWS), metavar="NAME",
-                   help=f"our rows to run, of {', '.join(ROWS)}; sdpa and eager always run as references")
-    p.add_argument("--sparse", nargs="+", choices=["off", "on"], default=["off", "on"],
-                   help="sparse_prediction of our masked-LM rows (on: the `<row>+sparse` rows)")
-    p.add_argument("--modes", nargs="+", choices=["eager", "compile"], default=None,
-                   help="eager and/or torch.compile (default: both; --quick: eager)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(ROWS),
+        default=list(ROWS),
+        metavar="NAME",
+        help=f"our rows to run, of {', '.join(ROWS)}; sdpa and eager always run as references",
+    )
+    p.add_argument(
+        "--sparse",
+        nargs="+",
+        choices=["off", "on"],
+        default=["off", "on"],
+        help="sparse_prediction of our masked-LM rows (on: the `<row>+sparse` rows)",
+    )
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["eager", "compile"],
+        default=None,
+        help="eager and/or torch.compile (default: both; --quick: eager)",
+    )
     p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (inductor, aot_eager, ...)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1, help="steps per row before timing (the first compiles)")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help=f"smoke run: settings {', '.join(QUICK_SETTINGS)}, "
-                   "1 repeat, eager only unless --modes")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke run: settings {', '.join(QUICK_SETTINGS)}, 1 repeat, eager only unless --modes",
+    )
     p.add_argument("--markdown", action="store_true", help="print markdown tables")
-    p.add_argument("--profile", type=int, default=0, metavar="K",
-                   help="after the timed steps, profile one more step of each row (torch.profiler) and print its K "
-                        "ops with the most self time, with call counts and their share of the step")
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="K",
+        help="after the timed steps, profile one more step of each row (torch.profiler) and print its K "
+        "ops with the most self time, with call counts and their share of the step",
+    )
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
     p.add_argument("--dtype", choices=list(DTYPES), default="float32", help="the models' weights (no autocast)")
     args = p.parse_args(argv)
@@ -99,8 +128,10 @@ def parse_args(argv=None):
     args.settings = args.settings or list(settings)
     unknown = [name for name in args.settings if name not in settings]
     if unknown:
-        p.error(f"--settings {' '.join(unknown)}: choose from {', '.join(settings)}"
-                + ("" if args.quick else f" (--quick: {', '.join(QUICK_SETTINGS)})"))
+        p.error(
+            f"--settings {' '.join(unknown)}: choose from {', '.join(settings)}"
+            + ("" if args.quick else f" (--quick: {', '.join(QUICK_SETTINGS)})")
+        )
     args.settings = {name: settings[name] for name in args.settings}
     if args.quick:
         args.repeats = 1
@@ -205,16 +236,22 @@ def measure(setting, mode, args):
     task, size, vocab_size, batch_size, seq_len = setting
     torch._dynamo.reset()
     batch = make_batch(task, vocab_size, batch_size, seq_len, args)
-    trainees = {name: Trainee(build(name, task, size, vocab_size, args), args, mode == "compile",
-                              **({"sparse_prediction": True} if name.endswith("+sparse") else {}))
-                for name in row_names(task, args)}
+    trainees = {
+        name: Trainee(
+            build(name, task, size, vocab_size, args),
+            args,
+            mode == "compile",
+            **({"sparse_prediction": True} if name.endswith("+sparse") else {}),
+        )
+        for name in row_names(task, args)
+    }
     times = {name: [] for name in trainees}
     for _ in range(args.warmup + args.repeats):
         for name, trainee in trainees.items():  # interleaved: every row once per repeat
             times[name].append(trainee.step(batch))
     results = {}
     for name, trainee in trainees.items():
-        fastest = min(times[name][args.warmup:])
+        fastest = min(times[name][args.warmup :])
         results[name] = {"step": fastest, "compile": (times[name][0] - fastest) / 1e3 if mode == "compile" else None}
         if args.device.type == "cuda":
             results[name]["peak"] = trainee.peak_mib(batch)
@@ -228,8 +265,10 @@ def table(results, uncompiled=None):
     eager-mode results of the same setting, same process), what compilation buys each row."""
     header = ["row", "step ms", "step / sdpa", "step / eager"]
     sdpa, eager = results["sdpa"]["step"], results["eager"]["step"]
-    rows = [[name, f"{r['step']:.1f}", f"{r['step'] / sdpa:.2f}", f"{r['step'] / eager:.2f}"]
-            for name, r in results.items()]
+    rows = [
+        [name, f"{r['step']:.1f}", f"{r['step'] / sdpa:.2f}", f"{r['step'] / eager:.2f}"]
+        for name, r in results.items()
+    ]
     if results["sdpa"]["compile"] is not None:
         header.append("compile s")
         for row, r in zip(rows, results.values()):
@@ -262,9 +301,11 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     torch._dynamo.config.recompile_limit = 64  # every row compiles the same forward code objects
     torch._dynamo.config.capture_dynamic_output_shape_ops = True  # sparse_prediction: one graph, no break
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, hf_attn_variants "
-          f"{hf_attn_variants.__version__}, threads {torch.get_num_threads()}; family {args.family} (masked LM); "
-          f"AdamW step, fastest of {args.repeats} (warmup {args.warmup}); compile backend {args.compile_backend}")
+    print(
+        f"torch {torch.__version__}, transformers {transformers.__version__}, hf_attn_variants "
+        f"{hf_attn_variants.__version__}, threads {torch.get_num_threads()}; family {args.family} (masked LM); "
+        f"AdamW step, fastest of {args.repeats} (warmup {args.warmup}); compile backend {args.compile_backend}"
+    )
     if args.device.type != "cpu" or args.dtype != "float32":
         name = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else "cpu"
         print(f"device {args.device} ({name}), weights {args.dtype}")
@@ -274,8 +315,10 @@ def main(argv=None):
         for mode in args.modes:
             results = measure(setting, mode, args)
             model = "t5" if task == "t5" else args.family
-            print(f"\n{'### ' if args.markdown else ''}{setting_name}: {model}-{size}, vocab {vocab_size}, batch "
-                  f"{batch_size} x {seq_len}{f' (targets {seq_len // 4})' if task == 't5' else ''}, {mode}\n")
+            print(
+                f"\n{'### ' if args.markdown else ''}{setting_name}: {model}-{size}, vocab {vocab_size}, batch "
+                f"{batch_size} x {seq_len}{f' (targets {seq_len // 4})' if task == 't5' else ''}, {mode}\n"
+            )
             print(format_table(*table(results, uncompiled), markdown=args.markdown))
             uncompiled = results if mode == "eager" else uncompiled
             ratios = twin_ratios(results)
@@ -283,11 +326,17 @@ def main(argv=None):
                 print("\n" + "\n".join(ratios))
             for name, r in results.items():
                 if "profile" in r:
-                    print(f"\n{'#### ' if args.markdown else ''}{setting_name}, {mode}, {name}: one step's top ops "
-                          "by self time\n")
-                    print(format_table(["op", "calls", "self ms", "share"],
-                                       [[op, str(calls), f"{ms:.1f}", f"{share:.1%}"]
-                                        for op, calls, ms, share in r["profile"]], markdown=args.markdown))
+                    print(
+                        f"\n{'#### ' if args.markdown else ''}{setting_name}, {mode}, {name}: one step's top ops "
+                        "by self time\n"
+                    )
+                    print(
+                        format_table(
+                            ["op", "calls", "self ms", "share"],
+                            [[op, str(calls), f"{ms:.1f}", f"{share:.1%}"] for op, calls, ms, share in r["profile"]],
+                            markdown=args.markdown,
+                        )
+                    )
 
 
 if __name__ == "__main__":

@@ -38,14 +38,23 @@ p.add_argument("--seq-len", type=int, default=512)
 p.add_argument("--min-len", type=int, default=64)
 p.add_argument("--repeats", type=int, default=7)
 p.add_argument("--seed", type=int, default=0)
-p.add_argument("--train", action="store_true",
-               help="time a training step instead: train() (dropout 0.1), labels at 15%% of the real tokens, backward")
+p.add_argument(
+    "--train",
+    action="store_true",
+    help="time a training step instead: train() (dropout 0.1), labels at 15%% of the real tokens, backward",
+)
 args = p.parse_args()
 
 logging.set_verbosity_error()  # the variants' own parameters are new: no loading report
 torch.manual_seed(args.seed)
-config = BertConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                    intermediate_size=1024, attn_implementation="sdpa")
+config = BertConfig(
+    vocab_size=8000,
+    hidden_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    intermediate_size=1024,
+    attn_implementation="sdpa",
+)
 models = {}
 with tempfile.TemporaryDirectory() as folder:
     BertForMaskedLM(config).save_pretrained(folder)
@@ -73,10 +82,14 @@ for repeat in range(args.repeats + 1):  # the first round warms up
         step(model)
         if repeat:
             times[name].append(time.perf_counter() - start)
-print(f"{'training step' if args.train else 'inference'}, {args.batch_size} x {args.seq_len}, lengths "
-      f"{sorted(lengths.tolist())}, {torch.get_num_threads()} thread(s), fastest of {args.repeats}")
+print(
+    f"{'training step' if args.train else 'inference'}, {args.batch_size} x {args.seq_len}, lengths "
+    f"{sorted(lengths.tolist())}, {torch.get_num_threads()} thread(s), fastest of {args.repeats}"
+)
 base = times["transformers sdpa"]
 for name, t in times.items():
     ratios = sorted(a / b for a, b in zip(t, base))
-    print(f"{name:24s} {1000 * min(t):8.1f} ms  {min(t) / min(base):5.2f}x  (per repeat: median "
-          f"{ratios[len(ratios) // 2]:.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f})")
+    print(
+        f"{name:24s} {1000 * min(t):8.1f} ms  {min(t) / min(base):5.2f}x  (per repeat: median "
+        f"{ratios[len(ratios) // 2]:.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f})"
+    )

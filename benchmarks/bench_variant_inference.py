@@ -31,8 +31,14 @@ except ImportError:
 import transformers
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
-SHAPE = dict(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
-             max_position_embeddings=512)
+SHAPE = dict(
+    vocab_size=8000,
+    hidden_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    intermediate_size=1024,
+    max_position_embeddings=512,
+)
 # row -> the attention fields of our model (transformers' SDPA model is the reference row "sdpa")
 ROWS = {
     "dot_product": dict(attention_type="dot_product"),
@@ -42,8 +48,10 @@ ROWS = {
     "synth_factorized_dense": dict(attention_type="synthesizer", synthesizer_components=["factorized_dense"]),
     "synth_factorized_random": dict(attention_type="synthesizer", synthesizer_components=["factorized_random"]),
     "synth_mixture": dict(attention_type="synthesizer", synthesizer_components=["dot_product", "random"]),
-    "synth_mixture_all": dict(attention_type="synthesizer", synthesizer_components=[
-        "dot_product", "dense", "random", "factorized_dense", "factorized_random"]),
+    "synth_mixture_all": dict(
+        attention_type="synthesizer",
+        synthesizer_components=["dot_product", "dense", "random", "factorized_dense", "factorized_random"],
+    ),
 }
 
 
@@ -92,15 +100,21 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--clock", choices=list(CLOCKS), default="wall",
-                   help="wall: elapsed time; cpu: this thread's CPU time (one thread: not counting the time other "
-                        "processes of a shared machine take the core)")
+    p.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="wall",
+        help="wall: elapsed time; cpu: this thread's CPU time (one thread: not counting the time other "
+        "processes of a shared machine take the core)",
+    )
     p.add_argument("--profile", type=int, default=0, metavar="K")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     models = {"sdpa": build(None), **{row: build(row) for row in args.rows}}
-    print(f"bert-mini masked LM, {args.batch} x {args.length}, threads {torch.get_num_threads()}, fastest of "
-          f"{args.repeats} ({args.clock} clock); torch {torch.__version__}, transformers {transformers.__version__}")
+    print(
+        f"bert-mini masked LM, {args.batch} x {args.length}, threads {torch.get_num_threads()}, fastest of "
+        f"{args.repeats} ({args.clock} clock); torch {torch.__version__}, transformers {transformers.__version__}"
+    )
     for padding in args.padding:
         batch = make_batch(args.batch, args.length, padding == "uniform", args.min_length, args.seed)
         times = {name: [] for name in models}
@@ -111,7 +125,10 @@ def main(argv=None) -> None:
                 times[name].append(timed(model, batch, CLOCKS[args.clock]))
         best = {name: min(t) for name, t in times.items()}
         dot = best.get("dot_product")
-        print(f"\npadding {padding}: sdpa {best['sdpa'] * 1e3:.0f} ms\n  {'row':<24} / sdpa" + (" / dot_product" * bool(dot)))
+        print(
+            f"\npadding {padding}: sdpa {best['sdpa'] * 1e3:.0f} ms\n  {'row':<24} / sdpa"
+            + (" / dot_product" * bool(dot))
+        )
         for name in args.rows:
             print(f"  {name:<24} {best[name] / best['sdpa']:6.3f}" + (f" {best[name] / dot:13.3f}" if dot else ""))
         for name in ["sdpa", *args.rows] if args.profile else []:

@@ -53,9 +53,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 BIN = Path(PY).parent
-TINY_RUN = ["--max_steps", "40", "--per_device_train_batch_size", "16", "--max_seq_length", "128",
-            "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", "10", "--disable_tqdm", "true",
-            "--report_to", "none", "--max_eval_samples", "64"]
+TINY_RUN = [
+    "--max_steps",
+    "40",
+    "--per_device_train_batch_size",
+    "16",
+    "--max_seq_length",
+    "128",
+    "--eval_strategy",
+    "no",
+    "--save_strategy",
+    "no",
+    "--logging_steps",
+    "10",
+    "--disable_tqdm",
+    "true",
+    "--report_to",
+    "none",
+    "--max_eval_samples",
+    "64",
+]
 
 
 RESEARCH_CELLS = ("talking_heads/dot-product/h16-lr1e-3/seed0", "talking_heads/talking-heads/h16-lr1e-3/seed0")
@@ -65,34 +82,135 @@ def stages(out: Path, gpus: int, research: bool = False, kernel: bool = False) -
     """name, command, environment additions, time limit (seconds) and how to read the result, per stage."""
     procs = str(max(1, min(gpus, 2)))
     if kernel:
-        return [dict(name="kernel-tests", limit=250, env={"HAV_TEST_DEVICE": "cuda"},
-                     command=[PY, "-m", "pytest", "tests/test_talking_heads_triton.py", "-q", "-p",
-                              "no:cacheprovider"]),
-                dict(name="kernel", limit=330, env={},
-                     command=[PY, "benchmarks/bench_kernel.py", "--device", "cuda", "--markdown", "--json",
-                              str(out / "kernel.jsonl")])]
+        return [
+            dict(
+                name="kernel-tests",
+                limit=250,
+                env={"HAV_TEST_DEVICE": "cuda"},
+                command=[PY, "-m", "pytest", "tests/test_talking_heads_triton.py", "-q", "-p", "no:cacheprovider"],
+            ),
+            dict(
+                name="kernel",
+                limit=330,
+                env={},
+                command=[
+                    PY,
+                    "benchmarks/bench_kernel.py",
+                    "--device",
+                    "cuda",
+                    "--markdown",
+                    "--json",
+                    str(out / "kernel.jsonl"),
+                ],
+            ),
+        ]
     if research:
-        return [dict(name="research", limit=300, env={}, results=out / "research",
-                     command=[PY, "experiments/talking_heads.py", "--only", *RESEARCH_CELLS, "--device", "cuda",
-                              "--parallel", "2", "--results", str(out / "research" / "results.jsonl"),
-                              "--runs_dir", str(out / "research" / "runs")])]
+        return [
+            dict(
+                name="research",
+                limit=300,
+                env={},
+                results=out / "research",
+                command=[
+                    PY,
+                    "experiments/talking_heads.py",
+                    "--only",
+                    *RESEARCH_CELLS,
+                    "--device",
+                    "cuda",
+                    "--parallel",
+                    "2",
+                    "--results",
+                    str(out / "research" / "results.jsonl"),
+                    "--runs_dir",
+                    str(out / "research" / "runs"),
+                ],
+            )
+        ]
     return [
-        dict(name="tests", limit=250, env={"HAV_TEST_DEVICE": "cuda"},
-             command=[PY, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", "--ignore",
-                      "tests/test_scaleout.py", "--ignore", "tests/test_talking_heads_triton.py"]),
-        dict(name="bench", limit=130, env={},
-             command=[PY, "benchmarks/bench_attention.py", "--device", "cuda", "--dtype", "bfloat16",
-                      "--seq-lens", "512", "2048", "--markdown"]),
-        dict(name="bf16", limit=50, env={}, results=out / "bf16",
-             command=[PY, "examples/run_pretraining.py", "--bf16", *TINY_RUN, "--output_dir", str(out / "bf16")]),
-        dict(name="zero2", limit=100, env={}, results=out / "zero2",
-             command=[str(BIN / "torchrun"), "--nproc_per_node", procs, "--master_port", "29517",
-                      "examples/run_pretraining.py", "--bf16", "--deepspeed", "examples/deepspeed/zero2.json",
-                      *TINY_RUN, "--output_dir", str(out / "zero2")]),
-        dict(name="fsdp", limit=50, env={}, results=out / "fsdp",
-             command=[str(BIN / "accelerate"), "launch", "--config_file", "examples/accelerate/fsdp.yaml",
-                      "--num_processes", procs, "--main_process_port", "29518", "examples/run_pretraining.py",
-                      "--bf16", *TINY_RUN, "--output_dir", str(out / "fsdp")]),
+        dict(
+            name="tests",
+            limit=250,
+            env={"HAV_TEST_DEVICE": "cuda"},
+            command=[
+                PY,
+                "-m",
+                "pytest",
+                "tests",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--ignore",
+                "tests/test_scaleout.py",
+                "--ignore",
+                "tests/test_talking_heads_triton.py",
+            ],
+        ),
+        dict(
+            name="bench",
+            limit=130,
+            env={},
+            command=[
+                PY,
+                "benchmarks/bench_attention.py",
+                "--device",
+                "cuda",
+                "--dtype",
+                "bfloat16",
+                "--seq-lens",
+                "512",
+                "2048",
+                "--markdown",
+            ],
+        ),
+        dict(
+            name="bf16",
+            limit=50,
+            env={},
+            results=out / "bf16",
+            command=[PY, "examples/run_pretraining.py", "--bf16", *TINY_RUN, "--output_dir", str(out / "bf16")],
+        ),
+        dict(
+            name="zero2",
+            limit=100,
+            env={},
+            results=out / "zero2",
+            command=[
+                str(BIN / "torchrun"),
+                "--nproc_per_node",
+                procs,
+                "--master_port",
+                "29517",
+                "examples/run_pretraining.py",
+                "--bf16",
+                "--deepspeed",
+                "examples/deepspeed/zero2.json",
+                *TINY_RUN,
+                "--output_dir",
+                str(out / "zero2"),
+            ],
+        ),
+        dict(
+            name="fsdp",
+            limit=50,
+            env={},
+            results=out / "fsdp",
+            command=[
+                str(BIN / "accelerate"),
+                "launch",
+                "--config_file",
+                "examples/accelerate/fsdp.yaml",
+                "--num_processes",
+                procs,
+                "--main_process_port",
+                "29518",
+                "examples/run_pretraining.py",
+                "--bf16",
+                *TINY_RUN,
+                "--output_dir",
+                str(out / "fsdp"),
+            ],
+        ),
     ]
 
 
@@ -102,8 +220,9 @@ def run_stage(stage: dict, log: Path) -> tuple[str, float, str]:
     start = time.perf_counter()
     try:
         with open(log, "w") as handle:
-            proc = subprocess.Popen(stage["command"], cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                stage["command"], cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            )
             try:
                 code = proc.wait(timeout=stage["limit"])
             except subprocess.TimeoutExpired:
@@ -121,7 +240,9 @@ def finding(stage: dict, text: str) -> str:
     """The figure worth a glance in the summary: the pytest tally, the benchmark's slowest ratio, steps and loss."""
     try:
         if stage["name"] in ("tests", "kernel-tests"):
-            tallies = re.findall(r"^=* ?(\d+ (?:passed|failed|errors?|skipped)[^\n]*?) in [\d.]+s", text, flags=re.MULTILINE)
+            tallies = re.findall(
+                r"^=* ?(\d+ (?:passed|failed|errors?|skipped)[^\n]*?) in [\d.]+s", text, flags=re.MULTILINE
+            )
             return tallies[-1] if tallies else last_line(text)
         if stage["name"] == "kernel":
             rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
@@ -131,7 +252,8 @@ def finding(stage: dict, text: str) -> str:
                 return last_line(text)
             return f"{len(timed)} kernel timings; " + "; ".join(
                 f"{r['dtype']} max diff {max(v for k, v in r.items() if k not in ('dtype', 'n', 'method')):.1e}"
-                for r in worst)
+                for r in worst
+            )
         if stage["name"] == "bench":
             ratios = re.findall(r"^\| (\w+) .*$", text, flags=re.MULTILINE)
             rows = [r for r in ratios if r != "variant"]
@@ -141,8 +263,10 @@ def finding(stage: dict, text: str) -> str:
             return research_finding(results / "results.jsonl") or last_line(text)
         if results and (results / "all_results.json").is_file():
             data = json.loads((results / "all_results.json").read_text())
-            return (f"{data.get('train_seconds_per_step', float('nan')):.3f} s/step, train loss "
-                    f"{data.get('train_loss', float('nan')):.3f}, eval loss {data.get('eval_loss', float('nan')):.3f}")
+            return (
+                f"{data.get('train_seconds_per_step', float('nan')):.3f} s/step, train loss "
+                f"{data.get('train_loss', float('nan')):.3f}, eval loss {data.get('eval_loss', float('nan')):.3f}"
+            )
     except Exception as err:
         return f"(could not read the result: {err})"
     return last_line(text)
@@ -159,8 +283,10 @@ def research_finding(path: Path) -> str:
         if line.strip():
             row = json.loads(line)
             cpu[row.get("id")] = row.get("eval_loss")
-    return "; ".join(f"{r['id'].split('/')[1]} {r['eval_loss']:.4f} (CPU row {cpu.get(r['id'])}, "
-                     f"{r['wall_seconds']:.0f} s)" for r in rows)
+    return "; ".join(
+        f"{r['id'].split('/')[1]} {r['eval_loss']:.4f} (CPU row {cpu.get(r['id'])}, {r['wall_seconds']:.0f} s)"
+        for r in rows
+    )
 
 
 def last_line(text: str) -> str:
@@ -195,8 +321,10 @@ def torch_command(driver: tuple[int, int] | None) -> str:
         return "pip install torch==2.13.0"  # no NVIDIA driver: the CPU build the project is tested with
     build = max((b for b in CUDA_BUILDS if b <= driver), default=None)
     if build is None:
-        raise SystemExit(f"The NVIDIA driver supports CUDA {driver[0]}.{driver[1]}, older than every CUDA build of "
-                         f"torch ({CUDA_BUILDS[0][0]}.{CUDA_BUILDS[0][1]} is the oldest): update the driver.")
+        raise SystemExit(
+            f"The NVIDIA driver supports CUDA {driver[0]}.{driver[1]}, older than every CUDA build of "
+            f"torch ({CUDA_BUILDS[0][0]}.{CUDA_BUILDS[0][1]} is the oldest): update the driver."
+        )
     return f"pip install torch --index-url {TORCH_INDEX}/cu{build[0]}{build[1]}"
 
 
@@ -223,8 +351,10 @@ def gpu_description() -> tuple[int, str]:
     driver = driver_cuda()
     built = tuple(int(p) for p in (torch.version.cuda or "0.0").split(".")[:2])
     if driver is not None and built > driver:  # the usual cause: a plain `pip install torch` on an older driver
-        return 0, (f"no CUDA device visible: torch is built for CUDA {torch.version.cuda}, the driver supports "
-                   f"{driver[0]}.{driver[1]}; install a build it runs: {torch_command(driver)}; {versions}")
+        return 0, (
+            f"no CUDA device visible: torch is built for CUDA {torch.version.cuda}, the driver supports "
+            f"{driver[0]}.{driver[1]}; install a build it runs: {torch_command(driver)}; {versions}"
+        )
     return 0, f"no CUDA device visible; {versions}"
 
 
@@ -240,17 +370,28 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the stages and their commands, run nothing")
     parser.add_argument("--only", default="", help="comma-separated stages to run (default: all)")
     parser.add_argument("--output-dir", default=str(ROOT / "outputs" / "gpu_check"))
-    parser.add_argument("--research", action="store_true",
-                        help="run only the research stage: two KJV cells on the GPU through the runner")
-    parser.add_argument("--kernel", action="store_true",
-                        help="run only the Triton kernel's stages: its tests on CUDA, then bench_kernel.py")
-    parser.add_argument("--torch-command", action="store_true",
-                        help="print the pip command of the torch build this machine's driver runs, and exit")
+    parser.add_argument(
+        "--research",
+        action="store_true",
+        help="run only the research stage: two KJV cells on the GPU through the runner",
+    )
+    parser.add_argument(
+        "--kernel",
+        action="store_true",
+        help="run only the Triton kernel's stages: its tests on CUDA, then bench_kernel.py",
+    )
+    parser.add_argument(
+        "--torch-command",
+        action="store_true",
+        help="print the pip command of the torch build this machine's driver runs, and exit",
+    )
     args = parser.parse_args(argv)
     if args.torch_command:  # stdout is the command alone, for $(...)
         driver = driver_cuda()
-        print(f"gpu_check: {'no NVIDIA driver' if driver is None else f'driver CUDA {driver[0]}.{driver[1]}'}",
-              file=sys.stderr)
+        print(
+            f"gpu_check: {'no NVIDIA driver' if driver is None else f'driver CUDA {driver[0]}.{driver[1]}'}",
+            file=sys.stderr,
+        )
         print(torch_command(driver))
         return 0
     out = Path(args.output_dir).resolve()
@@ -262,7 +403,9 @@ def main(argv=None) -> int:
     chosen = [s.strip() for s in args.only.split(",") if s.strip()] or [s["name"] for s in plan]
     unknown = sorted(set(chosen) - {s["name"] for s in plan})
     if unknown:
-        parser.error(f"--only: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(s['name'] for s in plan)}")
+        parser.error(
+            f"--only: unknown stage(s) {', '.join(unknown)}; choose from {', '.join(s['name'] for s in plan)}"
+        )
     plan = [s for s in plan if s["name"] in chosen]
     if args.dry_run:
         for s in plan:

@@ -30,8 +30,10 @@ class CompareArguments:
     family: str = field(default="bert", metadata={"help": "bert or albert."})
     size: str = field(default="mini", metadata={"help": "tiny, mini, small or base (see hf_attn_variants.presets)."})
     attention: str = field(default=",".join(ATTENTION), metadata={"help": "Comma-separated attention setups."})
-    output_dir: str | None = field(default=None, metadata={
-        "help": "One sub-folder per run, plus the results. Default: outputs/compare-{family}-{size}."})
+    output_dir: str | None = field(
+        default=None,
+        metadata={"help": "One sub-folder per run, plus the results. Default: outputs/compare-{family}-{size}."},
+    )
     max_steps: int = field(default=300, metadata={"help": "Training steps of every run."})
     eval_steps: int = field(default=25, metadata={"help": "Steps between evaluations (the curve's points)."})
     max_seq_length: int = field(default=64, metadata={"help": "Tokens per sequence."})
@@ -50,23 +52,50 @@ def run_setup(name: str, preset: str, folder: str, args, flags: list[str]) -> di
     """One run of examples/run_pretraining.py into `args.output_dir`/`folder`, with the settings every run of a
     comparison shares (`args`: steps, evaluation, length, batch, learning rate, seed) and its own `flags`."""
     run_dir = Path(args.output_dir) / folder
-    metrics = run_pretraining.main([
-        "--preset", preset, "--output_dir", str(run_dir), "--max_steps", str(args.max_steps),
-        "--eval_steps", str(args.eval_steps), "--max_seq_length", str(args.max_seq_length),
-        "--per_device_train_batch_size", str(args.per_device_train_batch_size),
-        "--learning_rate", str(args.learning_rate), "--seed", str(args.seed),
-        "--warmup_steps", str(max(1, args.max_steps // 10)), "--save_strategy", "no", *flags,
-    ])
-    return {"name": name, "preset": preset, "eval_mlm_loss": metrics["eval_mlm_loss"],
-            "perplexity": metrics["eval_perplexity"], "parameters": metrics["num_parameters"],
-            "seconds_per_step": metrics["train_seconds_per_step"], "curve": curve(run_dir)}
+    metrics = run_pretraining.main(
+        [
+            "--preset",
+            preset,
+            "--output_dir",
+            str(run_dir),
+            "--max_steps",
+            str(args.max_steps),
+            "--eval_steps",
+            str(args.eval_steps),
+            "--max_seq_length",
+            str(args.max_seq_length),
+            "--per_device_train_batch_size",
+            str(args.per_device_train_batch_size),
+            "--learning_rate",
+            str(args.learning_rate),
+            "--seed",
+            str(args.seed),
+            "--warmup_steps",
+            str(max(1, args.max_steps // 10)),
+            "--save_strategy",
+            "no",
+            *flags,
+        ]
+    )
+    return {
+        "name": name,
+        "preset": preset,
+        "eval_mlm_loss": metrics["eval_mlm_loss"],
+        "perplexity": metrics["eval_perplexity"],
+        "parameters": metrics["num_parameters"],
+        "seconds_per_step": metrics["train_seconds_per_step"],
+        "curve": curve(run_dir),
+    }
 
 
 def write_results(rows: list[dict], out: Path, title: str) -> None:
     """`results.md` (printed too), `results.json` and `eval_loss.png` (the eval curves, with matplotlib)."""
     lines = ["| run | preset | eval MLM loss | perplexity | parameters | s/step |", "|---|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['name']} | `{r['preset']}` | {r['eval_mlm_loss']:.3f} | {r['perplexity']:.1f} | "
-              f"{r['parameters'] / 1e6:.2f}M | {r['seconds_per_step']:.3f} |" for r in rows]
+    lines += [
+        f"| {r['name']} | `{r['preset']}` | {r['eval_mlm_loss']:.3f} | {r['perplexity']:.1f} | "
+        f"{r['parameters'] / 1e6:.2f}M | {r['seconds_per_step']:.3f} |"
+        for r in rows
+    ]
     table = "\n".join(lines)
     print(table)
     out.mkdir(parents=True, exist_ok=True)

@@ -80,8 +80,13 @@ RT_POLARITY_INFO = {
     "license": "research use (no explicit licence); cite Pang and Lee, ACL 2005",
 }
 # run_glue's column names, in the order they are tried: (text, text pair)
-KNOWN_TEXT_COLUMNS = [("sentence1", "sentence2"), ("question", "sentence"), ("premise", "hypothesis"),
-                      ("sentence", None), ("text", None)]
+KNOWN_TEXT_COLUMNS = [
+    ("sentence1", "sentence2"),
+    ("question", "sentence"),
+    ("premise", "hypothesis"),
+    ("sentence", None),
+    ("text", None),
+]
 GLUE_DATASET = "nyu-mll/glue"
 
 
@@ -107,30 +112,59 @@ GLUE_TASKS = {
 MNLI_EVAL = {"validation_matched": "", "validation_mismatched": "_mm"}
 MNLI_TEST = {"test_matched": "", "test_mismatched": "_mm"}
 DEFAULTS = dict(
-    preset="bert-tiny-talking-heads", output_dir=NAMED_AFTER_THE_RUN, num_train_epochs=10,
+    preset="bert-tiny-talking-heads",
+    output_dir=NAMED_AFTER_THE_RUN,
+    num_train_epochs=10,
     per_device_train_batch_size=32,
-    per_device_eval_batch_size=64, learning_rate=5e-4, warmup_steps=0.1, weight_decay=0.01, eval_strategy="epoch",
-    logging_steps=10, save_strategy="epoch", save_total_limit=1, report_to="none", seed=42,
+    per_device_eval_batch_size=64,
+    learning_rate=5e-4,
+    warmup_steps=0.1,
+    weight_decay=0.01,
+    eval_strategy="epoch",
+    logging_steps=10,
+    save_strategy="epoch",
+    save_total_limit=1,
+    report_to="none",
+    seed=42,
 )
 
 
 @dataclass
 class ClassificationDataArguments(DataArguments):
-    task_name: str | None = field(default=None, metadata={
-        "help": f"A GLUE task: {', '.join(GLUE_TASKS)}. Sets the columns, labels and metric; the data defaults to "
-                f"--dataset_name {GLUE_DATASET} --dataset_config_name <task>."})
-    text_column: str | None = field(default=None, metadata={
-        "help": "Column of the (first) text. Default: the GLUE task's, else found as run_glue finds it (sentence1, "
-                "question, premise, sentence, text)."})
-    text_pair_column: str | None = field(default=None, metadata={
-        "help": "Column of the second text of a pair task; default: the partner of the found text column, if any."})
-    label_column: str = field(default="label", metadata={
-        "help": "Column of the labels: class names, integers, or floats (regression)."})
-    max_seq_length: int = field(default=128, metadata={
-        "help": "Tokens per example after truncation, special tokens included; at most the model's limit."})
-    metric_name: str | None = field(default=None, metadata={
-        "help": "An evaluate module (Hub id or local script path) computed on the predicted and true labels, in "
-                "place of the default (GLUE's metric of the task; accuracy and F1 otherwise)."})
+    task_name: str | None = field(
+        default=None,
+        metadata={
+            "help": f"A GLUE task: {', '.join(GLUE_TASKS)}. Sets the columns, labels and metric; the data defaults to "
+            f"--dataset_name {GLUE_DATASET} --dataset_config_name <task>."
+        },
+    )
+    text_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column of the (first) text. Default: the GLUE task's, else found as run_glue finds it (sentence1, "
+            "question, premise, sentence, text)."
+        },
+    )
+    text_pair_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column of the second text of a pair task; default: the partner of the found text column, if any."
+        },
+    )
+    label_column: str = field(
+        default="label", metadata={"help": "Column of the labels: class names, integers, or floats (regression)."}
+    )
+    max_seq_length: int = field(
+        default=128,
+        metadata={"help": "Tokens per example after truncation, special tokens included; at most the model's limit."},
+    )
+    metric_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "An evaluate module (Hub id or local script path) computed on the predicted and true labels, in "
+            "place of the default (GLUE's metric of the task; accuracy and F1 otherwise)."
+        },
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------ data
@@ -145,8 +179,10 @@ def text_columns(columns: list[str], data_args, where: str) -> tuple[str, str | 
     else:
         known = [pair for pair in KNOWN_TEXT_COLUMNS if all(c in columns for c in pair if c)]
         if not known:
-            raise ValueError(f"{where}: no known text column (its columns: {', '.join(columns)}): pass "
-                             "--text_column (and --text_pair_column for pairs).")
+            raise ValueError(
+                f"{where}: no known text column (its columns: {', '.join(columns)}): pass "
+                "--text_column (and --text_pair_column for pairs)."
+            )
         found = (known[0][0], data_args.text_pair_column or known[0][1])
     require_columns(columns, [c for c in found if c], where, "pass --text_column/--text_pair_column")
     return found
@@ -155,8 +191,9 @@ def text_columns(columns: list[str], data_args, where: str) -> tuple[str, str | 
 def require_columns(columns: list[str], needed: list[str], where: str, hint: str) -> None:
     missing = [c for c in needed if c not in columns]
     if missing:
-        raise ValueError(f"{where} has no column {', '.join(map(repr, missing))} (its columns: "
-                         f"{', '.join(columns)}): {hint}.")
+        raise ValueError(
+            f"{where} has no column {', '.join(map(repr, missing))} (its columns: {', '.join(columns)}): {hint}."
+        )
 
 
 def label_names(values) -> list[str]:
@@ -181,8 +218,10 @@ def find_labels(train, data_args, where: str) -> Labels:
     task = GLUE_TASKS.get(data_args.task_name)
     if isinstance(feature, ClassLabel):
         if task and task.labels and feature.num_classes != len(task.labels):
-            raise ValueError(f"{where}: the label column has {feature.num_classes} classes, GLUE's "
-                             f"{data_args.task_name} has {len(task.labels)}: check --task_name and the data.")
+            raise ValueError(
+                f"{where}: the label column has {feature.num_classes} classes, GLUE's "
+                f"{data_args.task_name} has {len(task.labels)}: check --task_name and the data."
+            )
         return Labels(list(feature.names), True)
     is_float = isinstance(feature, Value) and feature.dtype.startswith("float")
     if task:
@@ -197,8 +236,9 @@ def find_labels(train, data_args, where: str) -> Labels:
         return Labels(None, False)
     names = label_names(train.unique(data_args.label_column))
     if len(names) < 2:
-        raise ValueError(f"{where}: the training labels hold one class only ({names}); classification needs two "
-                         "or more.")
+        raise ValueError(
+            f"{where}: the training labels hold one class only ({names}); classification needs two or more."
+        )
     return Labels(names, False)
 
 
@@ -219,8 +259,9 @@ def preprocess_function(tokenizer, columns, label_column: str, labels: Labels, m
         return label2id[str(value)]
 
     def preprocess(batch):
-        encoded = tokenizer(batch[first], batch[second] if second else None, truncation=True,
-                            max_length=max_seq_length)
+        encoded = tokenizer(
+            batch[first], batch[second] if second else None, truncation=True, max_length=max_seq_length
+        )
         if label_column in batch:
             encoded["labels"] = [to_label(v) for v in batch[label_column]]
         return encoded
@@ -233,7 +274,7 @@ def classification_metrics(predictions, labels, num_labels: int) -> dict:
     """Accuracy, and F1: of class 1 with two classes (as GLUE reports it), macro-averaged over classes otherwise."""
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     f1s = []
-    for c in ([1] if num_labels == 2 else range(num_labels)):
+    for c in [1] if num_labels == 2 else range(num_labels):
         true_positive = np.sum((predictions == c) & (labels == c))
         predicted, actual = np.sum(predictions == c), np.sum(labels == c)
         f1s.append(0.0 if true_positive == 0 else 2 * true_positive / (predicted + actual))
@@ -245,8 +286,9 @@ def matthews_correlation(predictions, labels) -> float:
     it is undefined (one class predicted or present), as scikit-learn and GLUE report it."""
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     classes = np.union1d(predictions, labels)
-    confusion = np.array([[np.sum((labels == t) & (predictions == p)) for p in classes] for t in classes],
-                         dtype=np.float64)
+    confusion = np.array(
+        [[np.sum((labels == t) & (predictions == p)) for p in classes] for t in classes], dtype=np.float64
+    )
     true_counts, predicted_counts = confusion.sum(1), confusion.sum(0)
     correct, total = np.trace(confusion), confusion.sum()
     covariance = correct * total - true_counts @ predicted_counts
@@ -293,8 +335,10 @@ def glue_metrics(task_name: str, predictions, labels) -> dict:
 
 
 def regression_metrics(predictions, labels) -> dict:
-    return {"pearson": pearson(predictions, labels),
-            "spearmanr": pearson(average_ranks(predictions), average_ranks(labels))}
+    return {
+        "pearson": pearson(predictions, labels),
+        "spearmanr": pearson(average_ranks(predictions), average_ranks(labels)),
+    }
 
 
 def predictions_of(logits, labels):
@@ -305,6 +349,7 @@ def predictions_of(logits, labels):
 
 def metrics_function(data_args, labels: Labels, metric):
     """`compute_metrics` for Trainer: `--metric_name`'s module, GLUE's metric of the task, or the default."""
+
     def compute_metrics(prediction):
         predictions, references = prediction.predictions, prediction.label_ids
         if metric is not None:
@@ -320,11 +365,14 @@ def metrics_function(data_args, labels: Labels, metric):
 
 def predictions_writer(path_name: str, labels: Labels):
     """`Prediction.write`: run_glue's predict_results file, "index<TAB>prediction" (class names, or %3.3f)."""
+
     def write(output, output_dir) -> dict:
         with open(Path(output_dir) / path_name, "w", encoding="utf-8") as f:
             f.write("index\tprediction\n")
-            f.writelines(f"{index}\t{value:3.3f}\n" if labels.names is None else f"{index}\t{labels.names[value]}\n"
-                         for index, value in enumerate(output.predictions))
+            f.writelines(
+                f"{index}\t{value:3.3f}\n" if labels.names is None else f"{index}\t{labels.names[value]}\n"
+                for index, value in enumerate(output.predictions)
+            )
         return {}
 
     return write
@@ -347,32 +395,61 @@ def main(argv=None) -> dict:
         if data_args.dataset_name and not data_args.dataset_config_name:
             data_args.dataset_config_name = task
     eval_names, test_names = (list(MNLI_EVAL), list(MNLI_TEST)) if task == "mnli" else (["validation"], ["test"])
-    metric = load_metric(data_args.metric_name, task if data_args.metric_name.rstrip("/").endswith("glue") else None) \
-        if data_args.metric_name else None
-    splits, info = finetuning_splits(data_args, default_files=RT_POLARITY, default_info=RT_POLARITY_INFO,
-                                     seed=training_args.seed, eval_splits=eval_names, test_splits=test_names)
+    metric = (
+        load_metric(data_args.metric_name, task if data_args.metric_name.rstrip("/").endswith("glue") else None)
+        if data_args.metric_name
+        else None
+    )
+    splits, info = finetuning_splits(
+        data_args,
+        default_files=RT_POLARITY,
+        default_info=RT_POLARITY_INFO,
+        seed=training_args.seed,
+        eval_splits=eval_names,
+        test_splits=test_names,
+    )
     evaluated, tested = check_stage_data(training_args, splits, eval_names, test_names)
     reference = "train" if "train" in splits else (evaluated or tested)[0]
     where = f"The {reference} data ({info[reference]['name']})"
     columns = text_columns(splits[reference].column_names, data_args, where)
     for split in splits:
-        require_columns(splits[split].column_names, [c for c in columns if c], f"The {split} data",
-                        "give every split the same columns")
+        require_columns(
+            splits[split].column_names,
+            [c for c in columns if c],
+            f"The {split} data",
+            "give every split the same columns",
+        )
     for split in (reference, *evaluated):
-        require_columns(splits[split].column_names, [data_args.label_column], f"The {split} data",
-                        "pass --label_column")
+        require_columns(
+            splits[split].column_names, [data_args.label_column], f"The {split} data", "pass --label_column"
+        )
     labels = find_labels(splits[reference], data_args, where)
 
     family = run_family(model_args.model_name_or_path, model_args.preset)
-    tokenizer = load_tokenizer(model_args, family, data_args, training_args, splits.get("train"),
-                               [c for c in columns if c], corpus=TOKENIZER_CORPUS)
+    tokenizer = load_tokenizer(
+        model_args,
+        family,
+        data_args,
+        training_args,
+        splits.get("train"),
+        [c for c in columns if c],
+        corpus=TOKENIZER_CORPUS,
+    )
     set_seed(training_args.seed)  # the same initial weights on every process and every run
-    label_fields = (dict(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, problem_type="regression")  # 1 output
-                    if labels.names is None else
-                    dict(id2label=dict(enumerate(labels.names)), label2id={n: i for i, n in enumerate(labels.names)}))
+    label_fields = (
+        dict(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, problem_type="regression")  # 1 output
+        if labels.names is None
+        else dict(id2label=dict(enumerate(labels.names)), label2id={n: i for i, n in enumerate(labels.names)})
+    )
     model = load_or_build_model(
-        "ForSequenceClassification", model_args.model_name_or_path, model_args.preset, tokenizer,
-        model_args.attention_type, parse_config_overrides(model_args.config_overrides), **label_fields)
+        "ForSequenceClassification",
+        model_args.model_name_or_path,
+        model_args.preset,
+        tokenizer,
+        model_args.attention_type,
+        parse_config_overrides(model_args.config_overrides),
+        **label_fields,
+    )
     check_max_length(model.config, data_args.max_seq_length)
     settle_output_dir(training_args, output_args, model_args, model, __file__, task=task or "classification")
     align_tokenizer(tokenizer, model.config)
@@ -380,31 +457,60 @@ def main(argv=None) -> dict:
     features = {}
     for split in (["train"] if training_args.do_train else []) + evaluated + tested:
         rows = splits[split]
-        function = preprocess_function(tokenizer, columns, data_args.label_column, labels, data_args.max_seq_length,
-                                       f"The {split} data ({info[split]['name']})")
-        features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,
-                                      desc=f"Tokenizing {split}")
+        function = preprocess_function(
+            tokenizer,
+            columns,
+            data_args.label_column,
+            labels,
+            data_args.max_seq_length,
+            f"The {split} data ({info[split]['name']})",
+        )
+        features[split] = map_batched(
+            rows, function, training_args, data_args, remove_columns=rows.column_names, desc=f"Tokenizing {split}"
+        )
     for split in tested:  # GLUE's test rows are unlabelled (-1): predict without labels
-        if "labels" in features[split].column_names and pyarrow.compute.min(
-                features[split].data.column("labels")).as_py() < 0:
+        if (
+            "labels" in features[split].column_names
+            and pyarrow.compute.min(features[split].data.column("labels")).as_py() < 0
+        ):
             features[split] = features[split].remove_columns("labels")
 
     compute_metrics = metrics_function(data_args, labels, metric)
     evaluations = [Evaluation(features[s], info[s], compute_metrics, MNLI_EVAL.get(s, "")) for s in evaluated]
     file_task = f"_{task}" if task else ""
-    predictions = [Prediction(features[s], info[s], predictions_writer(
-        f"predict_results{file_task}{'-mm' if MNLI_TEST.get(s) else ''}.txt", labels), compute_metrics,
-        MNLI_TEST.get(s, "")) for s in tested]
+    predictions = [
+        Prediction(
+            features[s],
+            info[s],
+            predictions_writer(f"predict_results{file_task}{'-mm' if MNLI_TEST.get(s) else ''}.txt", labels),
+            compute_metrics,
+            MNLI_TEST.get(s, ""),
+        )
+        for s in tested
+    ]
     trainer = Trainer(
-        model=model, args=training_args, train_dataset=features.get("train"),
+        model=model,
+        args=training_args,
+        train_dataset=features.get("train"),
         eval_dataset=evaluations[0].dataset if evaluations else None,
-        data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer,
-        compute_metrics=compute_metrics, preprocess_logits_for_metrics=predictions_of,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=predictions_of,
     )
-    return run_stages(trainer, model_args, __file__, "text-classification", train_info=info.get("train"),
-                      evaluations=evaluations, predictions=predictions, max_seq_length=data_args.max_seq_length,
-                      task_name=task, labels=labels.names or "regression",
-                      text_columns=[c for c in columns if c])
+    return run_stages(
+        trainer,
+        model_args,
+        __file__,
+        "text-classification",
+        train_info=info.get("train"),
+        evaluations=evaluations,
+        predictions=predictions,
+        max_seq_length=data_args.max_seq_length,
+        task_name=task,
+        labels=labels.names or "regression",
+        text_columns=[c for c in columns if c],
+    )
 
 
 if __name__ == "__main__":

@@ -65,11 +65,24 @@ from hf_attn_variants.trainer import EpochCallback, MaskedLMTrainer, StepTimer
 logger = logging.getLogger(__name__)
 
 DEFAULTS = dict(  # the main job; every one can be overridden on the command line
-    preset="bert-mini-talking-heads", output_dir=NAMED_AFTER_THE_RUN, max_steps=300,
-    per_device_train_batch_size=16, max_seq_length=64,
-    per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.1, weight_decay=0.01, lr_scheduler_type="linear",
-    eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
-    report_to="none", seed=42,
+    preset="bert-mini-talking-heads",
+    output_dir=NAMED_AFTER_THE_RUN,
+    max_steps=300,
+    per_device_train_batch_size=16,
+    max_seq_length=64,
+    per_device_eval_batch_size=64,
+    learning_rate=1e-3,
+    warmup_steps=0.1,
+    weight_decay=0.01,
+    lr_scheduler_type="linear",
+    eval_strategy="steps",
+    eval_steps=50,
+    logging_steps=10,
+    save_strategy="steps",
+    save_steps=200,
+    save_total_limit=1,
+    report_to="none",
+    seed=42,
 )
 # The embedded corpus: the data of a run without data flags (here and in run_t5_pretraining.py), and the text of
 # every script's project tokenizer when the run has no data of the user's.
@@ -83,43 +96,66 @@ CORPUS_INFO = {
 
 @dataclass
 class PretrainingDataArguments(DataArguments):
-    text_column_name: str | None = field(default=None, metadata={
-        "help": "The column holding the text. Default: 'text' if the data has it, else its first column."})
+    text_column_name: str | None = field(
+        default=None,
+        metadata={"help": "The column holding the text. Default: 'text' if the data has it, else its first column."},
+    )
     max_seq_length: int = field(default=64, metadata={"help": "Tokens per sequence, [CLS] and [SEP] included."})
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict."})
-    whole_word_masking: bool = field(default=False, metadata={
-        "help": "Mask whole words (a word's WordPiece continuations with it)."})
-    sentence_objective: str = field(default="none", metadata={
-        "help": "none (masked LM only), nsp (BERT's next-sentence prediction) or sop (ALBERT's sentence-order "
-                "prediction); nsp/sop train the ForPreTraining head."})
+    whole_word_masking: bool = field(
+        default=False, metadata={"help": "Mask whole words (a word's WordPiece continuations with it)."}
+    )
+    sentence_objective: str = field(
+        default="none",
+        metadata={
+            "help": "none (masked LM only), nsp (BERT's next-sentence prediction) or sop (ALBERT's sentence-order "
+            "prediction); nsp/sop train the ForPreTraining head."
+        },
+    )
 
 
 @dataclass
 class PretrainingModelArguments(ModelArguments):
-    admin_init: str | None = field(default=None, metadata={
-        "help": "How a new model built with admin=True (Post-LN BERT/ALBERT, e.g. the *-single-head-admin presets) "
-                "sets Admin's omegas before the first step: profile (the Admin paper's rule, from the residual "
-                "branches' output variance on the first batch; at BERT's init std 0.02 the omegas stay near 1) or "
-                "closed_form (admin-torch's omega = sqrt((N+1)/ln(N+1) - 1) for the N residuals, whatever the "
-                "init). Default: profile, and closed_form for ALBERT's shared layers (profiling has no single "
-                "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."})
-    sparse_prediction: bool = field(default=True, metadata={
-        "help": "Run the masked-LM head (transform + vocabulary projection) only at the positions that carry a "
-                "label (the heads' forward argument sparse_prediction, passed by hf_attn_variants.MaskedLMTrainer): "
-                "the same loss and gradients, a cheaper step. Not saved: the checkpoint gives transformers' full "
-                "[batch, seq, vocab] logits to anyone who calls it, with or without labels."})
-    t5_adafactor: bool = field(default=False, metadata={
-        "help": "Train with T5's Adafactor (mesh-tensorflow's, as T5 pretrained) instead of --optim: transformers' "
-                "Adafactor with parameter-scaled steps (scale_parameter=True: each step is --learning_rate on the "
-                "--lr_scheduler_type schedule times the parameter's RMS, at least 1e-3; eps=(1e-30, 1e-3)), "
-                "relative_step=False, warmup_init=False, clip_threshold=1.0, decay_rate=-0.8, no first moment "
-                "(beta1=None), no weight decay (pass --weight_decay 0). T5's own step, min(1e-2, 1/sqrt(step)), is "
-                "--learning_rate 1e-2 --lr_scheduler_type constant --warmup_steps 0 for runs under 10k steps. "
-                "(--optim adafactor is not this: transformers sets scale_parameter=False there.)"})
-    dynamic_lr_scale: float = field(default=1.0, metadata={
-        "help": "Multiply the learning rate of the dynamic talking-heads weights (the dynamic_x2l/m2l/x2w/m2w "
-                "parameters of talking_heads_dynamic) by this, with --optim's optimizer or --t5_adafactor (a "
-                "parameter group of their own). 1: no group of their own."})
+    admin_init: str | None = field(
+        default=None,
+        metadata={
+            "help": "How a new model built with admin=True (Post-LN BERT/ALBERT, e.g. the *-single-head-admin presets) "
+            "sets Admin's omegas before the first step: profile (the Admin paper's rule, from the residual "
+            "branches' output variance on the first batch; at BERT's init std 0.02 the omegas stay near 1) or "
+            "closed_form (admin-torch's omega = sqrt((N+1)/ln(N+1) - 1) for the N residuals, whatever the "
+            "init). Default: profile, and closed_form for ALBERT's shared layers (profiling has no single "
+            "omega for a layer that runs several times). A resumed run keeps its checkpoint's omegas."
+        },
+    )
+    sparse_prediction: bool = field(
+        default=True,
+        metadata={
+            "help": "Run the masked-LM head (transform + vocabulary projection) only at the positions that carry a "
+            "label (the heads' forward argument sparse_prediction, passed by hf_attn_variants.MaskedLMTrainer): "
+            "the same loss and gradients, a cheaper step. Not saved: the checkpoint gives transformers' full "
+            "[batch, seq, vocab] logits to anyone who calls it, with or without labels."
+        },
+    )
+    t5_adafactor: bool = field(
+        default=False,
+        metadata={
+            "help": "Train with T5's Adafactor (mesh-tensorflow's, as T5 pretrained) instead of --optim: transformers' "
+            "Adafactor with parameter-scaled steps (scale_parameter=True: each step is --learning_rate on the "
+            "--lr_scheduler_type schedule times the parameter's RMS, at least 1e-3; eps=(1e-30, 1e-3)), "
+            "relative_step=False, warmup_init=False, clip_threshold=1.0, decay_rate=-0.8, no first moment "
+            "(beta1=None), no weight decay (pass --weight_decay 0). T5's own step, min(1e-2, 1/sqrt(step)), is "
+            "--learning_rate 1e-2 --lr_scheduler_type constant --warmup_steps 0 for runs under 10k steps. "
+            "(--optim adafactor is not this: transformers sets scale_parameter=False there.)"
+        },
+    )
+    dynamic_lr_scale: float = field(
+        default=1.0,
+        metadata={
+            "help": "Multiply the learning rate of the dynamic talking-heads weights (the dynamic_x2l/m2l/x2w/m2w "
+            "parameters of talking_heads_dynamic) by this, with --optim's optimizer or --t5_adafactor (a "
+            "parameter group of their own). 1: no group of their own."
+        },
+    )
 
 
 def mask_batch(batch, collator):
@@ -147,7 +183,9 @@ def reduce_logits(logits, labels):
         mlm_labels, sentence_labels = labels, None
     mlm_logits = logits[0] if isinstance(logits, (tuple, list)) else logits
     scored = mlm_labels.ne(-100)
-    if mlm_logits.dim() == 3:  # full logits [b, n, vocab]; with sparse prediction only the scored rows [n_scored, vocab]
+    if (
+        mlm_logits.dim() == 3
+    ):  # full logits [b, n, vocab]; with sparse prediction only the scored rows [n_scored, vocab]
         mlm_logits = mlm_logits[scored]
     nll = torch.nn.functional.cross_entropy(mlm_logits.float(), mlm_labels[scored], reduction="sum")
     outputs = [nll.reshape(1), scored.sum().reshape(1)]
@@ -169,27 +207,47 @@ def build_optimizer(model, model_args, training_args, decay_names: list[str]):
     if not model_args.t5_adafactor and scale == 1.0:
         return None
     if training_args.deepspeed or training_args.fsdp:
-        raise ValueError("--t5_adafactor and --dynamic_lr_scale build the optimizer here; DeepSpeed and FSDP build "
-                         "their own: leave them out, or drop --deepspeed/--fsdp.")
+        raise ValueError(
+            "--t5_adafactor and --dynamic_lr_scale build the optimizer here; DeepSpeed and FSDP build "
+            "their own: leave them out, or drop --deepspeed/--fsdp."
+        )
     if model_args.t5_adafactor and training_args.weight_decay != 0:
-        raise ValueError(f"--t5_adafactor: T5's Adafactor has no weight decay; pass --weight_decay 0 (got "
-                         f"{training_args.weight_decay}).")
+        raise ValueError(
+            f"--t5_adafactor: T5's Adafactor has no weight decay; pass --weight_decay 0 (got "
+            f"{training_args.weight_decay})."
+        )
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     dynamic = {n for n, _ in named if n.rsplit(".", 1)[-1].startswith("dynamic_")}
     if scale != 1.0 and not dynamic:
-        raise ValueError(f"--dynamic_lr_scale {scale}: the model has no dynamic talking-heads weights (config "
-                         "talking_heads_dynamic); leave it out.")
+        raise ValueError(
+            f"--dynamic_lr_scale {scale}: the model has no dynamic talking-heads weights (config "
+            "talking_heads_dynamic); leave it out."
+        )
     groups = []
     for decay in (True, False):
         for is_dynamic in (False, True):
             params = [p for n, p in named if (n in decay_names) == decay and (n in dynamic) == is_dynamic]
             if params:
-                groups.append({"params": params, "weight_decay": training_args.weight_decay if decay else 0.0,
-                               "lr": training_args.learning_rate * (scale if is_dynamic else 1.0)})
+                groups.append(
+                    {
+                        "params": params,
+                        "weight_decay": training_args.weight_decay if decay else 0.0,
+                        "lr": training_args.learning_rate * (scale if is_dynamic else 1.0),
+                    }
+                )
     if model_args.t5_adafactor:
-        return Adafactor(groups, lr=training_args.learning_rate, eps=(1e-30, 1e-3), clip_threshold=1.0,
-                         decay_rate=-0.8, beta1=None, weight_decay=0.0, scale_parameter=True, relative_step=False,
-                         warmup_init=False)
+        return Adafactor(
+            groups,
+            lr=training_args.learning_rate,
+            eps=(1e-30, 1e-3),
+            clip_threshold=1.0,
+            decay_rate=-0.8,
+            beta1=None,
+            weight_decay=0.0,
+            scale_parameter=True,
+            relative_step=False,
+            warmup_init=False,
+        )
     optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(training_args, model)
     return optimizer_cls(groups, **kwargs)
 
@@ -208,17 +266,25 @@ def admin_init_for(model_args, training_args, config, family: str) -> str | None
         if not admin or model_args.model_name_or_path or not training_args.do_train:
             return None
     if not admin:
-        raise ValueError(f"--admin_init {choice}: the model has no Admin residuals. Use a *-single-head-admin preset "
-                         "or --config_overrides '{\"admin\": true}', or leave --admin_init out.")
+        raise ValueError(
+            f"--admin_init {choice}: the model has no Admin residuals. Use a *-single-head-admin preset "
+            "or --config_overrides '{\"admin\": true}', or leave --admin_init out."
+        )
     if model_args.model_name_or_path:
-        raise ValueError(f"--admin_init {choice}: a model loaded with --model_name_or_path keeps the omegas saved "
-                         "in its checkpoint; leave --admin_init out (or build a new model with --preset).")
+        raise ValueError(
+            f"--admin_init {choice}: a model loaded with --model_name_or_path keeps the omegas saved "
+            "in its checkpoint; leave --admin_init out (or build a new model with --preset)."
+        )
     if not training_args.do_train:
-        raise ValueError(f"--admin_init {choice} sets the omegas before training, and this run does not train "
-                         "(--do_train); leave --admin_init out.")
+        raise ValueError(
+            f"--admin_init {choice} sets the omegas before training, and this run does not train "
+            "(--do_train); leave --admin_init out."
+        )
     if choice == "profile" and shared:
-        raise ValueError("--admin_init profile: ALBERT's shared layers run several times with one omega, for which "
-                         "variance profiling has no single value; use --admin_init closed_form.")
+        raise ValueError(
+            "--admin_init profile: ALBERT's shared layers run several times with one omega, for which "
+            "variance profiling has no single value; use --admin_init closed_form."
+        )
     return None if training_args.resume_from_checkpoint else choice
 
 
@@ -238,10 +304,16 @@ def prepare(dataset, tokenizer, column, data_args, training_args, seed, split):
         function, kwargs = pack_batch, {}
     else:
         function, kwargs = pair_batch, {"objective": objective, "seed": seed}
-    return map_batched(dataset, function, training_args, data_args, desc=f"Packing the {split} split",
-                       remove_columns=column_names(dataset), features=features_for(objective),
-                       fn_kwargs={"tokenizer": tokenizer, "column": column,
-                                  "max_seq_length": data_args.max_seq_length, **kwargs})
+    return map_batched(
+        dataset,
+        function,
+        training_args,
+        data_args,
+        desc=f"Packing the {split} split",
+        remove_columns=column_names(dataset),
+        features=features_for(objective),
+        fn_kwargs={"tokenizer": tokenizer, "column": column, "max_seq_length": data_args.max_seq_length, **kwargs},
+    )
 
 
 def training_sets(raw, tokenizer, column, data_args, training_args):
@@ -253,29 +325,41 @@ def training_sets(raw, tokenizer, column, data_args, training_args):
         if data_args.max_train_samples is not None:
             train_set = first_rows(train_set, data_args.max_train_samples)
         if is_empty(train_set):
-            raise ValueError(f"The training data gives no sequence of {data_args.max_seq_length} tokens: use more "
-                             "text or a smaller --max_seq_length.")
+            raise ValueError(
+                f"The training data gives no sequence of {data_args.max_seq_length} tokens: use more "
+                "text or a smaller --max_seq_length."
+            )
     if training_args.do_eval:
-        eval_set = prepare(raw["validation"], tokenizer, column, data_args, training_args, EVAL_SEED,
-                           "validation")
+        eval_set = prepare(raw["validation"], tokenizer, column, data_args, training_args, EVAL_SEED, "validation")
         if data_args.max_eval_samples is not None:
             eval_set = first_rows(eval_set, data_args.max_eval_samples)
         elif data_args.streaming:
-            logger.warning("--streaming without --max_eval_samples: every evaluation reads the whole validation "
-                           "stream.")
+            logger.warning(
+                "--streaming without --max_eval_samples: every evaluation reads the whole validation stream."
+            )
         if is_empty(eval_set):
-            raise ValueError(f"The validation data gives no sequence of {data_args.max_seq_length} tokens: use more "
-                             "text, a larger --validation_split_percentage or a smaller --max_seq_length.")
-        eval_collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
-                                         seed=EVAL_SEED)
-        eval_set = map_batched(eval_set, mask_batch, training_args, data_args, desc="Masking the validation split",
-                               fn_kwargs={"collator": eval_collator})
+            raise ValueError(
+                f"The validation data gives no sequence of {data_args.max_seq_length} tokens: use more "
+                "text, a larger --validation_split_percentage or a smaller --max_seq_length."
+            )
+        eval_collator = MaskedLMCollator(
+            tokenizer, data_args.mlm_probability, data_args.whole_word_masking, seed=EVAL_SEED
+        )
+        eval_set = map_batched(
+            eval_set,
+            mask_batch,
+            training_args,
+            data_args,
+            desc="Masking the validation split",
+            fn_kwargs={"collator": eval_collator},
+        )
     return train_set, eval_set
 
 
 def main(argv=None) -> dict:
-    parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments,
-                               OutputArguments))
+    parser = HfArgumentParser(
+        (PretrainingModelArguments, PretrainingDataArguments, TrainingArguments, OutputArguments)
+    )
     parser.set_defaults(**DEFAULTS, **device_defaults())
     model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
@@ -283,25 +367,40 @@ def main(argv=None) -> dict:
     check_pretraining_args(argv, training_args, data_args)
     family = run_family(model_args.model_name_or_path, model_args.preset)
     if FAMILIES[family].encoder_decoder:
-        raise ValueError(f"{FAMILIES[family].display} pretrains with span corruption: use "
-                         "examples/run_t5_pretraining.py.")
+        raise ValueError(
+            f"{FAMILIES[family].display} pretrains with span corruption: use examples/run_t5_pretraining.py."
+        )
     objective = data_args.sentence_objective
     if objective not in ("none", "nsp", "sop"):
         raise ValueError(f"--sentence_objective must be none, nsp or sop, got {objective!r}.")
     if objective != "none" and objective != FAMILIES[family].sentence_objective:
-        raise ValueError(f"--sentence_objective {objective} is not {family}'s pretraining task: use "
-                         f"{FAMILIES[family].sentence_objective} (or none).")
+        raise ValueError(
+            f"--sentence_objective {objective} is not {family}'s pretraining task: use "
+            f"{FAMILIES[family].sentence_objective} (or none)."
+        )
     raw, eval_info = pretraining_splits(data_args, training_args, default_file=CORPUS, default_info=CORPUS_INFO)
-    column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
-                         "--text_column_name", default="text")
+    column = pick_column(
+        raw["train" if "train" in raw else "validation"],
+        data_args.text_column_name,
+        "--text_column_name",
+        default="text",
+    )
     tokenizer = load_tokenizer(model_args, family, data_args, training_args, raw.get("train"), [column], corpus=CORPUS)
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise ValueError("The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
-                         "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer).")
+        raise ValueError(
+            "The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
+            "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer)."
+        )
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     head = "ForMaskedLM" if objective == "none" else "ForPreTraining"
-    model = load_or_build_model(head, model_args.model_name_or_path, model_args.preset, tokenizer,
-                                model_args.attention_type, parse_config_overrides(model_args.config_overrides))
+    model = load_or_build_model(
+        head,
+        model_args.model_name_or_path,
+        model_args.preset,
+        tokenizer,
+        model_args.attention_type,
+        parse_config_overrides(model_args.config_overrides),
+    )
     if model_args.sparse_prediction and training_args.torch_compile:
         # the scored rows are a data-dependent shape: without this, compile breaks the graph there (and runs slow)
         torch._dynamo.config.capture_dynamic_output_shape_ops = True
@@ -310,8 +409,7 @@ def main(argv=None) -> dict:
     admin_init = admin_init_for(model_args, training_args, model.config, family)
     align_tokenizer(tokenizer, model.config)
 
-    collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking,
-                                training_args.seed)
+    collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking, training_args.seed)
     train_set, eval_set = training_sets(raw, tokenizer, column, data_args, training_args)
     if eval_set is None:
         training_args.eval_strategy = "no"
@@ -325,9 +423,16 @@ def main(argv=None) -> dict:
 
     training_args.remove_unused_columns = False  # the collator needs every field; the model takes them all
     trainer = MaskedLMTrainer(
-        model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set, data_collator=collator,
-        processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
-        callbacks=callbacks, sparse_prediction=model_args.sparse_prediction,
+        model=model,
+        args=training_args,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=reduce_logits,
+        callbacks=callbacks,
+        sparse_prediction=model_args.sparse_prediction,
     )
     trainer.optimizer = build_optimizer(model, model_args, training_args, trainer.get_decay_parameter_names(model))
 
@@ -339,11 +444,19 @@ def main(argv=None) -> dict:
             logger.info("Admin omegas: %d residuals, %.4f to %.4f", len(omegas), min(omegas), max(omegas))
         return metrics
 
-    return run_stages(trainer, model_args, __file__, "fill-mask",
-                      train_info=split_info(data_args, "train", CORPUS_INFO),
-                      evaluations=[Evaluation(eval_set, eval_info, compute_metrics)], train_metrics=train_metrics,
-                      max_seq_length=data_args.max_seq_length, mlm_probability=data_args.mlm_probability,
-                      whole_word_masking=data_args.whole_word_masking, sentence_objective=objective)
+    return run_stages(
+        trainer,
+        model_args,
+        __file__,
+        "fill-mask",
+        train_info=split_info(data_args, "train", CORPUS_INFO),
+        evaluations=[Evaluation(eval_set, eval_info, compute_metrics)],
+        train_metrics=train_metrics,
+        max_seq_length=data_args.max_seq_length,
+        mlm_probability=data_args.mlm_probability,
+        whole_word_masking=data_args.whole_word_masking,
+        sentence_objective=objective,
+    )
 
 
 if __name__ == "__main__":

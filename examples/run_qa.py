@@ -74,10 +74,20 @@ SQUAD_INFO = {
     "license": "CC BY-SA 4.0",
 }
 DEFAULTS = dict(
-    preset="bert-tiny-talking-heads", output_dir=NAMED_AFTER_THE_RUN, num_train_epochs=10,
-    per_device_train_batch_size=16, per_device_eval_batch_size=64,
-    learning_rate=5e-4, warmup_steps=0.1, weight_decay=0.01, eval_strategy="epoch", logging_steps=10,
-    save_strategy="epoch", save_total_limit=1, report_to="none", seed=42,
+    preset="bert-tiny-talking-heads",
+    output_dir=NAMED_AFTER_THE_RUN,
+    num_train_epochs=10,
+    per_device_train_batch_size=16,
+    per_device_eval_batch_size=64,
+    learning_rate=5e-4,
+    warmup_steps=0.1,
+    weight_decay=0.01,
+    eval_strategy="epoch",
+    logging_steps=10,
+    save_strategy="epoch",
+    save_total_limit=1,
+    report_to="none",
+    seed=42,
 )
 
 
@@ -85,21 +95,37 @@ DEFAULTS = dict(
 class QADataArguments(DataArguments):
     question_column: str = field(default="question", metadata={"help": "Column of the question."})
     context_column: str = field(default="context", metadata={"help": "Column of the context."})
-    answer_column: str = field(default="answers", metadata={
-        "help": "Column of the answers: {\"text\": [...], \"answer_start\": [...]} (character offsets)."})
-    max_seq_length: int = field(default=128, metadata={
-        "help": "Tokens per window (question, context and special tokens); at most the model's limit."})
+    answer_column: str = field(
+        default="answers",
+        metadata={"help": 'Column of the answers: {"text": [...], "answer_start": [...]} (character offsets).'},
+    )
+    max_seq_length: int = field(
+        default=128,
+        metadata={"help": "Tokens per window (question, context and special tokens); at most the model's limit."},
+    )
     doc_stride: int = field(default=32, metadata={"help": "Tokens of overlap between the windows of a context."})
     n_best_size: int = field(default=20, metadata={"help": "Start and end candidates considered per window."})
     max_answer_length: int = field(default=30, metadata={"help": "Longest answer predicted, in tokens."})
-    version_2_with_negative: bool = field(default=False, metadata={
-        "help": "SQuAD v2.0: some questions have no answer (empty `answers`); the model may answer with nothing."})
-    null_score_diff_threshold: float = field(default=0.0, metadata={
-        "help": "With --version_2_with_negative: answer nothing when the no-answer score beats the best span's by "
-                "more than this."})
-    metric_name: str | None = field(default=None, metadata={
-        "help": "An evaluate module (Hub id or local script path) given SQuAD-format predictions and references, in "
-                "place of the default (evaluate's squad / squad_v2 values, computed here)."})
+    version_2_with_negative: bool = field(
+        default=False,
+        metadata={
+            "help": "SQuAD v2.0: some questions have no answer (empty `answers`); the model may answer with nothing."
+        },
+    )
+    null_score_diff_threshold: float = field(
+        default=0.0,
+        metadata={
+            "help": "With --version_2_with_negative: answer nothing when the no-answer score beats the best span's by "
+            "more than this."
+        },
+    )
+    metric_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "An evaluate module (Hub id or local script path) given SQuAD-format predictions and references, in "
+            "place of the default (evaluate's squad / squad_v2 values, computed here)."
+        },
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------ data
@@ -123,11 +149,21 @@ def flat_squad_file(path: str | os.PathLike) -> str:
             for article in data["data"]:
                 for paragraph in article["paragraphs"]:
                     for qa in paragraph["qas"]:
-                        out.write(json.dumps({
-                            "id": str(qa["id"]), "title": article.get("title", ""), "context": paragraph["context"],
-                            "question": qa["question"],
-                            "answers": {"text": [a["text"] for a in qa["answers"]],
-                                        "answer_start": [a["answer_start"] for a in qa["answers"]]}}) + "\n")
+                        out.write(
+                            json.dumps(
+                                {
+                                    "id": str(qa["id"]),
+                                    "title": article.get("title", ""),
+                                    "context": paragraph["context"],
+                                    "question": qa["question"],
+                                    "answers": {
+                                        "text": [a["text"] for a in qa["answers"]],
+                                        "answer_start": [a["answer_start"] for a in qa["answers"]],
+                                    },
+                                }
+                            )
+                            + "\n"
+                        )
         os.replace(out.name, target)  # atomic: concurrent processes never read half a file
     return str(target)
 
@@ -137,13 +173,17 @@ def answer_positions(answers: dict, context: str, example_id, where: str, negati
     without an answer (SQuAD v2)."""
     if not answers["text"]:
         if not negatives:
-            raise ValueError(f"{where}: question {example_id} has no answer; pass --version_2_with_negative for "
-                             "SQuAD v2.0 data with unanswerable questions (or drop them).")
+            raise ValueError(
+                f"{where}: question {example_id} has no answer; pass --version_2_with_negative for "
+                "SQuAD v2.0 data with unanswerable questions (or drop them)."
+            )
         return None
     for text, start in zip(answers["text"], answers["answer_start"]):
         if context[start : start + len(text)] != text:
-            raise ValueError(f"{where}: question {example_id}: the answer {text!r} is not at character {start} of "
-                             "its context; fix `answer_start`.")
+            raise ValueError(
+                f"{where}: question {example_id}: the answer {text!r} is not at character {start} of "
+                "its context; fix `answer_start`."
+            )
     return answers["answer_start"][0], answers["answer_start"][0] + len(answers["text"][0])
 
 
@@ -155,14 +195,22 @@ def features_function(tokenizer, data_args, where: str, *, positions: bool, wind
     question, context, answer = data_args.question_column, data_args.context_column, data_args.answer_column
 
     def prepare(batch):
-        encoded = tokenizer([q.lstrip() for q in batch[question]], batch[context], truncation="only_second",
-                            max_length=data_args.max_seq_length, stride=data_args.doc_stride,
-                            return_overflowing_tokens=True, return_offsets_mapping=True)
+        encoded = tokenizer(
+            [q.lstrip() for q in batch[question]],
+            batch[context],
+            truncation="only_second",
+            max_length=data_args.max_seq_length,
+            stride=data_args.doc_stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+        )
         sample = encoded.pop("overflow_to_sample_mapping")
         offsets_batch = encoded.pop("offset_mapping")
         if positions:
-            spans = [answer_positions(a, c, i, where, data_args.version_2_with_negative)
-                     for a, c, i in zip(batch[answer], batch[context], batch["id"])]
+            spans = [
+                answer_positions(a, c, i, where, data_args.version_2_with_negative)
+                for a, c, i in zip(batch[answer], batch[context], batch["id"])
+            ]
             encoded["start_positions"], encoded["end_positions"] = [], []
         if windows:
             encoded["example_id"], encoded["offset_mapping"] = [], []
@@ -187,8 +235,17 @@ def features_function(tokenizer, data_args, where: str, *, positions: bool, wind
 
 
 # ------------------------------------------------------------------------------------------------- post-processing
-def postprocess_predictions(examples, features, start_logits, end_logits, n_best_size=20, max_answer_length=30,
-                            version_2_with_negative=False, null_score_diff_threshold=0.0, context_column="context"):
+def postprocess_predictions(
+    examples,
+    features,
+    start_logits,
+    end_logits,
+    n_best_size=20,
+    max_answer_length=30,
+    version_2_with_negative=False,
+    null_score_diff_threshold=0.0,
+    context_column="context",
+):
     """(answers, null odds, n-best) of each question, as transformers' run_qa post-processes: the `n_best_size`
     best valid spans over all windows (`nbest[id]`: text, probability (softmax over them), start and end logit, best
     first); the answer is the best one, or, with `version_2_with_negative`, "" when the no-answer score (the first
@@ -208,8 +265,9 @@ def postprocess_predictions(examples, features, start_logits, end_logits, n_best
                 for e in np.argsort(ends)[::-1][:n_best_size]:
                     if offsets[s] is None or offsets[e] is None or e < s or e - s + 1 > max_answer_length:
                         continue
-                    found.append((float(starts[s] + ends[e]), offsets[s][0], offsets[e][1], float(starts[s]),
-                                  float(ends[e])))
+                    found.append(
+                        (float(starts[s] + ends[e]), offsets[s][0], offsets[e][1], float(starts[s]), float(ends[e]))
+                    )
             found.sort(key=lambda span: -span[0])
             del found[n_best_size:]
     answers, null_odds, nbest = {}, {}, {}
@@ -218,9 +276,15 @@ def postprocess_predictions(examples, features, start_logits, end_logits, n_best
             found = spans.get(example_id) or [(-np.inf, 0, 0, -np.inf, -np.inf)]
             scores = np.array([span[0] for span in found])
             weights = np.exp(scores - scores.max()) if np.isfinite(scores.max()) else np.ones_like(scores)
-            nbest[example_id] = [{"text": context[start:end], "probability": float(weight / weights.sum()),
-                                  "start_logit": start_logit, "end_logit": end_logit}
-                                 for (_, start, end, start_logit, end_logit), weight in zip(found, weights)]
+            nbest[example_id] = [
+                {
+                    "text": context[start:end],
+                    "probability": float(weight / weights.sum()),
+                    "start_logit": start_logit,
+                    "end_logit": end_logit,
+                }
+                for (_, start, end, start_logit, end_logit), weight in zip(found, weights)
+            ]
             answers[example_id] = nbest[example_id][0]["text"]
             if version_2_with_negative:
                 null_odds[example_id] = float(null.get(example_id, np.inf) - found[0][0])
@@ -267,8 +331,12 @@ def squad_metrics(predictions: dict, references: list[dict]) -> dict:
     return {"exact_match": 100.0 * float(np.mean(em)), "f1": 100.0 * float(np.mean(f1))}
 
 
-def squad_v2_metrics(predictions: dict, references: list[dict], no_answer_probability: dict | None = None,
-                     no_answer_threshold: float = 1.0) -> dict:
+def squad_v2_metrics(
+    predictions: dict,
+    references: list[dict],
+    no_answer_probability: dict | None = None,
+    no_answer_threshold: float = 1.0,
+) -> dict:
     """evaluate's `squad_v2` (the official SQuAD v2.0 evaluation): exact and f1 over all questions, over those with
     (HasAns_) and without (NoAns_) an answer, and the best scores over no-answer thresholds (best_*), in percent.
     A question without an answer is right when the prediction is empty. `no_answer_probability` defaults to 0 for
@@ -285,8 +353,11 @@ def squad_v2_metrics(predictions: dict, references: list[dict], no_answer_probab
         return {q: float(not has_answer[q]) if probability[q] > no_answer_threshold else s for q, s in scores.items()}
 
     def summary(exact_scores, f1_scores, ids):
-        return {"exact": 100.0 * sum(exact_scores[q] for q in ids) / len(ids),
-                "f1": 100.0 * sum(f1_scores[q] for q in ids) / len(ids), "total": len(ids)}
+        return {
+            "exact": 100.0 * sum(exact_scores[q] for q in ids) / len(ids),
+            "f1": 100.0 * sum(f1_scores[q] for q in ids) / len(ids),
+            "total": len(ids),
+        }
 
     exact_t, f1_t = thresholded(exact), thresholded(f1)
     out = summary(exact_t, f1_t, list(has_answer))
@@ -315,8 +386,11 @@ def _best_threshold(predictions, scores, probability, has_answer) -> tuple[float
 
 
 def references_of(examples, answer_column: str) -> list[dict]:
-    return [{"id": i, "answers": {"text": list(a["text"]), "answer_start": list(a["answer_start"])}}
-            for batch in _batches(examples, ["id", answer_column]) for i, a in zip(batch["id"], batch[answer_column])]
+    return [
+        {"id": i, "answers": {"text": list(a["text"]), "answer_start": list(a["answer_start"])}}
+        for batch in _batches(examples, ["id", answer_column])
+        for i, a in zip(batch["id"], batch[answer_column])
+    ]
 
 
 def write_predictions(output_dir, prefix: str, answers: dict, null_odds: dict, nbest: dict) -> None:
@@ -331,14 +405,21 @@ def qa_metrics_function(examples, features, data_args, metric, write_to=None):
     """`compute_metrics` for one set of questions: post-process the windows' logits into answers, write them as
     eval_*.json into `write_to` (the main process's output folder; None: not written), then score them
     (`--metric_name`'s module, else SQuAD v1.1 or v2.0)."""
+
     def compute_metrics(prediction):
         answers, null_odds, nbest = postprocess(prediction, examples, features, data_args)
         if write_to is not None:
             write_predictions(write_to, "eval", answers, null_odds, nbest)
         references = references_of(examples, data_args.answer_column)
         if metric is not None:
-            formatted = [{"id": q, "prediction_text": a, **({"no_answer_probability": 0.0}
-                      if data_args.version_2_with_negative else {})} for q, a in answers.items()]
+            formatted = [
+                {
+                    "id": q,
+                    "prediction_text": a,
+                    **({"no_answer_probability": 0.0} if data_args.version_2_with_negative else {}),
+                }
+                for q, a in answers.items()
+            ]
             return metric.compute(predictions=formatted, references=references)
         if data_args.version_2_with_negative:
             return squad_v2_metrics(answers, references)
@@ -349,14 +430,23 @@ def qa_metrics_function(examples, features, data_args, metric, write_to=None):
 
 def postprocess(prediction, examples, features, data_args):
     start_logits, end_logits = prediction.predictions[:2]
-    return postprocess_predictions(examples, features, start_logits, end_logits, data_args.n_best_size,
-                                   data_args.max_answer_length, data_args.version_2_with_negative,
-                                   data_args.null_score_diff_threshold, data_args.context_column)
+    return postprocess_predictions(
+        examples,
+        features,
+        start_logits,
+        end_logits,
+        data_args.n_best_size,
+        data_args.max_answer_length,
+        data_args.version_2_with_negative,
+        data_args.null_score_diff_threshold,
+        data_args.context_column,
+    )
 
 
 def predictions_writer(examples, features, data_args, main_process: bool):
     """`Prediction.write`: predict_predictions.json, predict_nbest_predictions.json and, for v2,
     predict_null_odds.json (`write_predictions`), by the main process."""
+
     def write(output, output_dir) -> dict:
         if main_process:
             write_predictions(output_dir, "predict", *postprocess(output, examples, features, data_args))
@@ -374,33 +464,54 @@ def main(argv=None) -> dict:
     # Everything that can be wrong with the input is checked before any training starts.
     choose_stages(training_args, argv, bool(data_args.test_file))
     if not 0 < data_args.doc_stride < data_args.max_seq_length:
-        raise ValueError(f"--doc_stride ({data_args.doc_stride}) must be positive and below --max_seq_length "
-                         f"({data_args.max_seq_length}).")
+        raise ValueError(
+            f"--doc_stride ({data_args.doc_stride}) must be positive and below --max_seq_length "
+            f"({data_args.max_seq_length})."
+        )
     metric = load_metric(data_args.metric_name) if data_args.metric_name else None
-    splits, info = finetuning_splits(data_args, default_files=SQUAD, default_info=SQUAD_INFO,
-                                     seed=training_args.seed, convert_file=flat_squad_file)
+    splits, info = finetuning_splits(
+        data_args, default_files=SQUAD, default_info=SQUAD_INFO, seed=training_args.seed, convert_file=flat_squad_file
+    )
     evaluated, tested = check_stage_data(training_args, splits, ["validation"], ["test"])
     columns = [data_args.question_column, data_args.context_column]
     for split, rows in splits.items():
         needed = columns + ([data_args.answer_column] if split != "test" else [])
         missing = [c for c in needed if c not in rows.column_names]
         if missing:
-            raise ValueError(f"The {split} data ({info[split]['name']}) has no column {', '.join(map(repr, missing))} "
-                             f"(its columns: {', '.join(rows.column_names)}): pass --question_column, "
-                             "--context_column and --answer_column, or use SQuAD's format.")
+            raise ValueError(
+                f"The {split} data ({info[split]['name']}) has no column {', '.join(map(repr, missing))} "
+                f"(its columns: {', '.join(rows.column_names)}): pass --question_column, "
+                "--context_column and --answer_column, or use SQuAD's format."
+            )
         if "id" not in rows.column_names:  # post-processing groups windows by question id
-            splits[split] = rows.map(lambda batch, indices: {"id": [str(i) for i in indices]}, batched=True,
-                                     with_indices=True)
+            splits[split] = rows.map(
+                lambda batch, indices: {"id": [str(i) for i in indices]}, batched=True, with_indices=True
+            )
 
     family = run_family(model_args.model_name_or_path, model_args.preset)
-    tokenizer = load_tokenizer(model_args, family, data_args, training_args, splits.get("train"),
-                               [data_args.question_column, data_args.context_column], corpus=TOKENIZER_CORPUS)
+    tokenizer = load_tokenizer(
+        model_args,
+        family,
+        data_args,
+        training_args,
+        splits.get("train"),
+        [data_args.question_column, data_args.context_column],
+        corpus=TOKENIZER_CORPUS,
+    )
     if not tokenizer.is_fast:
-        raise ValueError("Extractive QA maps tokens back to characters, which needs a fast tokenizer "
-                         "(tokenizer.json): pass --tokenizer_name with one.")
+        raise ValueError(
+            "Extractive QA maps tokens back to characters, which needs a fast tokenizer "
+            "(tokenizer.json): pass --tokenizer_name with one."
+        )
     set_seed(training_args.seed)  # the same initial weights on every process and every run
-    model = load_or_build_model("ForQuestionAnswering", model_args.model_name_or_path, model_args.preset, tokenizer,
-                                model_args.attention_type, parse_config_overrides(model_args.config_overrides))
+    model = load_or_build_model(
+        "ForQuestionAnswering",
+        model_args.model_name_or_path,
+        model_args.preset,
+        tokenizer,
+        model_args.attention_type,
+        parse_config_overrides(model_args.config_overrides),
+    )
     check_max_length(model.config, data_args.max_seq_length)
     settle_output_dir(training_args, output_args, model_args, model, __file__, task="qa")
     align_tokenizer(tokenizer, model.config)
@@ -409,26 +520,64 @@ def main(argv=None) -> dict:
     for split in (["train"] if training_args.do_train else []) + evaluated + tested:
         rows = splits[split]
         labelled = data_args.answer_column in rows.column_names
-        function = features_function(tokenizer, data_args, f"The {split} data ({info[split]['name']})",
-                                     positions=labelled, windows=split != "train")
-        features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,
-                                      desc=f"Windows of the {split} contexts")
+        function = features_function(
+            tokenizer,
+            data_args,
+            f"The {split} data ({info[split]['name']})",
+            positions=labelled,
+            windows=split != "train",
+        )
+        features[split] = map_batched(
+            rows,
+            function,
+            training_args,
+            data_args,
+            remove_columns=rows.column_names,
+            desc=f"Windows of the {split} contexts",
+        )
     main_process = training_args.process_index == 0
-    evaluations = [Evaluation(features[s], info[s], qa_metrics_function(
-        splits[s], features[s], data_args, metric, write_to=training_args.output_dir if main_process else None))
-        for s in evaluated]
-    predictions = [Prediction(features[s], info[s], predictions_writer(splits[s], features[s], data_args, main_process),
-                              qa_metrics_function(splits[s], features[s], data_args, metric)
-                              if data_args.answer_column in splits[s].column_names else None) for s in tested]
+    evaluations = [
+        Evaluation(
+            features[s],
+            info[s],
+            qa_metrics_function(
+                splits[s], features[s], data_args, metric, write_to=training_args.output_dir if main_process else None
+            ),
+        )
+        for s in evaluated
+    ]
+    predictions = [
+        Prediction(
+            features[s],
+            info[s],
+            predictions_writer(splits[s], features[s], data_args, main_process),
+            qa_metrics_function(splits[s], features[s], data_args, metric)
+            if data_args.answer_column in splits[s].column_names
+            else None,
+        )
+        for s in tested
+    ]
     trainer = Trainer(
-        model=model, args=training_args, train_dataset=features.get("train"),
+        model=model,
+        args=training_args,
+        train_dataset=features.get("train"),
         eval_dataset=evaluations[0].dataset if evaluations else None,
-        data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer,
         compute_metrics=evaluations[0].compute_metrics if evaluations else None,
     )
-    return run_stages(trainer, model_args, __file__, "question-answering", train_info=info.get("train"),
-                      evaluations=evaluations, predictions=predictions, max_seq_length=data_args.max_seq_length,
-                      doc_stride=data_args.doc_stride, version_2_with_negative=data_args.version_2_with_negative)
+    return run_stages(
+        trainer,
+        model_args,
+        __file__,
+        "question-answering",
+        train_info=info.get("train"),
+        evaluations=evaluations,
+        predictions=predictions,
+        max_seq_length=data_args.max_seq_length,
+        doc_stride=data_args.doc_stride,
+        version_2_with_negative=data_args.version_2_with_negative,
+    )
 
 
 if __name__ == "__main__":

@@ -62,20 +62,35 @@ from run_pretraining import CORPUS, CORPUS_INFO
 logger = logging.getLogger(__name__)
 
 DEFAULTS = dict(
-    preset="t5-mini-talking-heads", output_dir=NAMED_AFTER_THE_RUN, max_steps=300,
+    preset="t5-mini-talking-heads",
+    output_dir=NAMED_AFTER_THE_RUN,
+    max_steps=300,
     per_device_train_batch_size=16,
-    per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.1, weight_decay=0.0, lr_scheduler_type="linear",
-    eval_strategy="steps", eval_steps=50, logging_steps=10, save_strategy="steps", save_steps=200, save_total_limit=1,
-    report_to="none", seed=42,
+    per_device_eval_batch_size=64,
+    learning_rate=1e-3,
+    warmup_steps=0.1,
+    weight_decay=0.0,
+    lr_scheduler_type="linear",
+    eval_strategy="steps",
+    eval_steps=50,
+    logging_steps=10,
+    save_strategy="steps",
+    save_steps=200,
+    save_total_limit=1,
+    report_to="none",
+    seed=42,
 )
 
 
 @dataclass
 class T5DataArguments(DataArguments):
-    text_column_name: str | None = field(default=None, metadata={
-        "help": "The column holding the text. Default: 'text' if the data has it, else its first column."})
-    max_seq_length: int = field(default=128, metadata={
-        "help": "Encoder input length after corruption (sentinels and </s> included)."})
+    text_column_name: str | None = field(
+        default=None,
+        metadata={"help": "The column holding the text. Default: 'text' if the data has it, else its first column."},
+    )
+    max_seq_length: int = field(
+        default=128, metadata={"help": "Encoder input length after corruption (sentinels and </s> included)."}
+    )
     noise_density: float = field(default=0.15, metadata={"help": "Share of tokens that are corrupted."})
     mean_noise_span_length: float = field(default=3.0, metadata={"help": "Mean length of a corrupted span."})
 
@@ -89,17 +104,26 @@ def corrupt_batch(batch, collator):
 def prepare(dataset, tokenizer, column, raw_length, data_args, training_args, split):
     from datasets import Features, Sequence, Value
 
-    return map_batched(dataset, block_batch, training_args, data_args, desc=f"Packing the {split} split",
-                       remove_columns=column_names(dataset),
-                       features=Features({"input_ids": Sequence(Value("int32"))}),
-                       fn_kwargs={"tokenizer": tokenizer, "column": column, "raw_length": raw_length})
+    return map_batched(
+        dataset,
+        block_batch,
+        training_args,
+        data_args,
+        desc=f"Packing the {split} split",
+        remove_columns=column_names(dataset),
+        features=Features({"input_ids": Sequence(Value("int32"))}),
+        fn_kwargs={"tokenizer": tokenizer, "column": column, "raw_length": raw_length},
+    )
 
 
 def compute_metrics(prediction):
     nll, count, correct = prediction.predictions
     loss = float(nll.sum() / count.sum())
-    return {"target_loss": loss, "perplexity": math.exp(min(loss, 50.0)),
-            "target_token_accuracy": float(correct.sum() / count.sum())}
+    return {
+        "target_loss": loss,
+        "perplexity": math.exp(min(loss, 50.0)),
+        "target_token_accuracy": float(correct.sum() / count.sum()),
+    }
 
 
 def reduce_logits(logits, labels):
@@ -119,15 +143,25 @@ def main(argv=None) -> dict:
     if not FAMILIES[run_family(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
     raw, eval_info = pretraining_splits(data_args, training_args, default_file=CORPUS, default_info=CORPUS_INFO)
-    column = pick_column(raw["train" if "train" in raw else "validation"], data_args.text_column_name,
-                         "--text_column_name", default="text")
+    column = pick_column(
+        raw["train" if "train" in raw else "validation"],
+        data_args.text_column_name,
+        "--text_column_name",
+        default="text",
+    )
     tokenizer = load_tokenizer(model_args, "t5", data_args, training_args, raw.get("train"), [column], corpus=CORPUS)
-    collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density, data_args.mean_noise_span_length,
-                                               training_args.seed)
+    collator = DataCollatorForT5SpanCorruption(
+        tokenizer, data_args.noise_density, data_args.mean_noise_span_length, training_args.seed
+    )
     set_seed(training_args.seed)  # the same initial weights on every process and every run
-    model = load_or_build_model("ForConditionalGeneration", model_args.model_name_or_path, model_args.preset,
-                                tokenizer, model_args.attention_type,
-                                parse_config_overrides(model_args.config_overrides))
+    model = load_or_build_model(
+        "ForConditionalGeneration",
+        model_args.model_name_or_path,
+        model_args.preset,
+        tokenizer,
+        model_args.attention_type,
+        parse_config_overrides(model_args.config_overrides),
+    )
     raw_length = raw_length_for(data_args.max_seq_length, data_args.noise_density, data_args.mean_noise_span_length)
     _, target_length = corrupted_lengths(raw_length, data_args.noise_density, data_args.mean_noise_span_length)
     check_max_length(model.config, data_args.max_seq_length)
@@ -145,31 +179,54 @@ def main(argv=None) -> dict:
         if data_args.max_eval_samples is not None:
             eval_set = first_rows(eval_set, data_args.max_eval_samples)
         elif data_args.streaming:
-            logger.warning("--streaming without --max_eval_samples: every evaluation reads the whole validation "
-                           "stream.")
-        eval_collator = DataCollatorForT5SpanCorruption(tokenizer, data_args.noise_density,
-                                                        data_args.mean_noise_span_length, seed=EVAL_SEED)
-        eval_set = map_batched(eval_set, corrupt_batch, training_args, data_args,
-                               desc="Corrupting the validation split", fn_kwargs={"collator": eval_collator})
+            logger.warning(
+                "--streaming without --max_eval_samples: every evaluation reads the whole validation stream."
+            )
+        eval_collator = DataCollatorForT5SpanCorruption(
+            tokenizer, data_args.noise_density, data_args.mean_noise_span_length, seed=EVAL_SEED
+        )
+        eval_set = map_batched(
+            eval_set,
+            corrupt_batch,
+            training_args,
+            data_args,
+            desc="Corrupting the validation split",
+            fn_kwargs={"collator": eval_collator},
+        )
     else:
         training_args.eval_strategy = "no"
     if any(d is not None and is_empty(d) for d in (train_set, eval_set)):
-        raise ValueError(f"The data gives no block of {raw_length} tokens for training and evaluation: use more text "
-                         "or a smaller --max_seq_length.")
+        raise ValueError(
+            f"The data gives no block of {raw_length} tokens for training and evaluation: use more text "
+            "or a smaller --max_seq_length."
+        )
 
     timer = StepTimer()
     training_args.remove_unused_columns = False
     trainer = Trainer(
-        model=model, args=training_args, train_dataset=train_set, eval_dataset=eval_set, data_collator=collator,
-        processing_class=tokenizer, compute_metrics=compute_metrics, preprocess_logits_for_metrics=reduce_logits,
+        model=model,
+        args=training_args,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=reduce_logits,
         callbacks=[EpochCallback(collator), timer],
     )
-    return run_stages(trainer, model_args, __file__, "text2text-generation",
-                      train_info=split_info(data_args, "train", CORPUS_INFO),
-                      evaluations=[Evaluation(eval_set, eval_info, compute_metrics)],
-                      train_metrics=lambda: {"train_seconds_per_step": timer.seconds_per_step},
-                      max_seq_length=data_args.max_seq_length, objective="span corruption",
-                      noise_density=data_args.noise_density, mean_noise_span_length=data_args.mean_noise_span_length)
+    return run_stages(
+        trainer,
+        model_args,
+        __file__,
+        "text2text-generation",
+        train_info=split_info(data_args, "train", CORPUS_INFO),
+        evaluations=[Evaluation(eval_set, eval_info, compute_metrics)],
+        train_metrics=lambda: {"train_seconds_per_step": timer.seconds_per_step},
+        max_seq_length=data_args.max_seq_length,
+        objective="span corruption",
+        noise_density=data_args.noise_density,
+        mean_noise_span_length=data_args.mean_noise_span_length,
+    )
 
 
 if __name__ == "__main__":

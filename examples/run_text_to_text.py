@@ -64,28 +64,54 @@ from run_classification import RT_POLARITY, RT_POLARITY_INFO, TOKENIZER_CORPUS, 
 
 SST2_PREFIX = "sst2 sentence: "  # the T5 paper's input format for SST-2
 DEFAULTS = dict(
-    preset="t5-tiny-talking-heads", output_dir=NAMED_AFTER_THE_RUN, num_train_epochs=10,
-    per_device_train_batch_size=32, per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.1,
-    weight_decay=0.01, eval_strategy="epoch", logging_steps=10, save_strategy="epoch", save_total_limit=1,
-    predict_with_generate=True, report_to="none", seed=42,
+    preset="t5-tiny-talking-heads",
+    output_dir=NAMED_AFTER_THE_RUN,
+    num_train_epochs=10,
+    per_device_train_batch_size=32,
+    per_device_eval_batch_size=64,
+    learning_rate=1e-3,
+    warmup_steps=0.1,
+    weight_decay=0.01,
+    eval_strategy="epoch",
+    logging_steps=10,
+    save_strategy="epoch",
+    save_total_limit=1,
+    predict_with_generate=True,
+    report_to="none",
+    seed=42,
 )
 
 
 @dataclass
 class TextToTextDataArguments(DataArguments):
     source_column: str = field(default="sentence", metadata={"help": "Column of the input text."})
-    target_column: str = field(default="label", metadata={
-        "help": "Column of the output text (a class-label column is written as its class names)."})
-    source_prefix: str | None = field(default=None, metadata={
-        "help": f"Text put before every source. Default: {SST2_PREFIX!r} on the embedded data, none otherwise."})
-    max_source_length: int = field(default=128, metadata={
-        "help": "Source tokens after truncation, </s> included; at most the model's limit."})
-    max_target_length: int = field(default=16, metadata={
-        "help": "Target tokens after truncation, </s> included; also the generation length unless "
-                "--generation_max_length is given."})
-    metric_name: str | None = field(default=None, metadata={
-        "help": "An evaluate module (Hub id or local script path) given the generated and the target texts, in "
-                "place of the default (accuracy: exact match of the whole output)."})
+    target_column: str = field(
+        default="label",
+        metadata={"help": "Column of the output text (a class-label column is written as its class names)."},
+    )
+    source_prefix: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Text put before every source. Default: {SST2_PREFIX!r} on the embedded data, none otherwise."
+        },
+    )
+    max_source_length: int = field(
+        default=128, metadata={"help": "Source tokens after truncation, </s> included; at most the model's limit."}
+    )
+    max_target_length: int = field(
+        default=16,
+        metadata={
+            "help": "Target tokens after truncation, </s> included; also the generation length unless "
+            "--generation_max_length is given."
+        },
+    )
+    metric_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "An evaluate module (Hub id or local script path) given the generated and the target texts, in "
+            "place of the default (accuracy: exact match of the whole output)."
+        },
+    )
 
 
 def target_texts(rows, column: str):
@@ -114,12 +140,19 @@ def has_targets(rows, column: str) -> bool:
 
 def tokenize_function(tokenizer, data_args, prefix: str, to_text):
     """A batched `Dataset.map` function: the prefixed source as input ids, the target (when present) as labels."""
+
     def tokenize(batch):
-        encoded = tokenizer([prefix + str(s) for s in batch[data_args.source_column]], truncation=True,
-                            max_length=data_args.max_source_length)
+        encoded = tokenizer(
+            [prefix + str(s) for s in batch[data_args.source_column]],
+            truncation=True,
+            max_length=data_args.max_source_length,
+        )
         if data_args.target_column in batch:
-            encoded["labels"] = tokenizer(text_target=to_text(batch[data_args.target_column]), truncation=True,
-                                          max_length=data_args.max_target_length)["input_ids"]
+            encoded["labels"] = tokenizer(
+                text_target=to_text(batch[data_args.target_column]),
+                truncation=True,
+                max_length=data_args.max_target_length,
+            )["input_ids"]
         return encoded
 
     return tokenize
@@ -169,28 +202,47 @@ def main(argv=None) -> dict:
     choose_stages(training_args, argv, bool(data_args.test_file))
     family = run_family(model_args.model_name_or_path, model_args.preset)
     if not FAMILIES[family].encoder_decoder:
-        raise ValueError(f"run_text_to_text.py fine-tunes T5 variants, not {family}: pass a t5-* --preset or a T5 "
-                         "checkpoint (for BERT/ALBERT classification use run_classification.py).")
+        raise ValueError(
+            f"run_text_to_text.py fine-tunes T5 variants, not {family}: pass a t5-* --preset or a T5 "
+            "checkpoint (for BERT/ALBERT classification use run_classification.py)."
+        )
     if not training_args.predict_with_generate:
         raise ValueError("Evaluation scores generated text: keep --predict_with_generate (the default).")
     training_args.generation_max_length = training_args.generation_max_length or data_args.max_target_length
     metric = load_metric(data_args.metric_name) if data_args.metric_name else None
-    splits, info = finetuning_splits(data_args, default_files=RT_POLARITY, default_info=RT_POLARITY_INFO,
-                                     seed=training_args.seed)
+    splits, info = finetuning_splits(
+        data_args, default_files=RT_POLARITY, default_info=RT_POLARITY_INFO, seed=training_args.seed
+    )
     evaluated, tested = check_stage_data(training_args, splits, ["validation"], ["test"])
     for split, rows in splits.items():
         needed = [data_args.source_column] + ([data_args.target_column] if split != "test" else [])
-        require_columns(rows.column_names, needed, f"The {split} data ({info[split]['name']})",
-                        "pass --source_column and --target_column")
+        require_columns(
+            rows.column_names,
+            needed,
+            f"The {split} data ({info[split]['name']})",
+            "pass --source_column and --target_column",
+        )
     embedded = not (data_args.dataset_name or data_args.train_file or data_args.validation_file)
     prefix = data_args.source_prefix if data_args.source_prefix is not None else SST2_PREFIX if embedded else ""
 
-    tokenizer = load_tokenizer(model_args, family, data_args, training_args, splits.get("train"),
-                               [data_args.source_column, data_args.target_column], corpus=TOKENIZER_CORPUS)
+    tokenizer = load_tokenizer(
+        model_args,
+        family,
+        data_args,
+        training_args,
+        splits.get("train"),
+        [data_args.source_column, data_args.target_column],
+        corpus=TOKENIZER_CORPUS,
+    )
     set_seed(training_args.seed)  # the same initial weights on every process and every run
-    model = load_or_build_model("ForConditionalGeneration", model_args.model_name_or_path, model_args.preset,
-                                tokenizer, model_args.attention_type,
-                                parse_config_overrides(model_args.config_overrides))
+    model = load_or_build_model(
+        "ForConditionalGeneration",
+        model_args.model_name_or_path,
+        model_args.preset,
+        tokenizer,
+        model_args.attention_type,
+        parse_config_overrides(model_args.config_overrides),
+    )
     check_max_length(model.config, data_args.max_source_length, "--max_source_length")
     check_max_length(model.config, training_args.generation_max_length, "--generation_max_length")
     check_max_length(model.config, data_args.max_target_length, "--max_target_length")
@@ -200,12 +252,16 @@ def main(argv=None) -> dict:
     features = {}
     for split in (["train"] if training_args.do_train else []) + evaluated + tested:
         rows = splits[split]
-        if split in tested and data_args.target_column in rows.column_names and not has_targets(
-                rows, data_args.target_column):  # unlabelled test rows: generated, not scored
+        if (
+            split in tested
+            and data_args.target_column in rows.column_names
+            and not has_targets(rows, data_args.target_column)
+        ):  # unlabelled test rows: generated, not scored
             rows = rows.remove_columns(data_args.target_column)
         function = tokenize_function(tokenizer, data_args, prefix, target_texts(rows, data_args.target_column))
-        features[split] = map_batched(rows, function, training_args, data_args, remove_columns=rows.column_names,
-                                      desc=f"Tokenizing {split}")
+        features[split] = map_batched(
+            rows, function, training_args, data_args, remove_columns=rows.column_names, desc=f"Tokenizing {split}"
+        )
 
     def compute_metrics(prediction):
         predicted, targets = decode(tokenizer, prediction.predictions), decode(tokenizer, prediction.label_ids)
@@ -216,23 +272,41 @@ def main(argv=None) -> dict:
     def write_predictions(output, output_dir) -> dict:
         texts = decode(tokenizer, output.predictions)
         (Path(output_dir) / "generated_predictions.txt").write_text(
-            "".join(t.strip().replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
+            "".join(t.strip().replace("\n", " ") + "\n" for t in texts), encoding="utf-8"
+        )
         return {}
 
     evaluations = [Evaluation(features[s], info[s], compute_metrics) for s in evaluated]
-    predictions = [Prediction(features[s], info[s], write_predictions,
-                              compute_metrics if "labels" in features[s].column_names else None) for s in tested]
+    predictions = [
+        Prediction(
+            features[s], info[s], write_predictions, compute_metrics if "labels" in features[s].column_names else None
+        )
+        for s in tested
+    ]
     trainer = Seq2SeqTrainer(
-        model=model, args=training_args, train_dataset=features.get("train"),
+        model=model,
+        args=training_args,
+        train_dataset=features.get("train"),
         eval_dataset=evaluations[0].dataset if evaluations else None,
-        data_collator=Seq2SeqCollator(tokenizer, model=model), processing_class=tokenizer,
-        compute_metrics=compute_metrics, callbacks=[KeepGenerationConfig(model)],
+        data_collator=Seq2SeqCollator(tokenizer, model=model),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+        callbacks=[KeepGenerationConfig(model)],
     )
-    return run_stages(trainer, model_args, __file__, "text2text-generation", train_info=info.get("train"),
-                      evaluations=evaluations, predictions=predictions,
-                      max_source_length=data_args.max_source_length, max_target_length=data_args.max_target_length,
-                      source_prefix=prefix, source_column=data_args.source_column,
-                      target_column=data_args.target_column)
+    return run_stages(
+        trainer,
+        model_args,
+        __file__,
+        "text2text-generation",
+        train_info=info.get("train"),
+        evaluations=evaluations,
+        predictions=predictions,
+        max_source_length=data_args.max_source_length,
+        max_target_length=data_args.max_target_length,
+        source_prefix=prefix,
+        source_column=data_args.source_column,
+        target_column=data_args.target_column,
+    )
 
 
 if __name__ == "__main__":

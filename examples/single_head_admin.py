@@ -28,9 +28,13 @@ from hf_attn_variants.run_record import run_script
 
 @dataclass
 class SingleHeadArguments:
-    output_dir: str | None = field(default=None, metadata={
-        "help": "One sub-folder per run, plus the results. Default: outputs/single-head-admin-{layers}x{heads}-"
-                "d{hidden_size}."})
+    output_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "One sub-folder per run, plus the results. Default: outputs/single-head-admin-{layers}x{heads}-"
+            "d{hidden_size}."
+        },
+    )
     layers: int = field(default=4, metadata={"help": "L, the layers of the multi-head model."})
     heads: int = field(default=8, metadata={"help": "h, its heads; the twin has L*h layers of one head."})
     hidden_size: int = field(default=256, metadata={"help": "Model width (head size = width / h); FFN 4x."})
@@ -45,24 +49,44 @@ class SingleHeadArguments:
 def main(argv=None) -> list[dict]:
     args, passthrough = HfArgumentParser(SingleHeadArguments).parse_known_args(argv)
     args.output_dir = args.output_dir or output_folder(
-        "single-head-admin", f"{args.layers}x{args.heads}-d{args.hidden_size}")
-    shape = {"num_hidden_layers": args.layers, "num_attention_heads": args.heads, "hidden_size": args.hidden_size,
-             "intermediate_size": 4 * args.hidden_size, "max_position_embeddings": max(128, args.max_seq_length)}
+        "single-head-admin", f"{args.layers}x{args.heads}-d{args.hidden_size}"
+    )
+    shape = {
+        "num_hidden_layers": args.layers,
+        "num_attention_heads": args.heads,
+        "hidden_size": args.hidden_size,
+        "intermediate_size": 4 * args.hidden_size,
+        "max_position_embeddings": max(128, args.max_seq_length),
+    }
     deep = f"single-head {args.layers * args.heads}x1"
     # the *-single-head-admin preset is the twin of the config it is given (`presets.single_head_twin`)
     setups = [  # (name, preset, run folder, config fields, run_pretraining flags)
         (f"multi-head {args.layers}x{args.heads}", "bert-mini-dot-product", "multi-head", shape, []),
         (deep, "bert-mini-single-head-admin", "single-head", {**shape, "admin": False}, []),
-        (f"{deep} + Admin (profile)", "bert-mini-single-head-admin", "single-head-admin-profile", shape,
-         ["--admin_init", "profile"]),
-        (f"{deep} + Admin (closed form)", "bert-mini-single-head-admin", "single-head-admin-closed-form", shape,
-         ["--admin_init", "closed_form"]),
+        (
+            f"{deep} + Admin (profile)",
+            "bert-mini-single-head-admin",
+            "single-head-admin-profile",
+            shape,
+            ["--admin_init", "profile"],
+        ),
+        (
+            f"{deep} + Admin (closed form)",
+            "bert-mini-single-head-admin",
+            "single-head-admin-closed-form",
+            shape,
+            ["--admin_init", "closed_form"],
+        ),
     ]
-    rows = [run_setup(name, preset, folder, args, ["--config_overrides", json.dumps(fields), *flags, *passthrough])
-            for name, preset, folder, fields, flags in setups]
-    write_results(rows, Path(args.output_dir),
-                  f"Post-LN BERT, {args.layers}x{args.heads} and its twin: {args.max_steps} steps, lr "
-                  f"{args.learning_rate}")
+    rows = [
+        run_setup(name, preset, folder, args, ["--config_overrides", json.dumps(fields), *flags, *passthrough])
+        for name, preset, folder, fields, flags in setups
+    ]
+    write_results(
+        rows,
+        Path(args.output_dir),
+        f"Post-LN BERT, {args.layers}x{args.heads} and its twin: {args.max_steps} steps, lr {args.learning_rate}",
+    )
     return rows
 
 

@@ -44,8 +44,11 @@ def checkpointing(cell: Cell) -> dict:
 def last_checkpoint(output_dir: Path) -> Path | None:
     """The newest complete checkpoint-N (Trainer writes trainer_state.json last); incomplete newer ones, which a kill
     during a save leaves, are removed."""
-    found = sorted((int(d.name.split("-")[1]), d) for d in output_dir.glob("checkpoint-*")
-                   if d.is_dir() and d.name.split("-")[1].isdigit())
+    found = sorted(
+        (int(d.name.split("-")[1]), d)
+        for d in output_dir.glob("checkpoint-*")
+        if d.is_dir() and d.name.split("-")[1].isdigit()
+    )
     for _, folder in reversed(found):
         with contextlib.suppress(OSError, json.JSONDecodeError):
             json.loads((folder / "trainer_state.json").read_text())
@@ -70,8 +73,11 @@ def earlier_attempts(output_dir: Path, identity: dict) -> tuple[dict | None, Pat
         differs = [key for key, value in identity.items() if record.get(key) != value]
         if not differs:
             return record, last_checkpoint(output_dir)
-        print(f"  {identity['id']}: {output_dir} holds an attempt at another run (it differs in: "
-              f"{', '.join(differs)}); starting afresh", file=sys.stderr)
+        print(
+            f"  {identity['id']}: {output_dir} holds an attempt at another run (it differs in: "
+            f"{', '.join(differs)}); starting afresh",
+            file=sys.stderr,
+        )
     return None, None
 
 
@@ -118,8 +124,9 @@ def die_with(parent: int):
     return preexec
 
 
-def run_attempt(argv: list[str], env: dict, output_dir: Path, record: dict,
-                timeout_seconds: float) -> tuple[int, bool]:
+def run_attempt(
+    argv: list[str], env: dict, output_dir: Path, record: dict, timeout_seconds: float
+) -> tuple[int, bool]:
     """Run the newest attempt of `record` (`argv` from ROOT, its output appended to output_dir/log.txt), writing its
     cost to ATTEMPTS every HEARTBEAT_SECONDS and when it ends; killed after `timeout_seconds` of wall time. Returns
     (its exit code, whether it was killed for time)."""
@@ -128,8 +135,9 @@ def run_attempt(argv: list[str], env: dict, output_dir: Path, record: dict,
     with open(output_dir / "log.txt", "a") as log:
         log.write(f"=== attempt {len(record['attempts'])}, from step {attempt['from_step']}\n")
         log.flush()
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                preexec_fn=die_with(os.getpid()))
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with(os.getpid())
+        )
 
         def heartbeat() -> None:
             while not ended.wait(HEARTBEAT_SECONDS):

@@ -29,10 +29,22 @@ EVAL_METRICS = {SCRIPT: "eval_mlm_loss", T5_SCRIPT: "eval_target_loss"}
 # tokens, batch 16, linear decay with 10% warm-up); evaluation on the first 256 held-out blocks (32k tokens, the same
 # blocks and masks for every cell).
 TRAINING = dict(
-    max_seq_length=128, per_device_train_batch_size=16, per_device_eval_batch_size=64, max_steps=400,
-    learning_rate=1e-3, warmup_steps=0.1, weight_decay=0.01, lr_scheduler_type="linear", eval_strategy="steps",
-    eval_steps=100, logging_steps=25, save_strategy="no", max_eval_samples=256, report_to="none",
-    disable_tqdm=True, dataloader_num_workers=0,
+    max_seq_length=128,
+    per_device_train_batch_size=16,
+    per_device_eval_batch_size=64,
+    max_steps=400,
+    learning_rate=1e-3,
+    warmup_steps=0.1,
+    weight_decay=0.01,
+    lr_scheduler_type="linear",
+    eval_strategy="steps",
+    eval_steps=100,
+    logging_steps=25,
+    save_strategy="no",
+    max_eval_samples=256,
+    report_to="none",
+    disable_tqdm=True,
+    dataloader_num_workers=0,
 )
 
 # Past the plateau: the long cells train 4x as long (3.6 passes over the KJV training chapters: an epoch
@@ -40,8 +52,10 @@ TRAINING = dict(
 LONG_TRAINING = dict(max_steps=1600, eval_steps=200)
 SCREEN_LRS = ("5e-4", "1e-3", "2e-3")
 PENDING_LR = "1e-3"
-SCREEN_RULE = ("the learning rate of the variant's lowest final eval loss in the screen, where a stalled run (within "
-               "0.05 of the unigram point) never wins; 1e-3 if all three stall")
+SCREEN_RULE = (
+    "the learning rate of the variant's lowest final eval loss in the screen, where a stalled run (within "
+    "0.05 of the unigram point) never wins; 1e-3 if all three stall"
+)
 
 
 def long_lrs(fixed: dict, picked: dict) -> dict:
@@ -55,15 +69,22 @@ def long_note(fixed: dict, picked: dict) -> str:
     lrs, pending = long_lrs(fixed, picked), [v for v, lr in picked.items() if lr is None]
     screened = [v for v, lr in picked.items() if lr is not None]
     steps = LONG_TRAINING["max_steps"]
-    return (f"{steps} steps ({steps * 16 * 128 / 1e6:.1f}M tokens, {steps / 442:.1f} passes over the training "
-            f"chapters), evaluated every {LONG_TRAINING['eval_steps']} steps, with the committed tokenizer. "
-            "Held-out: the final eval MLM loss; train: the mean logged training loss over the last 100 steps (with "
-            "dropout and fresh masks, so a little above the model's loss on training text); `rising`: a run whose "
-            "held-out loss ended more than 0.01 above the lowest point of its curve (overfitting). Learning rates: "
-            + ", ".join(f"{v} {lr}" for v, lr in lrs.items())
-            + (f" ({', '.join(pending)}: the placeholder {PENDING_LR}, pending the screen: do not run these cells "
-               "before it)" if pending else "")
-            + (f" ({', '.join(screened)}: by the screening rule)" if screened else "") + ".")
+    return (
+        f"{steps} steps ({steps * 16 * 128 / 1e6:.1f}M tokens, {steps / 442:.1f} passes over the training "
+        f"chapters), evaluated every {LONG_TRAINING['eval_steps']} steps, with the committed tokenizer. "
+        "Held-out: the final eval MLM loss; train: the mean logged training loss over the last 100 steps (with "
+        "dropout and fresh masks, so a little above the model's loss on training text); `rising`: a run whose "
+        "held-out loss ended more than 0.01 above the lowest point of its curve (overfitting). Learning rates: "
+        + ", ".join(f"{v} {lr}" for v, lr in lrs.items())
+        + (
+            f" ({', '.join(pending)}: the placeholder {PENDING_LR}, pending the screen: do not run these cells "
+            "before it)"
+            if pending
+            else ""
+        )
+        + (f" ({', '.join(screened)}: by the screening rule)" if screened else "")
+        + "."
+    )
 
 
 # run_pretraining flags a cell may add that TRAINING leaves at the script's default
@@ -91,8 +112,11 @@ class Cell:
 
     @property
     def config(self) -> dict:
-        config = {"preset": self.preset, "overrides": dict(self.overrides),
-                  "training": {**TRAINING, **dict(self.training)}}
+        config = {
+            "preset": self.preset,
+            "overrides": dict(self.overrides),
+            "training": {**TRAINING, **dict(self.training)},
+        }
         return config if self.script == SCRIPT else {**config, "script": self.script}  # MLM rows as they were
 
     @property
@@ -113,18 +137,29 @@ class Cell:
         return argv
 
 
-def cell(claim: str, variant: str, size: str, seed: int, preset: str, overrides: dict | None = None,
-         script: str = SCRIPT, **training) -> Cell:
+def cell(
+    claim: str,
+    variant: str,
+    size: str,
+    seed: int,
+    preset: str,
+    overrides: dict | None = None,
+    script: str = SCRIPT,
+    **training,
+) -> Cell:
     """A `Cell` from plain dicts (kept as sorted tuples, so cells are hashable and compare by value)."""
     if script not in EVAL_METRICS:
         raise ValueError(f"{claim}/{variant}: unknown script {script!r}; known: {', '.join(EVAL_METRICS)}.")
     unknown = sorted(set(training) - set(TRAINING) - EXTRA_FLAGS)
     if unknown:
-        raise ValueError(f"{claim}/{variant}: unknown training flag(s) {', '.join(unknown)}; known: "
-                         f"{', '.join(sorted(set(TRAINING) | EXTRA_FLAGS))}.")
+        raise ValueError(
+            f"{claim}/{variant}: unknown training flag(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted(set(TRAINING) | EXTRA_FLAGS))}."
+        )
     frozen = {k: tuple(v) if isinstance(v, list) else v for k, v in (overrides or {}).items()}
-    return Cell(claim, variant, size, seed, preset, tuple(sorted(frozen.items())), tuple(sorted(training.items())),
-                script)
+    return Cell(
+        claim, variant, size, seed, preset, tuple(sorted(frozen.items())), tuple(sorted(training.items())), script
+    )
 
 
 def dedupe(cells: list[Cell]) -> tuple[list[Cell], dict]:
@@ -213,4 +248,3 @@ class Trend:
     tables: tuple
     xs: tuple
     xlabel: str
-

@@ -23,8 +23,9 @@ def paired_differences(baseline: list[dict], runs: list[dict]) -> dict[int, list
     """Each eval step's held-out loss of `runs` minus that of the `baseline` run of the same seed (the same data
     order and masks), for the seeds both have: {step: [difference per seed]}, the steps every pair shares."""
     base = {r["seed"]: dict(p for p in r["eval_curve"] if p[1] is not None) for r in baseline}
-    pairs = [(dict(p for p in r["eval_curve"] if p[1] is not None), base[r["seed"]]) for r in runs
-             if r["seed"] in base]
+    pairs = [
+        (dict(p for p in r["eval_curve"] if p[1] is not None), base[r["seed"]]) for r in runs if r["seed"] in base
+    ]
     if not pairs:
         return {}
     steps = sorted(set.intersection(*(set(curve) & set(ref) for curve, ref in pairs)))
@@ -47,7 +48,7 @@ def plot_curves(panels: list[list[tuple[str, list[dict]]]], table: Table, path: 
     for ax, (title, _), panel in zip(axes[0], table.columns, panels):
         for index, (label, runs) in enumerate(panel):
             colour = f"C{index}"
-            for key, style, name in (("eval_curve", "-", label), ("train_curve", ":", None))[:1 + table.train_loss]:
+            for key, style, name in (("eval_curve", "-", label), ("train_curve", ":", None))[: 1 + table.train_loss]:
                 curves = [[(s, v) for s, v in r[key] if v is not None] for r in runs]
                 for curve in curves:
                     if curve:
@@ -55,8 +56,14 @@ def plot_curves(panels: list[list[tuple[str, list[dict]]]], table: Table, path: 
                 steps = sorted(set.intersection(*({s for s, _ in c} for c in curves))) if curves else []
                 if steps:
                     mean = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
-                    ax.plot(steps, mean, color=colour, linewidth=2 if name else 1.2, linestyle=style,
-                            label=f"{name} (n={len(curves)})" if name else None)
+                    ax.plot(
+                        steps,
+                        mean,
+                        color=colour,
+                        linewidth=2 if name else 1.2,
+                        linestyle=style,
+                        label=f"{name} (n={len(curves)})" if name else None,
+                    )
         ax.axhline(reference, color="grey", linestyle="--", linewidth=0.8, label=f"unigram {reference}")
         if table.train_loss:  # the training curve starts near ln(vocabulary size): show from the plateau down
             ax.set_ylim(top=reference + 0.5)
@@ -65,8 +72,9 @@ def plot_curves(panels: list[list[tuple[str, list[dict]]]], table: Table, path: 
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    axes[0][0].set_ylabel(f"{table.loss_name}: held-out, training dotted" if table.train_loss
-                          else f"eval {table.loss_name}")
+    axes[0][0].set_ylabel(
+        f"{table.loss_name}: held-out, training dotted" if table.train_loss else f"eval {table.loss_name}"
+    )
     if grid == 2:
         baseline_label = table.rows[0][0]
         for ax, (title, _), panel in zip(axes[1], table.columns, panels):
@@ -78,10 +86,17 @@ def plot_curves(panels: list[list[tuple[str, list[dict]]]], table: Table, path: 
                 steps = list(differences)
                 pairs = len(differences[steps[0]])
                 for seed_index in range(pairs):
-                    ax.plot(steps, [differences[s][seed_index] for s in steps], color=f"C{index}", alpha=0.3,
-                            linewidth=0.8)
-                ax.plot(steps, [statistics.fmean(differences[s]) for s in steps], color=f"C{index}", linewidth=2,
-                        marker=".", label=f"{label} (n={pairs} pair{'s' * (pairs > 1)})")
+                    ax.plot(
+                        steps, [differences[s][seed_index] for s in steps], color=f"C{index}", alpha=0.3, linewidth=0.8
+                    )
+                ax.plot(
+                    steps,
+                    [statistics.fmean(differences[s]) for s in steps],
+                    color=f"C{index}",
+                    linewidth=2,
+                    marker=".",
+                    label=f"{label} (n={pairs} pair{'s' * (pairs > 1)})",
+                )
             ax.axhline(0, color="C0", linewidth=1)
             ax.set_title(textwrap.fill(f"{title}: minus {baseline_label}, paired by seed", 55), fontsize=9)
             ax.set_xlabel("step")
@@ -108,16 +123,22 @@ def plot_trend(series: list, trend: Trend, path: Path) -> bool:
     step = min(b - a for a, b in zip(trend.xs, trend.xs[1:])) if len(trend.xs) > 1 else 1
     for index, (label, per_column) in enumerate(series):
         colour, offset = f"C{index + 1}", (index - (len(series) - 1) / 2) * step * 0.04
-        means = [(x + offset, statistics.fmean(d for _, d, _ in pairs)) for x, pairs in zip(trend.xs, per_column)
-                 if pairs]
+        means = [
+            (x + offset, statistics.fmean(d for _, d, _ in pairs)) for x, pairs in zip(trend.xs, per_column) if pairs
+        ]
         if not means:
             continue
         for stall, marker in ((False, "o"), (True, "x")):
             seeds = [(x + offset, d) for x, pairs in zip(trend.xs, per_column) for _, d, s in pairs if s == stall]
             if seeds:
                 ax.scatter(*zip(*seeds), color=colour, s=14 if marker == "o" else 30, alpha=0.6, marker=marker)
-        ax.plot(*zip(*means), color=colour, linewidth=2, marker="o",
-                label=f"{label} (mean; dots: each seed, x: a run stalled)")
+        ax.plot(
+            *zip(*means),
+            color=colour,
+            linewidth=2,
+            marker="o",
+            label=f"{label} (mean; dots: each seed, x: a run stalled)",
+        )
     ax.axhline(0, color="grey", linewidth=1)
     ax.set_xticks(list(trend.xs))
     ax.set_xlabel(trend.xlabel)

@@ -91,11 +91,17 @@ def write_tokenizer(target: str | os.PathLike) -> Path:
 
 @dataclass
 class KjvArguments:
-    split: str | None = field(default=None, metadata={
-        "help": "Print only this split's path: all, train or validation. Default: all three, one per line."})
-    write_tokenizer: str | None = field(default=None, metadata={
-        "help": "Train the research cells' WordPiece on the training split into this folder (the committed one is "
-                "examples/data/kjv-wordpiece-8000) and print its tokenizer.json's sha256."})
+    split: str | None = field(
+        default=None,
+        metadata={"help": "Print only this split's path: all, train or validation. Default: all three, one per line."},
+    )
+    write_tokenizer: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train the research cells' WordPiece on the training split into this folder (the committed one is "
+            "examples/data/kjv-wordpiece-8000) and print its tokenizer.json's sha256."
+        },
+    )
 
 
 def main(argv=None) -> dict[str, Path]:

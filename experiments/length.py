@@ -29,12 +29,22 @@ TRAINING_6400 = dict(max_steps=STEPS, eval_steps=400)
 CONTROL_WARMUP = 160  # the 1600-step cells' warm-up (10% of 1600), in steps
 # (variant, heads, fields, learning rate), from the claims' long cells
 CONTRASTS = {
-    "a": (16, {"dot-product": talking_heads.long_fields("dot-product"),
-               "talking-heads": talking_heads.long_fields("talking-heads")},
-          {v: talking_heads.LONG_LR[v] for v in ("dot-product", "talking-heads")}),
-    "c": (4, {"dot-product": synthesizer.LONG_FIELDS["dot-product"],
-              "mixture-random-dot": synthesizer.LONG_FIELDS["mixture-random-dot"]},
-          {v: synthesizer.LONG_LR[v] for v in ("dot-product", "mixture-random-dot")}),
+    "a": (
+        16,
+        {
+            "dot-product": talking_heads.long_fields("dot-product"),
+            "talking-heads": talking_heads.long_fields("talking-heads"),
+        },
+        {v: talking_heads.LONG_LR[v] for v in ("dot-product", "talking-heads")},
+    ),
+    "c": (
+        4,
+        {
+            "dot-product": synthesizer.LONG_FIELDS["dot-product"],
+            "mixture-random-dot": synthesizer.LONG_FIELDS["mixture-random-dot"],
+        },
+        {v: synthesizer.LONG_LR[v] for v in ("dot-product", "mixture-random-dot")},
+    ),
 }
 
 
@@ -48,35 +58,82 @@ def cells() -> list:
     for seed in SEEDS:
         for h, variants, lrs in CONTRASTS.values():
             for variant, fields in variants.items():
-                out.append(cell(CLAIM, variant, size(h, lrs[variant]), seed, "bert-mini-dot-product",
-                                {"num_attention_heads": h, **fields}, learning_rate=lrs[variant], **TRAINING_6400))
+                out.append(
+                    cell(
+                        CLAIM,
+                        variant,
+                        size(h, lrs[variant]),
+                        seed,
+                        "bert-mini-dot-product",
+                        {"num_attention_heads": h, **fields},
+                        learning_rate=lrs[variant],
+                        **TRAINING_6400,
+                    )
+                )
     h, variants, lrs = CONTRASTS["a"]
     for variant, fields in variants.items():
-        out.append(cell(CLAIM, variant, size(h, lrs[variant], f"-warmup{CONTROL_WARMUP}"), 0, "bert-mini-dot-product",
-                        {"num_attention_heads": h, **fields}, learning_rate=lrs[variant],
-                        **{**TRAINING_6400, "warmup_steps": CONTROL_WARMUP}))
+        out.append(
+            cell(
+                CLAIM,
+                variant,
+                size(h, lrs[variant], f"-warmup{CONTROL_WARMUP}"),
+                0,
+                "bert-mini-dot-product",
+                {"num_attention_heads": h, **fields},
+                learning_rate=lrs[variant],
+                **{**TRAINING_6400, "warmup_steps": CONTROL_WARMUP},
+            )
+        )
     return out
 
 
 CELLS = cells()
 # a table column names no learning rate: each variant's cells are read through an alias
-ALIASES = {(CLAIM, v, f"h{h}-steps{STEPS}"): (CLAIM, v, size(h, lrs[v])) for h, vs, lrs in CONTRASTS.values()
-           for v in vs}
-_NOTE = (f"{STEPS} steps ({STEPS * 16 * 128 / 1e6:.1f}M tokens, {STEPS / 442:.1f} passes over the training chapters), "
-         "evaluated every 400 steps, with the committed tokenizer; warm-up 10% of the steps, linear decay to zero. "
-         "Held-out: the final eval MLM loss; train: the mean logged training loss over the last 100 steps.")
+ALIASES = {
+    (CLAIM, v, f"h{h}-steps{STEPS}"): (CLAIM, v, size(h, lrs[v])) for h, vs, lrs in CONTRASTS.values() for v in vs
+}
+_NOTE = (
+    f"{STEPS} steps ({STEPS * 16 * 128 / 1e6:.1f}M tokens, {STEPS / 442:.1f} passes over the training chapters), "
+    "evaluated every 400 steps, with the committed tokenizer; warm-up 10% of the steps, linear decay to zero. "
+    "Held-out: the final eval MLM loss; train: the mean logged training loss over the last 100 steps."
+)
 TABLES = [
-    Table("length-a", f"Talking heads vs dot product at h = 16, {STEPS} steps (MLM loss)", CLAIM,
-          (("dot product", "dot-product"), ("talking heads", "talking-heads")),
-          (("h = 16", f"h16-steps{STEPS}"),), SEEDS, note=_NOTE, train_loss=True, paired=True),
-    Table("length-c", f"Random + dot-product mixture vs dot product at h = 4, {STEPS} steps (MLM loss)", CLAIM,
-          (("dot product (lr 5e-4)", "dot-product"), ("Mixture: Random + dot product (lr 1e-3)", "mixture-random-dot")),
-          (("h = 4", f"h4-steps{STEPS}"),), SEEDS, note=_NOTE, train_loss=True, paired=True),
-    Table("length-control", f"The control: claim (a)'s pair at {STEPS} steps with the warm-up scaled (640 steps) "
-          f"or not ({CONTROL_WARMUP} steps), seed 0 (MLM loss)", CLAIM,
-          (("dot product", "dot-product"), ("talking heads", "talking-heads")),
-          (("warm-up 640", size(16, "1e-3")), (f"warm-up {CONTROL_WARMUP}", size(16, "1e-3", f"-warmup{CONTROL_WARMUP}"))),
-          seeds=(0,), note="One seed: does the ordering depend on the warm-up's length?", paired=True),
+    Table(
+        "length-a",
+        f"Talking heads vs dot product at h = 16, {STEPS} steps (MLM loss)",
+        CLAIM,
+        (("dot product", "dot-product"), ("talking heads", "talking-heads")),
+        (("h = 16", f"h16-steps{STEPS}"),),
+        SEEDS,
+        note=_NOTE,
+        train_loss=True,
+        paired=True,
+    ),
+    Table(
+        "length-c",
+        f"Random + dot-product mixture vs dot product at h = 4, {STEPS} steps (MLM loss)",
+        CLAIM,
+        (("dot product (lr 5e-4)", "dot-product"), ("Mixture: Random + dot product (lr 1e-3)", "mixture-random-dot")),
+        (("h = 4", f"h4-steps{STEPS}"),),
+        SEEDS,
+        note=_NOTE,
+        train_loss=True,
+        paired=True,
+    ),
+    Table(
+        "length-control",
+        f"The control: claim (a)'s pair at {STEPS} steps with the warm-up scaled (640 steps) "
+        f"or not ({CONTROL_WARMUP} steps), seed 0 (MLM loss)",
+        CLAIM,
+        (("dot product", "dot-product"), ("talking heads", "talking-heads")),
+        (
+            ("warm-up 640", size(16, "1e-3")),
+            (f"warm-up {CONTROL_WARMUP}", size(16, "1e-3", f"-warmup{CONTROL_WARMUP}")),
+        ),
+        seeds=(0,),
+        note="One seed: does the ordering depend on the warm-up's length?",
+        paired=True,
+    ),
 ]
 
 if __name__ == "__main__":

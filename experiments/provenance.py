@@ -28,9 +28,21 @@ def git_commit() -> str | None:
     """The commit checked out at ROOT, with "+dirty" when tracked code differs from it (None outside git)."""
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
-                                *(f":(exclude){path}" for path in NOT_CODE)], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            [
+                "git",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                *(f":(exclude){path}" for path in NOT_CODE),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return commit.stdout.strip() + ("+dirty" if dirty else "")
     return None
 
@@ -59,8 +71,15 @@ def hardware(device: str = "cpu") -> dict:
     import torch
     import transformers
 
-    return {"cpu": cpu, "logical_cpus": os.cpu_count(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "load_average_1min": round(os.getloadavg()[0], 2), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__, "os": platform.platform(),
-            "device": f"cuda: {torch.cuda.get_device_name(0)}" if device == "cuda" else "cpu"}
+    return {
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "os": platform.platform(),
+        "device": f"cuda: {torch.cuda.get_device_name(0)}" if device == "cuda" else "cpu",
+    }

@@ -97,8 +97,11 @@ class Entry:
         if not self.losses:
             return f"diverged ({of})"
         value = f"{self.mean:.3f}" + (f" ± {self.std:.3f}" if self.std is not None else "")
-        notes = [of] + [f"{count} {what}" for count, what in ((self.stalled, "stalled"), (self.rising, "rising"),
-                                                              (self.diverged, "diverged")) if count]
+        notes = [of] + [
+            f"{count} {what}"
+            for count, what in ((self.stalled, "stalled"), (self.rising, "rising"), (self.diverged, "diverged"))
+            if count
+        ]
         return f"{value} ({', '.join(notes)})"
 
 
@@ -150,8 +153,9 @@ def render_table(rows: list[dict], table: Table, aliases: dict) -> str:
     return "\n".join(lines)
 
 
-def screen_pick(rows: list[dict], table: Table, variant: str, sizes: dict[str, str], aliases: dict,
-                fallback: str) -> str | None:
+def screen_pick(
+    rows: list[dict], table: Table, variant: str, sizes: dict[str, str], aliases: dict, fallback: str
+) -> str | None:
     """The learning-rate rule of a screening table (one seed; `sizes` maps each learning rate to its column's
     size): the rate of the variant's lowest final eval loss, where a stalled or diverged run never wins; `fallback`
     when every rate stalled or diverged; None while a rate has no run (the screen is not finished)."""
@@ -167,8 +171,10 @@ def screen_pick(rows: list[dict], table: Table, variant: str, sizes: dict[str, s
 
 def curve_panels(rows: list[dict], table: Table, aliases: dict) -> list[list[tuple[str, list[dict]]]]:
     """What `figures.plot_curves` draws: per column of the table, (label, that entry's runs) per row."""
-    return [[(label, entry_rows(rows, table, variant, size, aliases)) for label, variant in table.rows]
-            for _, size in table.columns]
+    return [
+        [(label, entry_rows(rows, table, variant, size, aliases)) for label, variant in table.rows]
+        for _, size in table.columns
+    ]
 
 
 def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[str, list[list[tuple]]]]:
@@ -178,18 +184,27 @@ def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[st
     series = []
     for prefix, table in trend.tables:
         if len(table.columns) != len(trend.xs):
-            raise ValueError(f"Trend {trend.name}: table {table.name} has {len(table.columns)} columns, "
-                             f"xs has {len(trend.xs)}.")
+            raise ValueError(
+                f"Trend {trend.name}: table {table.name} has {len(table.columns)} columns, xs has {len(trend.xs)}."
+            )
         (base_label, base), *others = table.rows
         for label, variant in others:
             per_column = []
             for _, size in table.columns:
                 baseline = {r["seed"]: r["eval_loss"] for r in finished_rows(rows, table, base, size, aliases)[0]}
                 runs = finished_rows(rows, table, variant, size, aliases)[0]
-                per_column.append([(r["seed"], r["eval_loss"] - baseline[r["seed"]],
-                                    is_stalled(r["eval_loss"], table.reference)
-                                    or is_stalled(baseline[r["seed"]], table.reference))
-                                   for r in runs if r["seed"] in baseline])
+                per_column.append(
+                    [
+                        (
+                            r["seed"],
+                            r["eval_loss"] - baseline[r["seed"]],
+                            is_stalled(r["eval_loss"], table.reference)
+                            or is_stalled(baseline[r["seed"]], table.reference),
+                        )
+                        for r in runs
+                        if r["seed"] in baseline
+                    ]
+                )
             series.append((f"{prefix}{label} minus {base_label}", per_column))
     return series
 
@@ -197,8 +212,10 @@ def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[st
 def render_trend_table(series: list, trend: Trend) -> str:
     """The trend's numbers: per series and x, the mean ± std of the paired differences, each seed's, and how many
     pairs hold a stalled run (a difference in leaving the unigram plateau, not in the trained models)."""
-    lines = ["| paired difference | " + " | ".join(f"{trend.xlabel} {x}".strip() for x in trend.xs) + " |",
-             "|---|" + "---:|" * len(trend.xs)]
+    lines = [
+        "| paired difference | " + " | ".join(f"{trend.xlabel} {x}".strip() for x in trend.xs) + " |",
+        "|---|" + "---:|" * len(trend.xs),
+    ]
     for label, per_column in series:
         cells = []
         for pairs in per_column:
@@ -210,8 +227,10 @@ def render_trend_table(series: list, trend: Trend) -> str:
             each = ", ".join(f"{d:+.3f}" for _, d, _ in pairs)
             stalls = sum(stall for _, _, stall in pairs)
             seeds = ("seeds " if len(pairs) > 1 else "seed ") + ", ".join(str(s) for s, _, _ in pairs)
-            cells.append(f"{statistics.fmean(values):+.3f}{spread} ({seeds}: "
-                         f"{each}" + (f"; {stalls} with a stalled run" if stalls else "") + ")")
+            cells.append(
+                f"{statistics.fmean(values):+.3f}{spread} ({seeds}: "
+                f"{each}" + (f"; {stalls} with a stalled run" if stalls else "") + ")"
+            )
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -222,8 +241,10 @@ def render_trend(rows: list[dict], trend: Trend, aliases: dict, figures: Path | 
     parts = [f"**{trend.title}**", "", render_trend_table(series, trend)]
     if figures is not None:
         image = figures / f"{trend.name}.png"
-        parts += ["", f"![{trend.title}]({FIGURES}/{image.name})" if plot_trend(series, trend, image)
-                  else "Figure: pending."]
+        parts += [
+            "",
+            f"![{trend.title}]({FIGURES}/{image.name})" if plot_trend(series, trend, image) else "Figure: pending.",
+        ]
     return "\n".join(parts)
 
 
@@ -266,14 +287,25 @@ def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | 
         parts += ["", table.note]
     if table.screen:
         sizes = dict(zip(SCREEN_LRS, (size for _, size in table.columns)))
-        picks = [(label, screen_pick(rows, table, variant, sizes, aliases, PENDING_LR))
-                 for label, variant in table.rows]
-        parts += ["", "The rule's pick: " + "; ".join(f"{label} {'pending' if lr is None else f'lr {lr}'}"
-                                                      for label, lr in picks) + "."]
-    parts += ["", "Run its cells (those already in the results file are skipped): " + ", ".join(
-        f"`nice -n 19 python experiments/{claim}.py " + " ".join(f"--only '{p}'" if i == 0 else f"'{p}'"
-                                                                 for i, p in enumerate(patterns)) + "`"
-        for claim, patterns in table_patterns(table, aliases, cells).items())]
+        picks = [
+            (label, screen_pick(rows, table, variant, sizes, aliases, PENDING_LR)) for label, variant in table.rows
+        ]
+        parts += [
+            "",
+            "The rule's pick: "
+            + "; ".join(f"{label} {'pending' if lr is None else f'lr {lr}'}" for label, lr in picks)
+            + ".",
+        ]
+    parts += [
+        "",
+        "Run its cells (those already in the results file are skipped): "
+        + ", ".join(
+            f"`nice -n 19 python experiments/{claim}.py "
+            + " ".join(f"--only '{p}'" if i == 0 else f"'{p}'" for i, p in enumerate(patterns))
+            + "`"
+            for claim, patterns in table_patterns(table, aliases, cells).items()
+        ),
+    ]
     if figures is not None:
         image = figures / f"{table.name}.png"
         if plot_curves(curve_panels(rows, table, aliases), table, image):
@@ -288,8 +320,14 @@ def cpu_seconds_per_step(rows: list[dict], preset: str, overrides: dict) -> tupl
     whatever the training flags, or None when none has run; whether they are rows made before the tokenizer was committed, without a
     tokenizer hash). The newer rows win where there are both: the older ones predicted every position (dense
     masked-LM prediction), which costs more."""
-    same = [r for r in rows if r.get("cpu_seconds") and r.get("steps")
-            and r.get("config", {}).get("preset") == preset and r["config"].get("overrides") == overrides]
+    same = [
+        r
+        for r in rows
+        if r.get("cpu_seconds")
+        and r.get("steps")
+        and r.get("config", {}).get("preset") == preset
+        and r["config"].get("overrides") == overrides
+    ]
     newer = [r for r in same if r.get("tokenizer_sha256")]
     chosen = newer or same
     if not chosen:
@@ -317,19 +355,26 @@ def render_summary(rows: list[dict], claims) -> str:
     done_ids = {r["id"] for r in done}
     pending = [c for claim in claims for c in claim.CELLS if c.id not in done_ids]
     cpu = [r["cpu_seconds"] for r in done if r.get("cpu_seconds")]
-    lines = [f"Cells defined: {len(defined)} "
-             f"({', '.join(f'{m.CLAIM} {len(m.CELLS)}' for m in claims)}); run: {len(done_ids)}; "
-             f"pending: {len(pending)}."]
+    lines = [
+        f"Cells defined: {len(defined)} "
+        f"({', '.join(f'{m.CLAIM} {len(m.CELLS)}' for m in claims)}); run: {len(done_ids)}; "
+        f"pending: {len(pending)}."
+    ]
     if cpu:
         mean = statistics.fmean(cpu)
         line = f"CPU time so far: {sum(cpu) / 3600:.2f} h (mean {mean / 60:.1f} min per cell, one thread)"
         if pending:
             estimate, older = estimate_cpu_seconds(pending, done)
-            line += (f"; the pending cells at the CPU time per step of the cells of the same model so far, times "
-                     f"their steps: about {estimate / 3600:.1f} h of CPU"
-                     + (f" ({older} of them costed from rows made before sparse prediction, an overestimate, or, "
-                        "with no row of their own model yet, at the mean of every row: rough)"
-                        if older else ""))
+            line += (
+                f"; the pending cells at the CPU time per step of the cells of the same model so far, times "
+                f"their steps: about {estimate / 3600:.1f} h of CPU"
+                + (
+                    f" ({older} of them costed from rows made before sparse prediction, an overestimate, or, "
+                    "with no row of their own model yet, at the mean of every row: rough)"
+                    if older
+                    else ""
+                )
+            )
         lines.append(line + ".")
     return "\n".join(lines)
 
@@ -348,8 +393,12 @@ def replace_block(page: str, name: str, body: str) -> str:
 @dataclass
 class ReportArguments:
     results: str = field(default=str(RESULTS), metadata={"help": "The JSON-lines results file."})
-    page: list[str] = field(default_factory=lambda: [str(p) for p in PAGES], metadata={
-        "help": "The pages whose generated blocks are rewritten (one folder); each block on the page with its markers."})
+    page: list[str] = field(
+        default_factory=lambda: [str(p) for p in PAGES],
+        metadata={
+            "help": "The pages whose generated blocks are rewritten (one folder); each block on the page with its markers."
+        },
+    )
     no_plots: bool = field(default=False, metadata={"help": "Tables only (no PNGs)."})
 
 

@@ -42,8 +42,10 @@ def find_row(rows: list[dict], cell_id: str) -> dict:
     matching = [row for row in rows if row.get("id") == cell_id]
     if not matching:
         near = sorted(row["id"] for row in rows if "id" in row and cell_id.split("/")[0] in row["id"])[:5]
-        raise ValueError(f"No results row has id {cell_id!r}; ids look like {near or 'claim/variant/size/seedN'} "
-                         "(python experiments/<claim>.py --list shows them).")
+        raise ValueError(
+            f"No results row has id {cell_id!r}; ids look like {near or 'claim/variant/size/seedN'} "
+            "(python experiments/<claim>.py --list shows them)."
+        )
     return matching[-1]
 
 
@@ -61,8 +63,10 @@ def row_commit(row: dict) -> str:
     if not commit:
         raise ValueError(f"Row {row.get('id')!r} records no git_commit: run it without --at_row_commit.")
     if commit.endswith("+dirty"):
-        raise ValueError(f"Row {row.get('id')!r} was made from uncommitted code ({commit}): no commit holds it; "
-                         "run it without --at_row_commit.")
+        raise ValueError(
+            f"Row {row.get('id')!r} was made from uncommitted code ({commit}): no commit holds it; "
+            "run it without --at_row_commit."
+        )
     return commit
 
 
@@ -73,11 +77,14 @@ def checkout(commit: str | None, scratch: Path):
         yield ROOT
         return
     tree = scratch / "code"
-    made = subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, capture_output=True,
-                          text=True)
+    made = subprocess.run(
+        ["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, capture_output=True, text=True
+    )
     if made.returncode != 0:
-        raise ValueError(f"git cannot check out the row's commit {commit} in {ROOT}: {made.stderr.strip()} (fetch "
-                         "it, or run without --at_row_commit).")
+        raise ValueError(
+            f"git cannot check out the row's commit {commit} in {ROOT}: {made.stderr.strip()} (fetch "
+            "it, or run without --at_row_commit)."
+        )
     try:
         yield tree
     finally:
@@ -90,13 +97,22 @@ def reproduce(row: dict, scratch: Path, at_row_commit: bool = False) -> dict:
     output_dir = scratch / "output"
     commit = row_commit(row) if at_row_commit else None
     with checkout(commit, scratch) as tree:
-        env = {**os.environ, "HF_ATTN_VARIANTS_CACHE": str(scratch / "cache"),
-               "HF_DATASETS_CACHE": str(scratch / "datasets"), "PYTHONUNBUFFERED": "1",
-               "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # `python`: ours
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "HF_ATTN_VARIANTS_CACHE": str(scratch / "cache"),
+            "HF_DATASETS_CACHE": str(scratch / "datasets"),
+            "PYTHONUNBUFFERED": "1",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",  # `python`: ours
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+        }
         with open(scratch / "log.txt", "w") as log:
-            proc = subprocess.run(["bash", "-c", reproduce_command(row, output_dir)], cwd=tree, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT)
+            proc = subprocess.run(
+                ["bash", "-c", reproduce_command(row, output_dir)],
+                cwd=tree,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
     if proc.returncode != 0:
         tail = (scratch / "log.txt").read_text()[-2000:]
         raise RuntimeError(f"The re-run failed (exit {proc.returncode}); log {scratch / 'log.txt'}:\n{tail}")
@@ -104,12 +120,17 @@ def reproduce(row: dict, scratch: Path, at_row_commit: bool = False) -> dict:
     new = json.loads((output_dir / "all_results.json").read_text()).get(metric)
     recorded = row.get("eval_loss")
     tokenizer = output_dir / "tokenizer.json"
-    return {"id": row["id"], "recorded_eval_loss": recorded, "new_eval_loss": new,
-            "difference": None if new is None or recorded is None else new - recorded,
-            "recorded_tokenizer_sha256": row.get("tokenizer_sha256"),
-            "new_tokenizer_sha256": sha256(tokenizer) if tokenizer.is_file() else None,
-            "recorded_cpu": row.get("hardware", {}).get("cpu"), "recorded_commit": row.get("git_commit"),
-            "code": commit or "this checkout"}
+    return {
+        "id": row["id"],
+        "recorded_eval_loss": recorded,
+        "new_eval_loss": new,
+        "difference": None if new is None or recorded is None else new - recorded,
+        "recorded_tokenizer_sha256": row.get("tokenizer_sha256"),
+        "new_tokenizer_sha256": sha256(tokenizer) if tokenizer.is_file() else None,
+        "recorded_cpu": row.get("hardware", {}).get("cpu"),
+        "recorded_commit": row.get("git_commit"),
+        "code": commit or "this checkout",
+    }
 
 
 def report(result: dict) -> str:
@@ -121,8 +142,10 @@ def report(result: dict) -> str:
         lines.append(f"tokenizer: not recorded in the row (made before tokenizers were recorded); new {new}")
     else:
         lines.append(f"tokenizer: {'the same' if recorded == new else 'DIFFERENT'} (recorded {recorded}, new {new})")
-    lines.append(f"recorded on: {result['recorded_cpu']}, at commit {result['recorded_commit']}; re-run with the code "
-                 f"of {result['code']}")
+    lines.append(
+        f"recorded on: {result['recorded_cpu']}, at commit {result['recorded_commit']}; re-run with the code "
+        f"of {result['code']}"
+    )
     return "\n".join(lines)
 
 
@@ -131,8 +154,11 @@ def main(argv=None) -> dict:
     parser.add_argument("cell_id", help="the row's id, claim/variant/size/seedN")
     parser.add_argument("--results", default=str(RESULTS), help="the results file holding the row")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder (caches, output, log)")
-    parser.add_argument("--at_row_commit", action="store_true",
-                        help="run with the code of the row's own commit (a temporary git worktree), not this checkout")
+    parser.add_argument(
+        "--at_row_commit",
+        action="store_true",
+        help="run with the code of the row's own commit (a temporary git worktree), not this checkout",
+    )
     args = parser.parse_args(argv)
     row = find_row(load_results(args.results), args.cell_id)
     if args.at_row_commit:

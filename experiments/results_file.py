@@ -88,8 +88,11 @@ def read_outcome(output_dir: Path, metric: str = "eval_mlm_loss") -> dict:
         "train_runtime": finite(results.get("train_runtime")),
         "num_parameters": results.get("num_parameters"),
         # Admin runs: the range of the omegas it set (near 1: Admin changed little)
-        **({"admin_omegas": [results["admin_omega_min"], results["admin_omega_max"]]}
-           if "admin_omega_min" in results else {}),
+        **(
+            {"admin_omegas": [results["admin_omega_min"], results["admin_omega_max"]]}
+            if "admin_omega_min" in results
+            else {}
+        ),
     }
 
 
@@ -115,12 +118,21 @@ def cell_row(cell: Cell, output_dir: Path, record: dict, machine: dict, commands
     if resumed:  # Trainer's train_loss covers the last attempt's steps alone
         outcome["train_loss"] = whole_run_train_loss(outcome["train_curve"])
     return {
-        "id": cell.id, "claim": cell.claim, "variant": cell.variant, "size": cell.size, "seed": cell.seed,
-        "config": cell.config, "steps": json.loads((output_dir / "trainer_state.json").read_text())["global_step"],
+        "id": cell.id,
+        "claim": cell.claim,
+        "variant": cell.variant,
+        "size": cell.size,
+        "seed": cell.seed,
+        "config": cell.config,
+        "steps": json.loads((output_dir / "trainer_state.json").read_text())["global_step"],
         **outcome,
         "wall_seconds": round(sum(a["wall_seconds"] for a in record["attempts"]), 1),
         "cpu_seconds": round(sum(a["cpu_seconds"] for a in record["attempts"]), 1),
-        "resumed_from_step": resumed, "hardware": {**machine, "load_average_1min_end": round(os.getloadavg()[0], 2)},
-        **commands, "tokenizer_sha256": sha256(output_dir / "tokenizer.json"), **texts,
-        "git_commit": record["git_commit"], "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "resumed_from_step": resumed,
+        "hardware": {**machine, "load_average_1min_end": round(os.getloadavg()[0], 2)},
+        **commands,
+        "tokenizer_sha256": sha256(output_dir / "tokenizer.json"),
+        **texts,
+        "git_commit": record["git_commit"],
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -34,45 +34,79 @@ from results_file import RESULTS, append_row, cell_row, done_ids
 RUNS = ROOT / "experiments" / "runs"
 # The data of every cell, as a shell expression (so a recorded command runs on any machine from the repo root) and
 # as the function that resolves it here.
-KJV_FLAGS = {"train_file": '"$(python experiments/kjv.py --split train)"',
-             "validation_file": '"$(python experiments/kjv.py --split validation)"'}
+KJV_FLAGS = {
+    "train_file": '"$(python experiments/kjv.py --split train)"',
+    "validation_file": '"$(python experiments/kjv.py --split validation)"',
+}
 DEVICES = ("cpu", "cuda")
 
 
 @dataclass
 class RunnerArguments:
-    only: list[str] = field(default_factory=list, metadata={
-        "help": "Run only the cells whose id matches one of these globs (ids are claim/variant/size/seedN, e.g. "
-                "'talking_heads/*/h16-lr1e-3/seed0'). Default: every cell of the claim."})
-    list: bool = field(default=False, metadata={
-        "help": "List the selected cells, each marked done or pending; run nothing."})
+    only: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "Run only the cells whose id matches one of these globs (ids are claim/variant/size/seedN, e.g. "
+            "'talking_heads/*/h16-lr1e-3/seed0'). Default: every cell of the claim."
+        },
+    )
+    list: bool = field(
+        default=False, metadata={"help": "List the selected cells, each marked done or pending; run nothing."}
+    )
     results: str = field(default=str(RESULTS), metadata={"help": "The JSON-lines results file."})
-    runs_dir: str = field(default=str(RUNS), metadata={
-        "help": "Where each cell's output folder goes (runs_dir/<cell id>): logs, metrics, attempts.json and, "
-                "while the cell is unfinished, its newest checkpoint (a killed cell resumes from it); a finished "
-                "cell's model and checkpoints are deleted unless --keep_models."})
-    keep_models: bool = field(default=False, metadata={
-        "help": "Keep each finished cell's saved model, tokenizer and last checkpoint."})
+    runs_dir: str = field(
+        default=str(RUNS),
+        metadata={
+            "help": "Where each cell's output folder goes (runs_dir/<cell id>): logs, metrics, attempts.json and, "
+            "while the cell is unfinished, its newest checkpoint (a killed cell resumes from it); a finished "
+            "cell's model and checkpoints are deleted unless --keep_models."
+        },
+    )
+    keep_models: bool = field(
+        default=False, metadata={"help": "Keep each finished cell's saved model, tokenizer and last checkpoint."}
+    )
     max_cells: int | None = field(default=None, metadata={"help": "Run at most this many cells, then stop."})
-    stop_after_minutes: float | None = field(default=None, metadata={
-        "help": "Start no new cell after this many minutes (a running cell finishes). Creating the file "
-                "<runs_dir>/STOP also stops every runner before its next cell. A runner killed instead loses at "
-                "most its cells' work since their last checkpoint (eval_steps)."})
-    cell_timeout_minutes: float = field(default=240.0, metadata={
-        "help": "Kill an attempt at a cell that runs longer than this, wall clock (it leaves no row; the next "
-                "attempt resumes from its checkpoint): a guard against a hung run. On a shared machine a 10-minute "
-                "cell can take 40 minutes; keep it generous."})
-    train_file: str | None = field(default=None, metadata={
-        "help": "Train on this file instead of the KJV training chapters (tests, other corpora); recorded as given."})
-    validation_file: str | None = field(default=None, metadata={
-        "help": "Evaluate on this file instead of the KJV held-out chapters; recorded as given."})
+    stop_after_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Start no new cell after this many minutes (a running cell finishes). Creating the file "
+            "<runs_dir>/STOP also stops every runner before its next cell. A runner killed instead loses at "
+            "most its cells' work since their last checkpoint (eval_steps)."
+        },
+    )
+    cell_timeout_minutes: float = field(
+        default=240.0,
+        metadata={
+            "help": "Kill an attempt at a cell that runs longer than this, wall clock (it leaves no row; the next "
+            "attempt resumes from its checkpoint): a guard against a hung run. On a shared machine a 10-minute "
+            "cell can take 40 minutes; keep it generous."
+        },
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train on this file instead of the KJV training chapters (tests, other corpora); recorded as given."
+        },
+    )
+    validation_file: str | None = field(
+        default=None,
+        metadata={"help": "Evaluate on this file instead of the KJV held-out chapters; recorded as given."},
+    )
     python: str = field(default=sys.executable, metadata={"help": "The interpreter that runs each cell."})
-    device: str = field(default="cpu", metadata={
-        "help": "cpu (each cell on the CPU, --use_cpu, even where a GPU is visible) or cuda (on the first GPU; "
-                "refused where torch sees none). Recorded in each row's hardware."})
-    parallel: int = field(default=1, metadata={
-        "help": "Run this many cells at once (threads, each driving one cell's process): on one GPU several small "
-                "cells share it; on CPU give each its core (OMP_NUM_THREADS=1)."})
+    device: str = field(
+        default="cpu",
+        metadata={
+            "help": "cpu (each cell on the CPU, --use_cpu, even where a GPU is visible) or cuda (on the first GPU; "
+            "refused where torch sees none). Recorded in each row's hardware."
+        },
+    )
+    parallel: int = field(
+        default=1,
+        metadata={
+            "help": "Run this many cells at once (threads, each driving one cell's process): on one GPU several small "
+            "cells share it; on CPU give each its core (OMP_NUM_THREADS=1)."
+        },
+    )
 
 
 def check_runner_args(args: RunnerArguments) -> None:
@@ -84,8 +118,10 @@ def check_runner_args(args: RunnerArguments) -> None:
         import torch
 
         if not torch.cuda.is_available():
-            raise ValueError("--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False); "
-                             "run on a machine with a GPU, or use --device cpu.")
+            raise ValueError(
+                "--device cuda: torch sees no CUDA device here (torch.cuda.is_available() is False); "
+                "run on a machine with a GPU, or use --device cpu."
+            )
 
 
 def device_flags(args: RunnerArguments) -> list[str]:
@@ -120,9 +156,14 @@ def data_flags(args: RunnerArguments, script: str = SCRIPT) -> tuple[dict[str, s
     from kjv import kjv_files
 
     paths, tokenizer = kjv_files(), kjv_tokenizer(script)
-    return ({**KJV_FLAGS, "tokenizer_name": os.path.relpath(tokenizer, ROOT)},
-            {"train_file": str(paths["train"]), "validation_file": str(paths["validation"]),
-             "tokenizer_name": str(tokenizer)})
+    return (
+        {**KJV_FLAGS, "tokenizer_name": os.path.relpath(tokenizer, ROOT)},
+        {
+            "train_file": str(paths["train"]),
+            "validation_file": str(paths["validation"]),
+            "tokenizer_name": str(tokenizer),
+        },
+    )
 
 
 @contextlib.contextmanager
@@ -148,8 +189,13 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
     output_dir = Path(args.runs_dir) / cell.id
     inside = output_dir.resolve().is_relative_to(ROOT)
     relative = os.path.relpath(output_dir.resolve(), ROOT) if inside else str(output_dir)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TOKENIZERS_PARALLELISM": "false"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "TOKENIZERS_PARALLELISM": "false",
+    }
     flags = [*cell.flags(actual, str(output_dir), **checkpointing(cell)), *device_flags(args)]
     texts = {f"{split}_text_sha256": sha256(actual[f"{split}_file"]) for split in ("train", "validation")}
     identity = {"id": cell.id, "flags": flags, **texts, "code": code_state()}
@@ -158,8 +204,9 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
     if checkpoint is not None:
         print(f"  {cell.id}: resuming from {checkpoint.name}", flush=True)
         flags = [*flags, "--resume_from_checkpoint", str(checkpoint)]  # a new list: the record keeps the run's
-    returncode, timed_out = run_attempt([args.python, str(ROOT / cell.script), *flags], env, output_dir, record,
-                                        args.cell_timeout_minutes * 60)
+    returncode, timed_out = run_attempt(
+        [args.python, str(ROOT / cell.script), *flags], env, output_dir, record, args.cell_timeout_minutes * 60
+    )
     if timed_out:
         print(f"  {cell.id}: killed after {args.cell_timeout_minutes} min; no row", file=sys.stderr)
         return None
@@ -167,8 +214,10 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
         tail = (output_dir / "log.txt").read_text()[-2000:]
         print(f"  {cell.id}: failed (exit {returncode}); no row. Log tail:\n{tail}", file=sys.stderr)
         return None
-    commands = {"command": rerun_command(claim_script, cell),
-                "train_command": train_command(cell, recorded, relative, device_flags(args))}
+    commands = {
+        "command": rerun_command(claim_script, cell),
+        "train_command": train_command(cell, recorded, relative, device_flags(args)),
+    }
     row = cell_row(cell, output_dir, record, machine, commands, texts)
     if not args.keep_models:
         clear_models(output_dir)
@@ -285,8 +334,10 @@ def main(cells: list[Cell], claim_script: str, argv=None) -> dict:
             print(f"{'done   ' if c.id in done else 'pending'} {c.id}")
         return {"listed": len(chosen), "done": sum(c.id in done for c in chosen)}
     counts = run_cells(chosen, args, claim_script)
-    print(f"{counts['run']} run, {counts['skipped']} already done, {counts['failed']} failed, "
-          f"{counts['busy']} being run by another runner.")
+    print(
+        f"{counts['run']} run, {counts['skipped']} already done, {counts['failed']} failed, "
+        f"{counts['busy']} being run by another runner."
+    )
     if counts["failed"]:
         raise SystemExit(1)
     return counts

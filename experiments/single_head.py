@@ -64,8 +64,13 @@ from runner import main
 CLAIM = "single_head"
 SEEDS = (0, 1, 2)
 # (heads, learning rate, init std or None for BERT's 0.02)
-SEARCH = (("h8", "1e-3", None), ("h16", "1e-3", None), ("h8", "3e-3", None), ("h8", "1e-3", 0.07),
-          ("h8", "5e-4", None))
+SEARCH = (
+    ("h8", "1e-3", None),
+    ("h16", "1e-3", None),
+    ("h8", "3e-3", None),
+    ("h8", "1e-3", 0.07),
+    ("h8", "5e-4", None),
+)
 MAIN = ("h8", "1e-3")
 VARIANTS = {
     "multi-head": ("bert-mini-dot-product", talking_heads.DOT),  # as claim (a)'s dot product, to share its runs
@@ -103,18 +108,47 @@ def cells() -> list:
     out = []
     for h, lr, init in SEARCH:
         for variant, (preset, fields) in VARIANTS.items():
-            out.append(cell(CLAIM, variant, search_size(h, lr, init), 0, preset,
-                            {"num_attention_heads": heads(h), **fields, **init_fields(init)}, learning_rate=lr))
+            out.append(
+                cell(
+                    CLAIM,
+                    variant,
+                    search_size(h, lr, init),
+                    0,
+                    preset,
+                    {"num_attention_heads": heads(h), **fields, **init_fields(init)},
+                    learning_rate=lr,
+                )
+            )
     main_variants = {**{v: (preset, fields, {}) for v, (preset, fields) in VARIANTS.items()}, **MAIN_ONLY}
     for seed in SEEDS:
         h, lr = MAIN
         for variant, (preset, fields, flags) in main_variants.items():
-            out.append(cell(CLAIM, variant, f"{h}-lr{lr}", seed, preset,
-                            {"num_attention_heads": heads(h), **fields}, learning_rate=lr, **flags))
+            out.append(
+                cell(
+                    CLAIM,
+                    variant,
+                    f"{h}-lr{lr}",
+                    seed,
+                    preset,
+                    {"num_attention_heads": heads(h), **fields},
+                    learning_rate=lr,
+                    **flags,
+                )
+            )
     preset, fields, flags = MAIN_ONLY["twin-admin-closed"]
     for lr in CLOSED_LRS:  # after the main cells: its lr 1e-3 seed 0 is the main table's (dedupe keeps that id)
-        out.append(cell(CLAIM, "twin-admin-closed", search_size("h8", lr), 0, preset,
-                        {"num_attention_heads": 8, **fields}, learning_rate=lr, **flags))
+        out.append(
+            cell(
+                CLAIM,
+                "twin-admin-closed",
+                search_size("h8", lr),
+                0,
+                preset,
+                {"num_attention_heads": 8, **fields},
+                learning_rate=lr,
+                **flags,
+            )
+        )
     return out
 
 
@@ -122,13 +156,34 @@ def committed_cells() -> list:
     """Step 4, seed-major, then step 5."""
     variants = {**{v: (preset, fields, {}) for v, (preset, fields) in VARIANTS.items()}, **MAIN_ONLY}
     h, lr = MAIN
-    return [cell(CLAIM, variant, LONG_SIZE, seed, variants[variant][0],
-                 {"num_attention_heads": heads(h), **variants[variant][1]}, learning_rate=lr,
-                 **variants[variant][2], **LONG_TRAINING)
-            for seed in SEEDS for variant in LONG_VARIANTS] + [
-        cell(CLAIM, "twin", warmup_size(warmup), seed, variants["twin"][0],
-             {"num_attention_heads": heads(h), **variants["twin"][1]}, learning_rate=lr, warmup_steps=warmup)
-        for seed in SEEDS for warmup in WARMUPS]
+    return [
+        cell(
+            CLAIM,
+            variant,
+            LONG_SIZE,
+            seed,
+            variants[variant][0],
+            {"num_attention_heads": heads(h), **variants[variant][1]},
+            learning_rate=lr,
+            **variants[variant][2],
+            **LONG_TRAINING,
+        )
+        for seed in SEEDS
+        for variant in LONG_VARIANTS
+    ] + [
+        cell(
+            CLAIM,
+            "twin",
+            warmup_size(warmup),
+            seed,
+            variants["twin"][0],
+            {"num_attention_heads": heads(h), **variants["twin"][1]},
+            learning_rate=lr,
+            warmup_steps=warmup,
+        )
+        for seed in SEEDS
+        for warmup in WARMUPS
+    ]
 
 
 def warmup_size(warmup: int) -> str:
@@ -142,35 +197,64 @@ _kept, _aliases = dedupe(talking_heads.SHORT_CELLS + cells())
 _kept_new, _aliases_new = dedupe(talking_heads.COMMITTED_CELLS + committed_cells())
 CELLS = [c for c in _kept + _kept_new if c.claim == CLAIM]
 ALIASES = {**talking_heads.ALIASES, **_aliases, **_aliases_new}
-ROWS = (("multi-head 4 x h", "multi-head"), ("single-head twin 4h x 1, default init", "twin"),
-        ("single-head twin 4h x 1, Admin", "twin-admin"))
+ROWS = (
+    ("multi-head 4 x h", "multi-head"),
+    ("single-head twin 4h x 1, default init", "twin"),
+    ("single-head twin 4h x 1, Admin", "twin-admin"),
+)
 MAIN_ROWS = ROWS + (("single-head twin 4h x 1, Admin, closed-form omega", "twin-admin-closed"),)
 
 TABLES = [
-    Table("sh-search", "Search: where does the default-init Post-LN twin fail? (one seed; eval MLM loss)", CLAIM,
-          ROWS, tuple((search_label(*setting), search_size(*setting)) for setting in SEARCH),
-          seeds=(0,), note="A screening with one seed: it picks the setting of the main table, it shows no effect."),
-    Table("sh-main", f"Multi-head vs deep single-head at equal parameters, h = {MAIN[0][1:]}, lr {MAIN[1]} "
-          "(eval MLM loss)", CLAIM, MAIN_ROWS,
-          ((f"4 x {MAIN[0][1:]} vs {4 * heads(MAIN[0])} x 1", f"{MAIN[0]}-lr{MAIN[1]}"),),
-          SEEDS),
-    Table("sh-closed", "Admin's closed form across learning rates, h = 8 (32 layers; one seed; eval MLM loss)",
-          CLAIM, MAIN_ROWS,
-          tuple((f"lr {lr}", search_size("h8", lr)) for lr in CLOSED_LRS), seeds=(0,),
-          note="A screening with one seed, added after the closed-form twin trained at lr 1e-3: it shows no effect "
-               "by itself."),
-    Table("sh-long", f"Multi-head vs deep single-head past the plateau, h = {MAIN[0][1:]}, lr {MAIN[1]}, "
-          f"{LONG_STEPS} steps (MLM loss)", CLAIM,
-          tuple(row for row in MAIN_ROWS if row[1] in LONG_VARIANTS),
-          ((f"4 x {MAIN[0][1:]} vs {4 * heads(MAIN[0])} x 1", LONG_SIZE),), SEEDS,
-          note=long_note(dict.fromkeys(LONG_VARIANTS, MAIN[1]), {}), train_loss=True),
-    Table("sh-warmup", f"The default twin's warm-up, h = {MAIN[0][1:]}, lr {MAIN[1]} (committed tokenizer; eval MLM "
-          "loss)", CLAIM, (("single-head twin 4h x 1, default init", "twin"),),
-          tuple((f"400 steps, {w} warm-up", warmup_size(w)) for w in WARMUPS)
-          + ((f"{LONG_STEPS} steps, {LONG_STEPS // 10} warm-up", LONG_SIZE),), SEEDS,
-          note="A check added after the long default twin trained where the 400-step ones did not: the first "
-               "column changes only the tokenizer from the short runs (and sparse prediction, the same loss at "
-               "fewer positions), the second the warm-up too."),
+    Table(
+        "sh-search",
+        "Search: where does the default-init Post-LN twin fail? (one seed; eval MLM loss)",
+        CLAIM,
+        ROWS,
+        tuple((search_label(*setting), search_size(*setting)) for setting in SEARCH),
+        seeds=(0,),
+        note="A screening with one seed: it picks the setting of the main table, it shows no effect.",
+    ),
+    Table(
+        "sh-main",
+        f"Multi-head vs deep single-head at equal parameters, h = {MAIN[0][1:]}, lr {MAIN[1]} (eval MLM loss)",
+        CLAIM,
+        MAIN_ROWS,
+        ((f"4 x {MAIN[0][1:]} vs {4 * heads(MAIN[0])} x 1", f"{MAIN[0]}-lr{MAIN[1]}"),),
+        SEEDS,
+    ),
+    Table(
+        "sh-closed",
+        "Admin's closed form across learning rates, h = 8 (32 layers; one seed; eval MLM loss)",
+        CLAIM,
+        MAIN_ROWS,
+        tuple((f"lr {lr}", search_size("h8", lr)) for lr in CLOSED_LRS),
+        seeds=(0,),
+        note="A screening with one seed, added after the closed-form twin trained at lr 1e-3: it shows no effect "
+        "by itself.",
+    ),
+    Table(
+        "sh-long",
+        f"Multi-head vs deep single-head past the plateau, h = {MAIN[0][1:]}, lr {MAIN[1]}, "
+        f"{LONG_STEPS} steps (MLM loss)",
+        CLAIM,
+        tuple(row for row in MAIN_ROWS if row[1] in LONG_VARIANTS),
+        ((f"4 x {MAIN[0][1:]} vs {4 * heads(MAIN[0])} x 1", LONG_SIZE),),
+        SEEDS,
+        note=long_note(dict.fromkeys(LONG_VARIANTS, MAIN[1]), {}),
+        train_loss=True,
+    ),
+    Table(
+        "sh-warmup",
+        f"The default twin's warm-up, h = {MAIN[0][1:]}, lr {MAIN[1]} (committed tokenizer; eval MLM loss)",
+        CLAIM,
+        (("single-head twin 4h x 1, default init", "twin"),),
+        tuple((f"400 steps, {w} warm-up", warmup_size(w)) for w in WARMUPS)
+        + ((f"{LONG_STEPS} steps, {LONG_STEPS // 10} warm-up", LONG_SIZE),),
+        SEEDS,
+        note="A check added after the long default twin trained where the 400-step ones did not: the first "
+        "column changes only the tokenizer from the short runs (and sparse prediction, the same loss at "
+        "fewer positions), the second the warm-up too.",
+    ),
 ]
 
 if __name__ == "__main__":

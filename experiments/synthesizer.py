@@ -51,17 +51,34 @@ SHORT_ALIASES = {(CLAIM, "dot-product", SIZE): ("talking_heads", "dot-product", 
 # Past the plateau: SCREEN_PICK holds the rate cells.SCREEN_RULE picked from the screen (None: not yet run; the
 # long cells then train at cells.PENDING_LR and are not to be run). tests/test_experiments.py checks it against
 # the rule applied to the results file (report.screen_pick).
-SCREEN_PICK = {"dot-product": "5e-4", "dense": "5e-4", "random": "1e-3", "mixture-random-dot": "1e-3"}  # the screen, 2026-12-01
+SCREEN_PICK = {
+    "dot-product": "5e-4",
+    "dense": "5e-4",
+    "random": "1e-3",
+    "mixture-random-dot": "1e-3",
+}  # the screen, 2026-12-01
 LONG_STEPS = LONG_TRAINING["max_steps"]
 LONG_LR = long_lrs({}, SCREEN_PICK)
-LONG_FIELDS = {"dot-product": dict(attention_type="dot_product"),
-               **{v: dict(attention_type="synthesizer", **VARIANTS[v]) for v in SCREEN_PICK if v in VARIANTS}}
+LONG_FIELDS = {
+    "dot-product": dict(attention_type="dot_product"),
+    **{v: dict(attention_type="synthesizer", **VARIANTS[v]) for v in SCREEN_PICK if v in VARIANTS},
+}
 
 
 def cells() -> list:
-    return [cell(CLAIM, variant, SIZE, seed, "bert-mini-dot-product",
-                 {"num_attention_heads": 4, "attention_type": "synthesizer", **fields}, learning_rate="1e-3")
-            for seed in SEEDS for variant, fields in VARIANTS.items()]
+    return [
+        cell(
+            CLAIM,
+            variant,
+            SIZE,
+            seed,
+            "bert-mini-dot-product",
+            {"num_attention_heads": 4, "attention_type": "synthesizer", **fields},
+            learning_rate="1e-3",
+        )
+        for seed in SEEDS
+        for variant, fields in VARIANTS.items()
+    ]
 
 
 def screen_size(lr: str) -> str:
@@ -81,46 +98,112 @@ DENSE_AB = ("dot-product", "1e-3")
 
 def committed_cells() -> list:
     """The screen first (and its dense-prediction twin of one cell), then the long cells seed-major."""
-    out = [cell(CLAIM, variant, screen_size(lr), 0, "bert-mini-dot-product",
-                {"num_attention_heads": 4, **LONG_FIELDS[variant]}, learning_rate=lr)
-           for lr in SCREEN_LRS for variant in SCREEN_PICK]
+    out = [
+        cell(
+            CLAIM,
+            variant,
+            screen_size(lr),
+            0,
+            "bert-mini-dot-product",
+            {"num_attention_heads": 4, **LONG_FIELDS[variant]},
+            learning_rate=lr,
+        )
+        for lr in SCREEN_LRS
+        for variant in SCREEN_PICK
+    ]
     variant, lr = DENSE_AB
-    out.append(cell(CLAIM, variant, f"screen-h4-dense-prediction-lr{lr}", 0, "bert-mini-dot-product",
-                    {"num_attention_heads": 4, **LONG_FIELDS[variant]}, learning_rate=lr, sparse_prediction=False))
+    out.append(
+        cell(
+            CLAIM,
+            variant,
+            f"screen-h4-dense-prediction-lr{lr}",
+            0,
+            "bert-mini-dot-product",
+            {"num_attention_heads": 4, **LONG_FIELDS[variant]},
+            learning_rate=lr,
+            sparse_prediction=False,
+        )
+    )
     for seed in SEEDS:
         for variant in SCREEN_PICK:
-            out.append(cell(CLAIM, variant, long_size(LONG_LR[variant]), seed, "bert-mini-dot-product",
-                            {"num_attention_heads": 4, **LONG_FIELDS[variant]}, learning_rate=LONG_LR[variant],
-                            **LONG_TRAINING))
+            out.append(
+                cell(
+                    CLAIM,
+                    variant,
+                    long_size(LONG_LR[variant]),
+                    seed,
+                    "bert-mini-dot-product",
+                    {"num_attention_heads": 4, **LONG_FIELDS[variant]},
+                    learning_rate=LONG_LR[variant],
+                    **LONG_TRAINING,
+                )
+            )
     return out
 
 
 COMMITTED_CELLS, COMMITTED_ALIASES = dedupe(committed_cells())
 CELLS = cells() + COMMITTED_CELLS
-ALIASES = {**SHORT_ALIASES, **COMMITTED_ALIASES,
-           **{(CLAIM, v, long_size()): (CLAIM, v, long_size(LONG_LR[v])) for v in SCREEN_PICK}}
-LONG_ROWS = (("dot product", "dot-product"), ("Dense", "dense"), ("Random", "random"),
-             ("Mixture: Random + dot product", "mixture-random-dot"))
+ALIASES = {
+    **SHORT_ALIASES,
+    **COMMITTED_ALIASES,
+    **{(CLAIM, v, long_size()): (CLAIM, v, long_size(LONG_LR[v])) for v in SCREEN_PICK},
+}
+LONG_ROWS = (
+    ("dot product", "dot-product"),
+    ("Dense", "dense"),
+    ("Random", "random"),
+    ("Mixture: Random + dot product", "mixture-random-dot"),
+)
 TABLES = [
-    Table("synthesizer", "Synthesizer vs dot product, bert-mini (4 x 4 heads of 64), lr 1e-3 (eval MLM loss)", CLAIM,
-          (("dot product (claim (a)'s h = 4 runs)", "dot-product"), ("Dense", "dense"), ("Random", "random"),
-           ("Factorized Random (rank 8)", "factorized-random"),
-           ("Mixture: Random + dot product", "mixture-random-dot")),
-          (("4 heads of 64", SIZE),), SEEDS),
-    Table("syn-screen", f"Learning-rate screen, bert-mini (4 x 4 heads of 64; one seed, {TRAINING['max_steps']} "
-          "steps, committed tokenizer; eval MLM loss)", CLAIM, LONG_ROWS,
-          tuple((f"lr {lr}", screen_size(lr)) for lr in SCREEN_LRS), seeds=(0,),
-          note=f"A screen with one seed: it picks each variant's long learning rate, {SCREEN_RULE}.", screen=True),
-    Table("syn-dense-ab", f"Sparse vs dense prediction on one stalled screen cell, bert-mini (4 x 4 heads of 64), "
-          f"lr {DENSE_AB[1]}, {TRAINING['max_steps']} steps, seed 0 (eval MLM loss)", CLAIM,
-          ((LONG_ROWS[0][0], DENSE_AB[0]),),
-          (("sparse prediction (the screen)", screen_size(DENSE_AB[1])),
-           ("dense prediction", f"screen-h4-dense-prediction-lr{DENSE_AB[1]}")), seeds=(0,),
-          note="The same cell (seed, masks, data order, init) with the full-vocabulary MLM head: both compute the "
-               "same loss, so a stall in one and not the other would point at the sparse path."),
-    Table("syn-long", f"Synthesizer vs dot product past the plateau, bert-mini (4 x 4 heads of 64), {LONG_STEPS} "
-          "steps (MLM loss)", CLAIM, LONG_ROWS, (("4 heads of 64", long_size()),), SEEDS,
-          note=long_note({}, SCREEN_PICK), train_loss=True),
+    Table(
+        "synthesizer",
+        "Synthesizer vs dot product, bert-mini (4 x 4 heads of 64), lr 1e-3 (eval MLM loss)",
+        CLAIM,
+        (
+            ("dot product (claim (a)'s h = 4 runs)", "dot-product"),
+            ("Dense", "dense"),
+            ("Random", "random"),
+            ("Factorized Random (rank 8)", "factorized-random"),
+            ("Mixture: Random + dot product", "mixture-random-dot"),
+        ),
+        (("4 heads of 64", SIZE),),
+        SEEDS,
+    ),
+    Table(
+        "syn-screen",
+        f"Learning-rate screen, bert-mini (4 x 4 heads of 64; one seed, {TRAINING['max_steps']} "
+        "steps, committed tokenizer; eval MLM loss)",
+        CLAIM,
+        LONG_ROWS,
+        tuple((f"lr {lr}", screen_size(lr)) for lr in SCREEN_LRS),
+        seeds=(0,),
+        note=f"A screen with one seed: it picks each variant's long learning rate, {SCREEN_RULE}.",
+        screen=True,
+    ),
+    Table(
+        "syn-dense-ab",
+        f"Sparse vs dense prediction on one stalled screen cell, bert-mini (4 x 4 heads of 64), "
+        f"lr {DENSE_AB[1]}, {TRAINING['max_steps']} steps, seed 0 (eval MLM loss)",
+        CLAIM,
+        ((LONG_ROWS[0][0], DENSE_AB[0]),),
+        (
+            ("sparse prediction (the screen)", screen_size(DENSE_AB[1])),
+            ("dense prediction", f"screen-h4-dense-prediction-lr{DENSE_AB[1]}"),
+        ),
+        seeds=(0,),
+        note="The same cell (seed, masks, data order, init) with the full-vocabulary MLM head: both compute the "
+        "same loss, so a stall in one and not the other would point at the sparse path.",
+    ),
+    Table(
+        "syn-long",
+        f"Synthesizer vs dot product past the plateau, bert-mini (4 x 4 heads of 64), {LONG_STEPS} steps (MLM loss)",
+        CLAIM,
+        LONG_ROWS,
+        (("4 heads of 64", long_size()),),
+        SEEDS,
+        note=long_note({}, SCREEN_PICK),
+        train_loss=True,
+    ),
 ]
 
 if __name__ == "__main__":

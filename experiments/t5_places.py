@@ -76,9 +76,12 @@ VARIANTS = {
     "th-decoder": {"attention_type": "dot_product", "decoder_attention_type": "talking_heads", **TH},
     "th-everywhere": {"attention_type": "talking_heads", **TH},
 }
-LABELS = {"dot-product": "dot product", "th-encoder": "talking heads: encoder self-attention",
-          "th-decoder": "talking heads: decoder self-attention",
-          "th-everywhere": "talking heads: everywhere (with cross-attention)"}
+LABELS = {
+    "dot-product": "dot product",
+    "th-encoder": "talking heads: encoder self-attention",
+    "th-decoder": "talking heads: decoder self-attention",
+    "th-everywhere": "talking heads: everywhere (with cross-attention)",
+}
 LONG_STEPS = LONG_TRAINING["max_steps"]
 WARMUP = round(LONG_STEPS * TRAINING["warmup_steps"])  # the long cells' warm-up, in steps: the screens take it too
 EPOCH_STEPS = 398  # 6355 training blocks of 141 raw tokens, batches of 16 (the last one short)
@@ -104,8 +107,17 @@ def long_size(lr: str | None = None) -> str:
 
 
 def t5_cell(variant: str, size: str, seed: int, lr: str, **training):
-    return cell(CLAIM, variant, size, seed, PRESET, {**SHAPE, **VARIANTS[variant]}, script=T5_SCRIPT,
-                learning_rate=lr, **training)
+    return cell(
+        CLAIM,
+        variant,
+        size,
+        seed,
+        PRESET,
+        {**SHAPE, **VARIANTS[variant]},
+        script=T5_SCRIPT,
+        learning_rate=lr,
+        **training,
+    )
 
 
 def rule_cells() -> list:
@@ -119,8 +131,9 @@ def control_lrs() -> list[str]:
     """The rates the rule gave a talking-heads variant and not dot product (none while a pick is pending)."""
     if any(lr is None for lr in SCREEN_PICK.values()):
         return []
-    return sorted({lr for v, lr in SCREEN_PICK.items() if v != "dot-product" and lr != SCREEN_PICK["dot-product"]},
-                  key=float)
+    return sorted(
+        {lr for v, lr in SCREEN_PICK.items() if v != "dot-product" and lr != SCREEN_PICK["dot-product"]}, key=float
+    )
 
 
 def control_cells() -> list:
@@ -135,41 +148,73 @@ MEASURE = dict(reference=UNIGRAM_TARGET_LOSS, loss_name="target loss")
 
 
 def screen_table() -> Table:
-    return Table("t5-screen", f"Learning-rate screen of (d), T5 span corruption ({PRESET.split('-dot')[0]}: 4 + 4 "
-                 f"layers, width 256, {HEADS} heads of {256 // HEADS}; one seed, {TRAINING['max_steps']} steps with "
-                 f"{WARMUP} warm-up; held-out target loss)", CLAIM, ROWS,
-                 tuple((f"lr {lr}", screen_size(lr)) for lr in SCREEN_LRS), seeds=(0,),
-                 note=f"A screen with one seed: it picks each variant's long learning rate, {SCREEN_RULE}; the unigram "
-                      f"point here is the span-corruption targets' ({UNIGRAM_TARGET_LOSS}, "
-                      "experiments/t5_unigram.py).", screen=True, **MEASURE)
+    return Table(
+        "t5-screen",
+        f"Learning-rate screen of (d), T5 span corruption ({PRESET.split('-dot')[0]}: 4 + 4 "
+        f"layers, width 256, {HEADS} heads of {256 // HEADS}; one seed, {TRAINING['max_steps']} steps with "
+        f"{WARMUP} warm-up; held-out target loss)",
+        CLAIM,
+        ROWS,
+        tuple((f"lr {lr}", screen_size(lr)) for lr in SCREEN_LRS),
+        seeds=(0,),
+        note=f"A screen with one seed: it picks each variant's long learning rate, {SCREEN_RULE}; the unigram "
+        f"point here is the span-corruption targets' ({UNIGRAM_TARGET_LOSS}, "
+        "experiments/t5_unigram.py).",
+        screen=True,
+        **MEASURE,
+    )
 
 
 def long_note() -> str:
     pending = [v for v, lr in SCREEN_PICK.items() if lr is None]
     screened = [v for v, lr in SCREEN_PICK.items() if lr is not None]
-    return (f"{LONG_STEPS} steps ({LONG_STEPS * 16 * 128 / 1e6:.1f}M input tokens, {LONG_STEPS / EPOCH_STEPS:.1f} "
-            "passes over the training blocks), evaluated every 200 steps, with the committed Unigram tokenizer. "
-            "Held-out: the final target loss on the 256 held-out blocks; train: the mean logged training loss over "
-            "the last 100 steps; `rising`: a run whose held-out loss ended more than 0.01 above the lowest point of "
-            "its curve. Learning rates: " + ", ".join(f"{v} {lr}" for v, lr in LONG_LR.items())
-            + (f" ({', '.join(screened)}: by the screening rule)" if screened else "")
-            + (f" ({', '.join(pending)}: the placeholder, pending the screen: do not run these cells before it)"
-               if pending else "") + ".")
+    return (
+        f"{LONG_STEPS} steps ({LONG_STEPS * 16 * 128 / 1e6:.1f}M input tokens, {LONG_STEPS / EPOCH_STEPS:.1f} "
+        "passes over the training blocks), evaluated every 200 steps, with the committed Unigram tokenizer. "
+        "Held-out: the final target loss on the 256 held-out blocks; train: the mean logged training loss over "
+        "the last 100 steps; `rising`: a run whose held-out loss ended more than 0.01 above the lowest point of "
+        "its curve. Learning rates: "
+        + ", ".join(f"{v} {lr}" for v, lr in LONG_LR.items())
+        + (f" ({', '.join(screened)}: by the screening rule)" if screened else "")
+        + (
+            f" ({', '.join(pending)}: the placeholder, pending the screen: do not run these cells before it)"
+            if pending
+            else ""
+        )
+        + "."
+    )
 
 
 def long_table() -> Table:
-    return Table("t5-long", f"(d) Talking heads in T5 by place, {HEADS} heads of {256 // HEADS}, {LONG_STEPS} steps "
-                 "(span-corruption target loss)", CLAIM, ROWS, ((f"{LONG_STEPS} steps", long_size()),), SEEDS,
-                 note=long_note(), train_loss=True, paired=True, **MEASURE)
+    return Table(
+        "t5-long",
+        f"(d) Talking heads in T5 by place, {HEADS} heads of {256 // HEADS}, {LONG_STEPS} steps "
+        "(span-corruption target loss)",
+        CLAIM,
+        ROWS,
+        ((f"{LONG_STEPS} steps", long_size()),),
+        SEEDS,
+        note=long_note(),
+        train_loss=True,
+        paired=True,
+        **MEASURE,
+    )
 
 
 def control_table() -> Table:
     rule = SCREEN_PICK["dot-product"]
-    return Table("t5-control", f"(d) Control outside the rule: dot product at the talking-heads variants' rates, "
-                 f"{LONG_STEPS} steps (span-corruption target loss)", CLAIM, ((LABELS["dot-product"], "dot-product"),),
-                 ((f"lr {rule} (the rule's)", long_size(rule)), *((f"lr {lr}", long_size(lr)) for lr in control_lrs())),
-                 seeds=(0,), note="One seed, the settings of the long table but the learning rate.", train_loss=True,
-                 **MEASURE)
+    return Table(
+        "t5-control",
+        f"(d) Control outside the rule: dot product at the talking-heads variants' rates, "
+        f"{LONG_STEPS} steps (span-corruption target loss)",
+        CLAIM,
+        ((LABELS["dot-product"], "dot-product"),),
+        ((f"lr {rule} (the rule's)", long_size(rule)), *((f"lr {lr}", long_size(lr)) for lr in control_lrs())),
+        seeds=(0,),
+        note="One seed, the settings of the long table but the learning rate.",
+        train_loss=True,
+        **MEASURE,
+    )
 
 
 TABLES = [screen_table(), long_table(), *([control_table()] if control_lrs() else [])]

@@ -48,19 +48,38 @@ def target_ids(max_seq_length: int = 128, max_eval_samples: int = 256) -> tuple[
 
     paths = kjv_files()
     data_args, training_args = HfArgumentParser((DataArguments, TrainingArguments)).parse_args_into_dataclasses(
-        ["--train_file", str(paths["train"]), "--validation_file", str(paths["validation"]),
-         "--output_dir", "/tmp/t5-unigram-unused", "--report_to", "none", "--use_cpu", "true"])
+        [
+            "--train_file",
+            str(paths["train"]),
+            "--validation_file",
+            str(paths["validation"]),
+            "--output_dir",
+            "/tmp/t5-unigram-unused",
+            "--report_to",
+            "none",
+            "--use_cpu",
+            "true",
+        ]
+    )
     raw, _ = pretraining_splits(data_args, training_args)
     tokenizer = AutoTokenizer.from_pretrained(T5_TOKENIZER)
     train = DataCollatorForT5SpanCorruption(tokenizer, seed=0)  # the T5 script's default noise
     held = DataCollatorForT5SpanCorruption(tokenizer, seed=EVAL_SEED)
     raw_length = raw_length_for(max_seq_length, train.noise_density, train.mean_noise_span_length)
-    blocks = {split: raw[split].map(block_batch, batched=True, remove_columns=raw[split].column_names,
-                                    fn_kwargs={"tokenizer": tokenizer, "column": "text", "raw_length": raw_length})
-              for split in ("train", "validation")}
+    blocks = {
+        split: raw[split].map(
+            block_batch,
+            batched=True,
+            remove_columns=raw[split].column_names,
+            fn_kwargs={"tokenizer": tokenizer, "column": "text", "raw_length": raw_length},
+        )
+        for split in ("train", "validation")
+    }
     train_targets = [train.corrupt({"input_ids": ids})["labels"] for ids in blocks["train"]["input_ids"]]
-    eval_targets = [held.corrupt({"input_ids": ids})["labels"]
-                    for ids in first_rows(blocks["validation"], max_eval_samples)["input_ids"]]
+    eval_targets = [
+        held.corrupt({"input_ids": ids})["labels"]
+        for ids in first_rows(blocks["validation"], max_eval_samples)["input_ids"]
+    ]
     return train_targets, eval_targets, len(tokenizer)
 
 
@@ -71,8 +90,10 @@ def main() -> float:
 
     train, held, vocab = target_ids()
     loss = unigram_cross_entropy(train, held, vocab)
-    print(f"unigram cross-entropy of the held-out targets: {loss:.3f} nats per target token (perplexity "
-          f"{math.exp(loss):.0f}; vocabulary {vocab}; {sum(map(len, held))} target tokens in {len(held)} blocks)")
+    print(
+        f"unigram cross-entropy of the held-out targets: {loss:.3f} nats per target token (perplexity "
+        f"{math.exp(loss):.0f}; vocabulary {vocab}; {sum(map(len, held))} target tokens in {len(held)} blocks)"
+    )
     return loss
 
 

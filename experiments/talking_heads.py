@@ -75,8 +75,9 @@ ABLATIONS = {
 }
 DYNAMIC_LR = "5e-4"  # the dynamic maps' second learning rate (step 4)
 # step 5: T5's Adafactor at T5's step (min(1e-2, 1/sqrt(step)) is 1e-2 for the first 10k steps)
-ADAFACTOR = dict(t5_adafactor=True, learning_rate="1e-2", lr_scheduler_type="constant", warmup_steps=0,
-                 weight_decay=0.0)
+ADAFACTOR = dict(
+    t5_adafactor=True, learning_rate="1e-2", lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0
+)
 ADAFACTOR_SIZE = "h16-adafactor-lr1e-2"
 
 
@@ -115,40 +116,105 @@ def cells() -> list:
     for seed in SEEDS:  # seed-major: every setting gets a first seed before any gets a second
         for lr in STUDY_LRS if seed in STUDY_SEEDS else ():
             for variant, fields in STUDY_VARIANTS.items():
-                out.append(cell(CLAIM, variant, f"lr-init-h{STUDY_HEADS}-lr{lr}", seed, "bert-mini-dot-product",
-                                {**heads(STUDY_HEADS), **fields}, learning_rate=lr))
+                out.append(
+                    cell(
+                        CLAIM,
+                        variant,
+                        f"lr-init-h{STUDY_HEADS}-lr{lr}",
+                        seed,
+                        "bert-mini-dot-product",
+                        {**heads(STUDY_HEADS), **fields},
+                        learning_rate=lr,
+                    )
+                )
         for h in SWEEP_HEADS:
             for variant, fields in (("dot-product", DOT), ("talking-heads", SWEEP_TH)):
                 lr = SWEEP_LR[variant]
-                out.append(cell(CLAIM, variant, f"h{h}-lr{lr}", seed, "bert-mini-dot-product",
-                                {**heads(h), **fields}, learning_rate=lr))
+                out.append(
+                    cell(
+                        CLAIM,
+                        variant,
+                        f"h{h}-lr{lr}",
+                        seed,
+                        "bert-mini-dot-product",
+                        {**heads(h), **fields},
+                        learning_rate=lr,
+                    )
+                )
         for variant, fields in ABLATIONS.items():
             lr = SWEEP_LR["talking-heads"]
-            out.append(cell(CLAIM, variant, f"h16-lr{lr}", seed, "bert-mini-dot-product",
-                            {**heads(16), **SWEEP_TH, **fields}, learning_rate=lr))
-    for variant, fields in (("dot-product", DOT), ("talking-heads", SWEEP_TH),
-                            ("th-dynamic", {**SWEEP_TH, **ABLATIONS["th-dynamic"]})):
+            out.append(
+                cell(
+                    CLAIM,
+                    variant,
+                    f"h16-lr{lr}",
+                    seed,
+                    "bert-mini-dot-product",
+                    {**heads(16), **SWEEP_TH, **fields},
+                    learning_rate=lr,
+                )
+            )
+    for variant, fields in (
+        ("dot-product", DOT),
+        ("talking-heads", SWEEP_TH),
+        ("th-dynamic", {**SWEEP_TH, **ABLATIONS["th-dynamic"]}),
+    ):
         # after the rest: the first two repeat the study's runs at lr 5e-4 (dedupe reads those), the third is new
-        out.append(cell(CLAIM, variant, f"h16-lr{DYNAMIC_LR}", 0, "bert-mini-dot-product", {**heads(16), **fields},
-                        learning_rate=DYNAMIC_LR))
+        out.append(
+            cell(
+                CLAIM,
+                variant,
+                f"h16-lr{DYNAMIC_LR}",
+                0,
+                "bert-mini-dot-product",
+                {**heads(16), **fields},
+                learning_rate=DYNAMIC_LR,
+            )
+        )
     for seed in SEEDS:  # seed 0 screened whether the dynamic maps train under Adafactor; they did, so three seeds
-        for variant, fields in (("dot-product", DOT), ("talking-heads", SWEEP_TH),
-                                ("th-dynamic", {**SWEEP_TH, **ABLATIONS["th-dynamic"]})):
-            out.append(cell(CLAIM, variant, ADAFACTOR_SIZE, seed, "bert-mini-dot-product", {**heads(16), **fields},
-                            **ADAFACTOR))
+        for variant, fields in (
+            ("dot-product", DOT),
+            ("talking-heads", SWEEP_TH),
+            ("th-dynamic", {**SWEEP_TH, **ABLATIONS["th-dynamic"]}),
+        ):
+            out.append(
+                cell(
+                    CLAIM, variant, ADAFACTOR_SIZE, seed, "bert-mini-dot-product", {**heads(16), **fields}, **ADAFACTOR
+                )
+            )
     return out
 
 
 def committed_cells() -> list:
     """Steps 6 and 7: the screen first, then the long cells seed-major."""
-    out = [cell(CLAIM, variant, screen_size(lr), 0, "bert-mini-dot-product", {**heads(16), **long_fields(variant)},
-                learning_rate=lr) for lr in SCREEN_LRS for variant in SCREENED]
+    out = [
+        cell(
+            CLAIM,
+            variant,
+            screen_size(lr),
+            0,
+            "bert-mini-dot-product",
+            {**heads(16), **long_fields(variant)},
+            learning_rate=lr,
+        )
+        for lr in SCREEN_LRS
+        for variant in SCREENED
+    ]
     for seed in SEEDS:
         for h, variants in LONG_HEADS.items():
             for variant in variants:
-                out.append(cell(CLAIM, variant, long_size(h, LONG_LR[variant]), seed, "bert-mini-dot-product",
-                                {**heads(h), **long_fields(variant)}, learning_rate=LONG_LR[variant],
-                                **LONG_TRAINING))
+                out.append(
+                    cell(
+                        CLAIM,
+                        variant,
+                        long_size(h, LONG_LR[variant]),
+                        seed,
+                        "bert-mini-dot-product",
+                        {**heads(h), **long_fields(variant)},
+                        learning_rate=LONG_LR[variant],
+                        **LONG_TRAINING,
+                    )
+                )
     return out
 
 
@@ -156,48 +222,102 @@ def committed_cells() -> list:
 SHORT_CELLS, SHORT_ALIASES = dedupe(cells())
 COMMITTED_CELLS, COMMITTED_ALIASES = dedupe(committed_cells())
 CELLS = SHORT_CELLS + COMMITTED_CELLS
-LONG_ALIASES = {(CLAIM, v, long_size(h)): (CLAIM, v, long_size(h, LONG_LR[v])) for h, vs in LONG_HEADS.items()
-                for v in vs}
+LONG_ALIASES = {
+    (CLAIM, v, long_size(h)): (CLAIM, v, long_size(h, LONG_LR[v])) for h, vs in LONG_HEADS.items() for v in vs
+}
 ALIASES = {**SHORT_ALIASES, **COMMITTED_ALIASES, **LONG_ALIASES}
 
 TABLES = [
-    Table("th-lr-init", f"Learning rate and initialisation at h = {STUDY_HEADS} (eval MLM loss after 400 steps)",
-          CLAIM, tuple((v, v) for v in STUDY_VARIANTS),
-          tuple((f"lr {lr}", f"lr-init-h{STUDY_HEADS}-lr{lr}") for lr in STUDY_LRS), STUDY_SEEDS,
-          note="A screening with one seed: it chooses the learning rate and init of the head-count sweep."),
-    Table("th-heads", "Talking heads vs multi-head at width 256 as the head count grows (eval MLM loss)", CLAIM,
-          (("dot product", "dot-product"), ("talking heads", "talking-heads")),
-          tuple((f"h = {h} (d_k = {256 // h})", f"h{h}-lr{SWEEP_LR['dot-product']}") for h in SWEEP_HEADS), SEEDS,
-          note=f"Learning rates: {SWEEP_LR}; talking-heads init: {SWEEP_TH['talking_heads_init']}."),
-    Table("th-ablations", "Talking-heads ablations at h = 16 (eval MLM loss)", CLAIM,
-          (("dot product", "dot-product"), ("talking heads (both maps)", "talking-heads"),
-           *((v, v) for v in ABLATIONS)),
-          (("h = 16", f"h16-lr{SWEEP_LR['talking-heads']}"),), SEEDS),
-    Table("th-dynamic-lr", "Dynamic maps at two learning rates, h = 16 (one seed; eval MLM loss)", CLAIM,
-          (("dot product", "dot-product"), ("talking heads (static maps)", "talking-heads"),
-           ("dynamic maps", "th-dynamic")),
-          tuple((f"lr {lr}", f"h16-lr{lr}") for lr in (DYNAMIC_LR, SWEEP_LR["talking-heads"])), seeds=(0,),
-          note="A screening with one seed, added after the dynamic maps stalled at lr 1e-3: it shows no effect by "
-               "itself."),
-    Table("th-adafactor", "Dynamic maps under T5's Adafactor, h = 16 (eval MLM loss after 400 steps)", CLAIM,
-          (("dot product", "dot-product"), ("talking heads (static maps)", "talking-heads"),
-           ("dynamic maps", "th-dynamic")),
-          (("Adafactor, step 1e-2", ADAFACTOR_SIZE),), SEEDS,
-          note="run_pretraining --t5_adafactor: parameter-scaled steps, constant relative step 1e-2, no weight "
-               "decay, no warm-up; committed tokenizer. Seed 0 was the screen (do the dynamic maps leave the "
-               "plateau?); they did, so seeds 1 and 2 followed."),
-    Table("th-screen", f"Learning-rate screen of h_k = 8 / h = 16 / h_v = 8 (one seed, {TRAINING['max_steps']} "
-          "steps, committed tokenizer; eval MLM loss)", CLAIM, tuple((v, v) for v in SCREENED),
-          tuple((f"lr {lr}", screen_size(lr)) for lr in SCREEN_LRS), seeds=(0,),
-          note=f"A screen with one seed: it picks the long cells' learning rate, {SCREEN_RULE}.", screen=True),
-    Table("th-long-heads", f"Talking heads vs multi-head at h = 16 and 32, {LONG_STEPS} steps (MLM loss)", CLAIM,
-          (("dot product", "dot-product"), ("talking heads", "talking-heads")),
-          tuple((f"h = {h}", long_size(h)) for h in LONG_HEADS), SEEDS, note=long_note(LONG_FIXED, {}),
-          train_loss=True),
-    Table("th-long-ablation", f"Separate head counts at h = 16, {LONG_STEPS} steps (MLM loss)", CLAIM,
-          (("dot product", "dot-product"), ("talking heads (both maps)", "talking-heads"),
-           ("h_k = 8, h = 16, h_v = 8", "th-hk8-h16-hv8")),
-          (("h = 16", long_size(16)),), SEEDS, note=long_note(LONG_FIXED, SCREEN_PICK), train_loss=True),
+    Table(
+        "th-lr-init",
+        f"Learning rate and initialisation at h = {STUDY_HEADS} (eval MLM loss after 400 steps)",
+        CLAIM,
+        tuple((v, v) for v in STUDY_VARIANTS),
+        tuple((f"lr {lr}", f"lr-init-h{STUDY_HEADS}-lr{lr}") for lr in STUDY_LRS),
+        STUDY_SEEDS,
+        note="A screening with one seed: it chooses the learning rate and init of the head-count sweep.",
+    ),
+    Table(
+        "th-heads",
+        "Talking heads vs multi-head at width 256 as the head count grows (eval MLM loss)",
+        CLAIM,
+        (("dot product", "dot-product"), ("talking heads", "talking-heads")),
+        tuple((f"h = {h} (d_k = {256 // h})", f"h{h}-lr{SWEEP_LR['dot-product']}") for h in SWEEP_HEADS),
+        SEEDS,
+        note=f"Learning rates: {SWEEP_LR}; talking-heads init: {SWEEP_TH['talking_heads_init']}.",
+    ),
+    Table(
+        "th-ablations",
+        "Talking-heads ablations at h = 16 (eval MLM loss)",
+        CLAIM,
+        (("dot product", "dot-product"), ("talking heads (both maps)", "talking-heads"), *((v, v) for v in ABLATIONS)),
+        (("h = 16", f"h16-lr{SWEEP_LR['talking-heads']}"),),
+        SEEDS,
+    ),
+    Table(
+        "th-dynamic-lr",
+        "Dynamic maps at two learning rates, h = 16 (one seed; eval MLM loss)",
+        CLAIM,
+        (
+            ("dot product", "dot-product"),
+            ("talking heads (static maps)", "talking-heads"),
+            ("dynamic maps", "th-dynamic"),
+        ),
+        tuple((f"lr {lr}", f"h16-lr{lr}") for lr in (DYNAMIC_LR, SWEEP_LR["talking-heads"])),
+        seeds=(0,),
+        note="A screening with one seed, added after the dynamic maps stalled at lr 1e-3: it shows no effect by "
+        "itself.",
+    ),
+    Table(
+        "th-adafactor",
+        "Dynamic maps under T5's Adafactor, h = 16 (eval MLM loss after 400 steps)",
+        CLAIM,
+        (
+            ("dot product", "dot-product"),
+            ("talking heads (static maps)", "talking-heads"),
+            ("dynamic maps", "th-dynamic"),
+        ),
+        (("Adafactor, step 1e-2", ADAFACTOR_SIZE),),
+        SEEDS,
+        note="run_pretraining --t5_adafactor: parameter-scaled steps, constant relative step 1e-2, no weight "
+        "decay, no warm-up; committed tokenizer. Seed 0 was the screen (do the dynamic maps leave the "
+        "plateau?); they did, so seeds 1 and 2 followed.",
+    ),
+    Table(
+        "th-screen",
+        f"Learning-rate screen of h_k = 8 / h = 16 / h_v = 8 (one seed, {TRAINING['max_steps']} "
+        "steps, committed tokenizer; eval MLM loss)",
+        CLAIM,
+        tuple((v, v) for v in SCREENED),
+        tuple((f"lr {lr}", screen_size(lr)) for lr in SCREEN_LRS),
+        seeds=(0,),
+        note=f"A screen with one seed: it picks the long cells' learning rate, {SCREEN_RULE}.",
+        screen=True,
+    ),
+    Table(
+        "th-long-heads",
+        f"Talking heads vs multi-head at h = 16 and 32, {LONG_STEPS} steps (MLM loss)",
+        CLAIM,
+        (("dot product", "dot-product"), ("talking heads", "talking-heads")),
+        tuple((f"h = {h}", long_size(h)) for h in LONG_HEADS),
+        SEEDS,
+        note=long_note(LONG_FIXED, {}),
+        train_loss=True,
+    ),
+    Table(
+        "th-long-ablation",
+        f"Separate head counts at h = 16, {LONG_STEPS} steps (MLM loss)",
+        CLAIM,
+        (
+            ("dot product", "dot-product"),
+            ("talking heads (both maps)", "talking-heads"),
+            ("h_k = 8, h = 16, h_v = 8", "th-hk8-h16-hv8"),
+        ),
+        (("h = 16", long_size(16)),),
+        SEEDS,
+        note=long_note(LONG_FIXED, SCREEN_PICK),
+        train_loss=True,
+    ),
 ]
 
 if __name__ == "__main__":

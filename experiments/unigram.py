@@ -37,9 +37,20 @@ def main() -> float:
 
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     paths = kjv_files()
-    args = parser.parse_args_into_dataclasses(["--preset", "bert-mini-dot-product", "--train_file", str(paths["train"]),
-                                               "--validation_file", str(paths["validation"]),
-                                               "--output_dir", "/tmp/unigram-unused", "--report_to", "none"])
+    args = parser.parse_args_into_dataclasses(
+        [
+            "--preset",
+            "bert-mini-dot-product",
+            "--train_file",
+            str(paths["train"]),
+            "--validation_file",
+            str(paths["validation"]),
+            "--output_dir",
+            "/tmp/unigram-unused",
+            "--report_to",
+            "none",
+        ]
+    )
     model_args, data_args, training_args = args
     raw, _ = pretraining_splits(data_args, training_args)
     column = "text"
@@ -50,8 +61,10 @@ def main() -> float:
         return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
     loss = unigram_cross_entropy(encode("train"), encode("validation"), len(tokenizer))
-    print(f"unigram cross-entropy of the held-out chapters: {loss:.3f} nats per token "
-          f"(perplexity {math.exp(loss):.0f}; vocabulary {len(tokenizer)})")
+    print(
+        f"unigram cross-entropy of the held-out chapters: {loss:.3f} nats per token "
+        f"(perplexity {math.exp(loss):.0f}; vocabulary {len(tokenizer)})"
+    )
     return loss
 
 

@@ -63,13 +63,19 @@ HEADS = {"a": 16, "c": 4}
 # ((claim, variant, size), read through an alias) at the learning rate they took there
 VARIANTS = {
     "a": {"dot-product": talking_heads.DOT, "talking-heads": talking_heads.SWEEP_TH},
-    "c": {"dot-product": synthesizer.LONG_FIELDS["dot-product"],
-          "mixture-random-dot": synthesizer.LONG_FIELDS["mixture-random-dot"]},
+    "c": {
+        "dot-product": synthesizer.LONG_FIELDS["dot-product"],
+        "mixture-random-dot": synthesizer.LONG_FIELDS["mixture-random-dot"],
+    },
 }
-LR_256 = {"a": {v: talking_heads.LONG_LR[v] for v in VARIANTS["a"]},
-          "c": {v: synthesizer.LONG_LR[v] for v in VARIANTS["c"]}}
-ROWS_256 = {"a": {v: ("talking_heads", v, talking_heads.long_size(16, lr)) for v, lr in LR_256["a"].items()},
-            "c": {v: ("synthesizer", v, synthesizer.long_size(lr)) for v, lr in LR_256["c"].items()}}
+LR_256 = {
+    "a": {v: talking_heads.LONG_LR[v] for v in VARIANTS["a"]},
+    "c": {v: synthesizer.LONG_LR[v] for v in VARIANTS["c"]},
+}
+ROWS_256 = {
+    "a": {v: ("talking_heads", v, talking_heads.long_size(16, lr)) for v, lr in LR_256["a"].items()},
+    "c": {v: ("synthesizer", v, synthesizer.long_size(lr)) for v, lr in LR_256["c"].items()},
+}
 
 # What cells.SCREEN_RULE picked from each screen, by (width, claim); None: the screen has not run.
 SCREEN_PICK = {
@@ -84,8 +90,12 @@ LONG_LR = {key: long_lrs({}, picks) for key, picks in SCREEN_PICK.items()}
 
 def shape(width: int, claim: str) -> dict:
     """bert-mini at `width`: LAYERS[width] layers, FFN 4x the width, HEADS[claim] heads of width // heads."""
-    return {"hidden_size": width, "num_hidden_layers": LAYERS[width], "intermediate_size": 4 * width,
-            "num_attention_heads": HEADS[claim]}
+    return {
+        "hidden_size": width,
+        "num_hidden_layers": LAYERS[width],
+        "intermediate_size": 4 * width,
+        "num_attention_heads": HEADS[claim],
+    }
 
 
 def screen_size(width: int, claim: str, lr: str) -> str:
@@ -105,15 +115,34 @@ def committed_cells() -> list:
         for lr in SCREEN_LRS:
             for claim, variants in VARIANTS.items():
                 for variant, fields in variants.items():
-                    out.append(cell(CLAIM, variant, screen_size(width, claim, lr), 0, PRESET,
-                                    {**shape(width, claim), **fields}, learning_rate=lr))
+                    out.append(
+                        cell(
+                            CLAIM,
+                            variant,
+                            screen_size(width, claim, lr),
+                            0,
+                            PRESET,
+                            {**shape(width, claim), **fields},
+                            learning_rate=lr,
+                        )
+                    )
     for seed in SEEDS:
         for width in NEW_WIDTHS:
             for claim, variants in VARIANTS.items():
                 for variant, fields in variants.items():
                     lr = LONG_LR[(width, claim)][variant]
-                    out.append(cell(CLAIM, variant, long_size(width, claim, lr), seed, PRESET,
-                                    {**shape(width, claim), **fields}, learning_rate=lr, **LONG_TRAINING))
+                    out.append(
+                        cell(
+                            CLAIM,
+                            variant,
+                            long_size(width, claim, lr),
+                            seed,
+                            PRESET,
+                            {**shape(width, claim), **fields},
+                            learning_rate=lr,
+                            **LONG_TRAINING,
+                        )
+                    )
     return out
 
 
@@ -125,28 +154,52 @@ CONTROL_LR = "5e-4"
 
 
 def control_cells() -> list:
-    return [cell(CLAIM, "dot-product", long_size(384, "a", CONTROL_LR), 0, PRESET,
-                 {**shape(384, "a"), **VARIANTS["a"]["dot-product"]}, learning_rate=CONTROL_LR, **LONG_TRAINING)]
+    return [
+        cell(
+            CLAIM,
+            "dot-product",
+            long_size(384, "a", CONTROL_LR),
+            0,
+            PRESET,
+            {**shape(384, "a"), **VARIANTS["a"]["dot-product"]},
+            learning_rate=CONTROL_LR,
+            **LONG_TRAINING,
+        )
+    ]
 
 
 CELLS, COMMITTED_ALIASES = dedupe(committed_cells() + control_cells())
-LONG_ALIASES = {(CLAIM, v, long_size(w, claim)): (CLAIM, v, long_size(w, claim, lr))
-                for (w, claim), lrs in LONG_LR.items() for v, lr in lrs.items()}
-ALIASES_256 = {(CLAIM, v, long_size(256, claim)): group for claim, rows in ROWS_256.items() for v, group in rows.items()}
+LONG_ALIASES = {
+    (CLAIM, v, long_size(w, claim)): (CLAIM, v, long_size(w, claim, lr))
+    for (w, claim), lrs in LONG_LR.items()
+    for v, lr in lrs.items()
+}
+ALIASES_256 = {
+    (CLAIM, v, long_size(256, claim)): group for claim, rows in ROWS_256.items() for v, group in rows.items()
+}
 ALIASES = {**COMMITTED_ALIASES, **LONG_ALIASES, **ALIASES_256}
 
-LABELS = {"dot-product": "dot product", "talking-heads": "talking heads",
-          "mixture-random-dot": "Mixture: Random + dot product"}
+LABELS = {
+    "dot-product": "dot product",
+    "talking-heads": "talking heads",
+    "mixture-random-dot": "Mixture: Random + dot product",
+}
 
 
 def screen_table(width: int, claim: str) -> Table:
     h = HEADS[claim]
-    return Table(f"width-screen-{claim}-w{width}", f"Learning-rate screen of ({claim}) at width {width} "
-                 f"({LAYERS[width]} layers, {h} heads of {width // h}; one seed, {TRAINING['max_steps']} steps, "
-                 "committed tokenizer; eval MLM loss)", CLAIM, tuple((LABELS[v], v) for v in VARIANTS[claim]),
-                 tuple((f"lr {lr}", screen_size(width, claim, lr)) for lr in SCREEN_LRS), seeds=(0,),
-                 note=f"A screen with one seed: it picks each variant's long learning rate at this width, "
-                      f"{SCREEN_RULE}.", screen=True)
+    return Table(
+        f"width-screen-{claim}-w{width}",
+        f"Learning-rate screen of ({claim}) at width {width} "
+        f"({LAYERS[width]} layers, {h} heads of {width // h}; one seed, {TRAINING['max_steps']} steps, "
+        "committed tokenizer; eval MLM loss)",
+        CLAIM,
+        tuple((LABELS[v], v) for v in VARIANTS[claim]),
+        tuple((f"lr {lr}", screen_size(width, claim, lr)) for lr in SCREEN_LRS),
+        seeds=(0,),
+        note=f"A screen with one seed: it picks each variant's long learning rate at this width, {SCREEN_RULE}.",
+        screen=True,
+    )
 
 
 def long_table(claim: str) -> Table:
@@ -154,31 +207,54 @@ def long_table(claim: str) -> Table:
     fixed = {f"{v} at width 256": lr for v, lr in LR_256[claim].items()}
     picked = {f"{v} at width {w}": SCREEN_PICK[(w, claim)][v] for w in NEW_WIDTHS for v in VARIANTS[claim]}
     source = "talking_heads.py, h = 16" if claim == "a" else "synthesizer.py, 4 heads of 64"
-    return Table(f"width-long-{claim}", f"({claim}) across width, {h} heads (head size "
-                 f"{' / '.join(str(w // h) for w in WIDTHS)}), {LONG_STEPS} steps (MLM loss)", CLAIM,
-                 tuple((LABELS[v], v) for v in VARIANTS[claim]),
-                 tuple((f"width {w} ({LAYERS[w]} layers)", long_size(w, claim)) for w in WIDTHS), SEEDS,
-                 note=long_note(fixed, picked) + f" Width 256: the rows of the long table of {source}.",
-                 train_loss=True)
+    return Table(
+        f"width-long-{claim}",
+        f"({claim}) across width, {h} heads (head size "
+        f"{' / '.join(str(w // h) for w in WIDTHS)}), {LONG_STEPS} steps (MLM loss)",
+        CLAIM,
+        tuple((LABELS[v], v) for v in VARIANTS[claim]),
+        tuple((f"width {w} ({LAYERS[w]} layers)", long_size(w, claim)) for w in WIDTHS),
+        SEEDS,
+        note=long_note(fixed, picked) + f" Width 256: the rows of the long table of {source}.",
+        train_loss=True,
+    )
 
 
 def control_table() -> Table:
     rule = LONG_LR[(384, "a")]["dot-product"]
-    return Table("width-control-a-w384", f"Control outside the rule: dot product at width 384 ({LAYERS[384]} layers, "
-                 f"{HEADS['a']} heads of {384 // HEADS['a']}) at two learning rates, {LONG_STEPS} steps (MLM loss)",
-                 CLAIM, ((LABELS["dot-product"], "dot-product"),),
-                 ((f"lr {rule} (the rule's fallback)", long_size(384, "a", rule)),
-                  (f"lr {CONTROL_LR} (talking heads' rate)", long_size(384, "a", CONTROL_LR))), seeds=(0,),
-                 note=f"One seed, the settings of the long table of (a) but the learning rate. Talking heads at lr "
-                      f"{LONG_LR[(384, 'a')]['talking-heads']}, seed 0, is in that table.", train_loss=True)
+    return Table(
+        "width-control-a-w384",
+        f"Control outside the rule: dot product at width 384 ({LAYERS[384]} layers, "
+        f"{HEADS['a']} heads of {384 // HEADS['a']}) at two learning rates, {LONG_STEPS} steps (MLM loss)",
+        CLAIM,
+        ((LABELS["dot-product"], "dot-product"),),
+        (
+            (f"lr {rule} (the rule's fallback)", long_size(384, "a", rule)),
+            (f"lr {CONTROL_LR} (talking heads' rate)", long_size(384, "a", CONTROL_LR)),
+        ),
+        seeds=(0,),
+        note=f"One seed, the settings of the long table of (a) but the learning rate. Talking heads at lr "
+        f"{LONG_LR[(384, 'a')]['talking-heads']}, seed 0, is in that table.",
+        train_loss=True,
+    )
 
 
-TABLES = [*(screen_table(w, claim) for w in NEW_WIDTHS for claim in VARIANTS), *map(long_table, VARIANTS),
-          control_table()]
+TABLES = [
+    *(screen_table(w, claim) for w in NEW_WIDTHS for claim in VARIANTS),
+    *map(long_table, VARIANTS),
+    control_table(),
+]
 # The page's one figure: each variant's paired difference to dot product at the end of the long runs, against width.
-TRENDS = [Trend("width-trend", f"Final held-out loss minus dot product's (paired by seed) against width, "
-                f"{LONG_STEPS} steps: (a) at 16 heads, (c) at 4 heads",
-                tuple((f"({t.name[-1]}) ", t) for t in TABLES if t.name.startswith("width-long-")), WIDTHS, "width")]
+TRENDS = [
+    Trend(
+        "width-trend",
+        f"Final held-out loss minus dot product's (paired by seed) against width, "
+        f"{LONG_STEPS} steps: (a) at 16 heads, (c) at 4 heads",
+        tuple((f"({t.name[-1]}) ", t) for t in TABLES if t.name.startswith("width-long-")),
+        WIDTHS,
+        "width",
+    )
+]
 
 if __name__ == "__main__":
     main(CELLS, "experiments/width_trend.py")

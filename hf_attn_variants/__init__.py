@@ -81,8 +81,9 @@ def _register(config_class, modeling_module) -> None:
     transformers.AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     for auto, target in modeling_module.AUTO_MAP.items():
         if auto != "AutoConfig":
-            getattr(transformers, auto).register(config_class, getattr(modeling_module, target.split(".")[1]),
-                                                 exist_ok=True)
+            getattr(transformers, auto).register(
+                config_class, getattr(modeling_module, target.split(".")[1]), exist_ok=True
+            )
 
 
 _register(VariantBertConfig, modeling_variant_bert)

@@ -153,8 +153,11 @@ class AdminInitCallback(TrainerCallback):
             return
         batch = next(iter(train_dataloader))
         device = next(model.parameters()).device
-        batch = {k: v.to(device) for k, v in batch.items() if k not in ("labels", "next_sentence_label",
-                                                                          "sentence_order_label")}
+        batch = {
+            k: v.to(device)
+            for k, v in batch.items()
+            if k not in ("labels", "next_sentence_label", "sentence_order_label")
+        }
         self.omegas = admin_profile(model, batch)
 
 

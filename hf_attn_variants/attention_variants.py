@@ -144,9 +144,9 @@ def talking_heads_triton(query, *args, **kwargs) -> torch.Tensor:
 
     if query.device.type == "cuda" and not triton_verified_on(query.device):
         logger.warning_once(
-            f"attention_algorithm=\"triton\" is experimental: its kernels have not been verified on "
+            f'attention_algorithm="triton" is experimental: its kernels have not been verified on '
             f"{torch.cuda.get_device_name(query.device)} (benchmarks/gpu_check.py --kernel verifies them). "
-            "attention_algorithm=\"blockwise\" computes the same function in PyTorch with the same O(n) memory."
+            'attention_algorithm="blockwise" computes the same function in PyTorch with the same O(n) memory.'
         )
     return kernel(query, *args, **kwargs)
 
@@ -196,8 +196,20 @@ def talking_heads_algorithm(name: str, device: torch.device, elements: int) -> s
     return "blockwise" if device.type == "cpu" and not torch.compiler.is_compiling() else "eager"
 
 
-def talking_heads_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
-                                    hidden_states, position_bias=None, output_attentions=False, **kwargs):
+def talking_heads_attention_forward(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    *,
+    hidden_states,
+    position_bias=None,
+    output_attentions=False,
+    **kwargs,
+):
     """Talking heads: the formula's arguments (`module.formula_arguments`), computed by the algorithm of
     `TALKING_HEADS_ALGORITHMS` that `attention_algorithm` names ("auto": `talking_heads_algorithm`), the eager one
     where `output_attentions` asks for the weights (which it returns, U after dropout)."""
@@ -270,8 +282,10 @@ class PackedSequences:
         the core per run of equal-length sequences, at the tokens' `positions`. Returns [1, total, h_v, d_v] and no
         weights (the encoders run the padded batch where the weights are asked for)."""
         if kwargs.pop("position_bias", None) is not None or kwargs.pop("output_attentions", False):
-            raise ValueError("Packed sequences attend without a position bias and without returning the weights: "
-                             "run the padded batch (`unpad=False`) for those.")
+            raise ValueError(
+                "Packed sequences attend without a position bias and without returning the weights: "
+                "run the padded batch (`unpad=False`) for those."
+            )
         kwargs.pop("key_positions", None)  # the padded batch's: the packed tokens' are `positions`
         outputs, start = [], 0
         for count, length in self.runs:
@@ -347,8 +361,9 @@ class VariantAttentionCore(nn.Module):
         """Raise a ValueError for n queries over m keys (at `key_positions`, where given) that the type cannot attend
         over."""
 
-    def attention_function(self, attn_implementation: str | None, output_attentions: bool, dropout: float,
-                           device: torch.device) -> AttentionFunction:
+    def attention_function(
+        self, attn_implementation: str | None, output_attentions: bool, dropout: float, device: torch.device
+    ) -> AttentionFunction:
         """The function that computes this type's attention for a call (transformers' attention interface)."""
         raise NotImplementedError
 
@@ -371,15 +386,32 @@ class VariantAttentionCore(nn.Module):
         batch passes their layout, a `PackedSequences`, as `attention_mask`: the type's attention then runs within
         each sequence (`PackedSequences.attend`)."""
         if isinstance(attention_mask, PackedSequences):  # the real tokens of a padded batch: attend per sequence
-            return attention_mask.attend(self, query, key, value, hidden_states, position_bias=position_bias,
-                                         attn_implementation=attn_implementation,
-                                         output_attentions=output_attentions, **kwargs)
+            return attention_mask.attend(
+                self,
+                query,
+                key,
+                value,
+                hidden_states,
+                position_bias=position_bias,
+                attn_implementation=attn_implementation,
+                output_attentions=output_attentions,
+                **kwargs,
+            )
         dropout = self.spec.dropout if self.training else 0.0
         self.check_lengths(hidden_states.shape[1], value.shape[2], kwargs.get("key_positions"))
         attention_forward = self.attention_function(attn_implementation, output_attentions, dropout, value.device)
         return attention_forward(
-            self, query, key, value, attention_mask, scaling=self.scaling, dropout=dropout,
-            position_bias=position_bias, hidden_states=hidden_states, output_attentions=output_attentions, **kwargs,
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=self.scaling,
+            dropout=dropout,
+            position_bias=position_bias,
+            hidden_states=hidden_states,
+            output_attentions=output_attentions,
+            **kwargs,
         )
 
 
@@ -393,8 +425,9 @@ class DotProductAttention(VariantAttentionCore):
 
 
 @recomputed_while_training
-def dot_product_eager_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
-                              position_bias=None, **kwargs):
+def dot_product_eager_forward(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, *, position_bias=None, **kwargs
+):
     """softmax(q k^T * s + mask (+ position bias)) v with the weights, as transformers' `eager_attention_forward`
     (plus T5's position bias, a causal mask where none is given, half-precision softmax in float32)."""
     scaling = module.scaling if scaling is None else scaling
@@ -462,7 +495,9 @@ class TalkingHeadsAttention(VariantAttentionCore):
         b, n = x.shape[:2]
         d_k, d_v = spec.key_head_size, spec.value_head_size
         h_k, h, h_v = spec.num_key_heads, spec.num_heads, spec.num_value_heads
-        maps = dict(pre_proj=getattr(self, "pre_softmax_proj", None), post_proj=getattr(self, "post_softmax_proj", None))
+        maps = dict(
+            pre_proj=getattr(self, "pre_softmax_proj", None), post_proj=getattr(self, "post_softmax_proj", None)
+        )
         if "x2l" in spec.dynamic:
             maps["x2l"] = (x @ self.dynamic_x2l.to(x.dtype)).view(b, n, h_k, h)
         if "m2l" in spec.dynamic:
@@ -514,8 +549,15 @@ class SynthesizerAttention(VariantAttentionCore):
     @torch.no_grad()
     def init_variant_weights(self, std: float) -> None:
         spec = self.spec
-        for name in ("synthesizer_hidden_weight", "dense_weight", "factorized_dense_a", "factorized_dense_b",
-                     "random_logits", "factorized_random_r1", "factorized_random_r2"):
+        for name in (
+            "synthesizer_hidden_weight",
+            "dense_weight",
+            "factorized_dense_a",
+            "factorized_dense_b",
+            "random_logits",
+            "factorized_random_r1",
+            "factorized_random_r2",
+        ):
             if hasattr(self, name):
                 init.normal_(getattr(self, name), std=std)
         for name in ("synthesizer_hidden_bias", "dense_bias"):
@@ -523,8 +565,9 @@ class SynthesizerAttention(VariantAttentionCore):
                 init.zeros_(getattr(self, name))
         if hasattr(self, "mixture_weights"):
             if spec.mixture_init == "dot_product":  # warm start: equals dot-product attention, still learns
-                init.copy_(self.mixture_weights,
-                           torch.tensor([1.0 if c == "dot_product" else 0.0 for c in spec.components]))
+                init.copy_(
+                    self.mixture_weights, torch.tensor([1.0 if c == "dot_product" else 0.0 for c in spec.components])
+                )
             else:
                 init.constant_(self.mixture_weights, 1.0 / len(spec.components))
 
@@ -572,7 +615,9 @@ class SynthesizerAttention(VariantAttentionCore):
 
     def dense_hidden(self, x):
         """relu(x W1^T + b1) per head: [b, n, d] -> [b, h, n, d_h]."""
-        hidden = F.relu(F.linear(x, self.synthesizer_hidden_weight.to(x.dtype), self.synthesizer_hidden_bias.to(x.dtype)))
+        hidden = F.relu(
+            F.linear(x, self.synthesizer_hidden_weight.to(x.dtype), self.synthesizer_hidden_bias.to(x.dtype))
+        )
         return hidden.view(x.shape[0], x.shape[1], self.spec.num_heads, -1).transpose(1, 2)
 
     def dense_keys(self, cols):
@@ -619,8 +664,9 @@ def _pairs(table: torch.Tensor, rows, cols) -> torch.Tensor:
     return table[:, rows[:, :, None], cols[:, None, :]].movedim(1, 0)
 
 
-def synthesizer_logits(core: "SynthesizerAttention", query, key, x, scaling: float,
-                       key_positions: torch.Tensor | None = None) -> torch.Tensor:
+def synthesizer_logits(
+    core: "SynthesizerAttention", query, key, x, scaling: float, key_positions: torch.Tensor | None = None
+) -> torch.Tensor:
     """sum_c alpha_c S_c over the components, [b or 1, h, n, m] (masks are added by the caller); the synthetic ones
     read their tables at the positions of `synthesizer_positions`."""
     spec = core.spec
@@ -642,8 +688,11 @@ def synthesizer_logits(core: "SynthesizerAttention", query, key, x, scaling: flo
         elif comp == "random":
             terms.append(_pairs(core.random_logits, rows, cols))
         else:  # factorized_random: R1 R2^T, rank k
-            terms.append(torch.matmul(_at(core.factorized_random_r1, rows),
-                                      _at(core.factorized_random_r2, cols).transpose(2, 3)))
+            terms.append(
+                torch.matmul(
+                    _at(core.factorized_random_r1, rows), _at(core.factorized_random_r2, cols).transpose(2, 3)
+                )
+            )
     if len(terms) == 1:
         return terms[0].to(x.dtype)
     alpha = core.mixture_alpha()
@@ -671,8 +720,20 @@ def _factorized_dense_logits(heads, cols, m: int) -> torch.Tensor:
 
 
 @recomputed_while_training
-def synthesizer_eager_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
-                              hidden_states, position_bias=None, key_positions=None, **kwargs):
+def synthesizer_eager_forward(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    *,
+    hidden_states,
+    position_bias=None,
+    key_positions=None,
+    **kwargs,
+):
     """The synthesizer with its weights: softmax(`synthesizer_logits` + mask (+ position bias)) v."""
     scaling = module.scaling if scaling is None else scaling
     logits = synthesizer_logits(module, query, key, hidden_states, scaling, key_positions)  # [b or 1, h, n, m]
@@ -686,8 +747,20 @@ def synthesizer_eager_forward(module, query, key, value, attention_mask, scaling
 SDPA_PER_ROW_ELEMENTS = 1 << 20
 
 
-def synthesizer_sdpa_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
-                             hidden_states, position_bias=None, key_positions=None, **kwargs):
+def synthesizer_sdpa_forward(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    *,
+    hidden_states,
+    position_bias=None,
+    key_positions=None,
+    **kwargs,
+):
     """The synthesizer without its weights in memory where it can avoid them (SDPA's fused kernel); returns none.
 
     `synthesizer_sdpa_terms` writes the mixture as a dot product q' . k' (dot product, dense) plus an additive bias
@@ -700,10 +773,16 @@ def synthesizer_sdpa_forward(module, query, key, value, attention_mask, scaling=
     x = hidden_states
     b, n, m = x.shape[0], x.shape[1], value.shape[2]
     rows, cols = synthesizer_positions(key_positions, n, m)
-    q, k, bias, factorized = synthesizer_sdpa_terms(module, query, key, x, module.scaling if scaling is None
-                                                    else scaling, rows, cols)
-    per_row = (not torch.is_grad_enabled() and dropout == 0.0 and not torch.compiler.is_compiling()
-               and isinstance(cols, slice) and b * value.shape[1] * n * m >= SDPA_PER_ROW_ELEMENTS)
+    q, k, bias, factorized = synthesizer_sdpa_terms(
+        module, query, key, x, module.scaling if scaling is None else scaling, rows, cols
+    )
+    per_row = (
+        not torch.is_grad_enabled()
+        and dropout == 0.0
+        and not torch.compiler.is_compiling()
+        and isinstance(cols, slice)
+        and b * value.shape[1] * n * m >= SDPA_PER_ROW_ELEMENTS
+    )
     lengths = padding_lengths(attention_mask, b) if per_row else None
     per_row = per_row and (lengths is not None or factorized is not None)
     if factorized is not None and not per_row:
@@ -720,8 +799,9 @@ def synthesizer_sdpa_forward(module, query, key, value, attention_mask, scaling=
     q, k, v = (t if t is None or t.shape[-1] == width else F.pad(t, (0, width - t.shape[-1])) for t in (q, k, value))
     if per_row:
         return _synthesizer_rows(q, k, v, mask, factorized, cols, lengths, n)[..., :d_v], None
-    out = F.scaled_dot_product_attention(q, k.expand(b, -1, -1, -1), v, attn_mask=mask, dropout_p=dropout,
-                                         is_causal=is_causal, scale=1.0)  # a k' of batch 1 expanded: fused
+    out = F.scaled_dot_product_attention(
+        q, k.expand(b, -1, -1, -1), v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal, scale=1.0
+    )  # a k' of batch 1 expanded: fused
     return out[..., :d_v].transpose(1, 2).contiguous(), None
 
 
@@ -760,13 +840,20 @@ def _synthesizer_rows(q, k, v, mask, factorized, cols: slice, lengths: list[int]
             row = torch.matmul(softmax_keys(row_mask, in_place=True), v[i, :, :keys])  # [h, n, w]
         else:
             j = i if k.shape[0] > 1 else 0
-            row = F.scaled_dot_product_attention(q[i : i + 1], k[j : j + 1, :, :keys], v[i : i + 1, :, :keys],
-                                                 attn_mask=None if row_mask is None else row_mask[None], scale=1.0)[0]
+            row = F.scaled_dot_product_attention(
+                q[i : i + 1],
+                k[j : j + 1, :, :keys],
+                v[i : i + 1, :, :keys],
+                attn_mask=None if row_mask is None else row_mask[None],
+                scale=1.0,
+            )[0]
         out[i] = row.transpose(0, 1)
     return out
 
 
-def _row_logits(factorized, i: int, cols: slice, keys: int, row_mask, buffer: torch.Tensor, heads_rows) -> torch.Tensor:
+def _row_logits(
+    factorized, i: int, cols: slice, keys: int, row_mask, buffer: torch.Tensor, heads_rows
+) -> torch.Tensor:
     """Batch row i's logits over its first `keys` keys, [h, n, keys] (`heads_rows` = (h, n)), in the flat `buffer`:
     its factorized dense logits A[i, j // nb] B[i, j % nb] at the keys' positions `cols` plus `row_mask`, or
     `row_mask` alone."""
@@ -838,8 +925,9 @@ class GeneralBilinearAttention(VariantAttentionCore):
 
 
 @recomputed_while_training
-def general_bilinear_eager_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
-                                   position_bias=None, **kwargs):
+def general_bilinear_eager_forward(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, *, position_bias=None, **kwargs
+):
     """h heads over the memory shared by all ([b, 1, m, d] keys and values), the heads folded into the query rows:
     the output [b, n, h, d] and the weights that multiply the memory, dropout(softmax(q m^T * s + mask))
     [b, h, n, m]."""

@@ -69,64 +69,64 @@ def pop_retired_sparse_prediction(kwargs: dict) -> None:
 @dataclass
 class VariantAttentionFields:
     r"""
-        attention_type (`str`, defaults to `"dot_product"`):
-            ATTENTION_TYPES_HELP
-        attention_head_size (`int`, *optional*):
-            Size of each query/key/value head. Defaults to `hidden_size // heads` (for talking heads, `hidden_size //
-            h_k` for queries/keys and `hidden_size // h_v` for values), so the projections keep the upstream shapes.
-            General bilinear heads are always `hidden_size` wide.
-        attention_recompute (`bool`, defaults to `False`):
-            Recompute the attention core (logits, softmax, head maps) in the backward pass instead of storing it:
-            less activation memory for some extra compute. Talking heads and eager synthesizers (the blockwise and
-            Triton talking-heads algorithms, see `attention_algorithm`, recompute their blocks in any case).
-        attention_algorithm (`str`, defaults to `"auto"`):
-            How talking-heads attention is computed (the same function, to float rounding): `"eager"` materialises
-            the [batch, heads, n, m] logits and weights, as the other types do; `"blockwise"` runs one block of
-            queries at a time in forward and again in backward, so no n x m tensor outlives its block (PyTorch, any
-            device; O(n) activation memory); `"triton"` is the same algorithm as a fused Triton kernel, experimental
-            (needs triton >= 3.9 and a GPU, or `TRITON_INTERPRET=1`; not yet verified on a GPU); `"auto"` runs only
-            verified code: on any device `"blockwise"` while training (or where the eager core's [batch, heads, n,
-            m] buffer would pass 2^26 elements) and `"eager"` without gradients, and `"triton"` only on a GPU where
-            `benchmarks/gpu_check.py --kernel` has passed (`attention_variants.TRITON_VERIFIED_GPUS`). Returning the
-            attention weights (`output_attentions=True`) always runs the eager path. A value other than `"auto"`
-            needs talking heads in some place of the model.
-        talking_heads_num_key_heads (`int`, *optional*):
-            h_k, the query/key heads. Defaults to `num_attention_heads` (h, the logits/softmax heads).
-        talking_heads_num_value_heads (`int`, *optional*):
-            h_v, the value heads. Defaults to `num_attention_heads`.
-        talking_heads_pre_softmax (`bool`, defaults to `True`):
-            Learn the map P_l[h_k, h] across heads applied to the logits before the softmax.
-        talking_heads_post_softmax (`bool`, defaults to `True`):
-            Learn the map P_w[h, h_v] across heads applied to the weights after the softmax.
-        talking_heads_init (`str`, defaults to `"paper"`):
-            `"paper"`: truncated normal with std 1/sqrt(h_in), as the original code. `"identity"`: the model equals
-            ordinary multi-head attention at init (needs h_k = h = h_v); use it to warm-start from a vanilla checkpoint.
-        talking_heads_dynamic (`list[str]`, defaults to `[]`):
-            Input-dependent projections added to the static maps, any subset of `"x2l"`, `"m2l"` (logits, from the
-            query input and the memory input) and `"x2w"`, `"m2w"` (weights).
-        synthesizer_components (`list[str]`, defaults to `["dense"]`):
-            The synthetic attention(s): `"dense"`, `"random"`, `"factorized_dense"`, `"factorized_random"`, and
-            `"dot_product"` to mix with ordinary attention. Two or more components form a learned mixture.
-        synthesizer_max_position (`int`, *optional*):
-            The longest sequence a synthesizer attends over. Defaults to `max_position_embeddings` (512 in T5).
-        synthesizer_random_trainable (`bool`, defaults to `True`):
-            Train the random (and factorized random) matrices; `False` keeps them fixed (still saved).
-        synthesizer_factorized_rank (`int`, defaults to 8):
-            Rank k of the factorized random synthesizer R = R1 R2^T.
-        synthesizer_dense_factors (`list[int]`, *optional*):
-            (a, b) with a * b = `synthesizer_max_position` for the factorized dense synthesizer. Defaults to the
-            most balanced pair.
-        synthesizer_mixture_normalize (`bool`, defaults to `True`):
-            Mixture weights that sum to one (the paper's form), as `alpha = w + (1 - sum(w)) / C` for the C learned
-            weights `w` (no division: every value of `w` is valid); `False` uses `w` as it is.
-        synthesizer_mixture_init (`str`, defaults to `"uniform"`):
-            `"uniform"`: every component starts at the same weight. `"dot_product"`: the dot product starts at 1 and
-            the synthetic components at 0, so a model warm-started from a vanilla checkpoint equals it at init and
-            the synthetic weights still learn.
-        admin (`bool`, defaults to `False`):
-            Admin residuals (Liu et al. 2020) in a Post-LN family: each residual becomes `LN(omega * x + f(x))` with a
-            per-width parameter `omega` that starts at 1 (the ordinary model, exactly); `hf_attn_variants.admin`
-            profiles a batch to set it. T5 is Pre-LN and refuses it.
+    attention_type (`str`, defaults to `"dot_product"`):
+        ATTENTION_TYPES_HELP
+    attention_head_size (`int`, *optional*):
+        Size of each query/key/value head. Defaults to `hidden_size // heads` (for talking heads, `hidden_size //
+        h_k` for queries/keys and `hidden_size // h_v` for values), so the projections keep the upstream shapes.
+        General bilinear heads are always `hidden_size` wide.
+    attention_recompute (`bool`, defaults to `False`):
+        Recompute the attention core (logits, softmax, head maps) in the backward pass instead of storing it:
+        less activation memory for some extra compute. Talking heads and eager synthesizers (the blockwise and
+        Triton talking-heads algorithms, see `attention_algorithm`, recompute their blocks in any case).
+    attention_algorithm (`str`, defaults to `"auto"`):
+        How talking-heads attention is computed (the same function, to float rounding): `"eager"` materialises
+        the [batch, heads, n, m] logits and weights, as the other types do; `"blockwise"` runs one block of
+        queries at a time in forward and again in backward, so no n x m tensor outlives its block (PyTorch, any
+        device; O(n) activation memory); `"triton"` is the same algorithm as a fused Triton kernel, experimental
+        (needs triton >= 3.9 and a GPU, or `TRITON_INTERPRET=1`; not yet verified on a GPU); `"auto"` runs only
+        verified code: on any device `"blockwise"` while training (or where the eager core's [batch, heads, n,
+        m] buffer would pass 2^26 elements) and `"eager"` without gradients, and `"triton"` only on a GPU where
+        `benchmarks/gpu_check.py --kernel` has passed (`attention_variants.TRITON_VERIFIED_GPUS`). Returning the
+        attention weights (`output_attentions=True`) always runs the eager path. A value other than `"auto"`
+        needs talking heads in some place of the model.
+    talking_heads_num_key_heads (`int`, *optional*):
+        h_k, the query/key heads. Defaults to `num_attention_heads` (h, the logits/softmax heads).
+    talking_heads_num_value_heads (`int`, *optional*):
+        h_v, the value heads. Defaults to `num_attention_heads`.
+    talking_heads_pre_softmax (`bool`, defaults to `True`):
+        Learn the map P_l[h_k, h] across heads applied to the logits before the softmax.
+    talking_heads_post_softmax (`bool`, defaults to `True`):
+        Learn the map P_w[h, h_v] across heads applied to the weights after the softmax.
+    talking_heads_init (`str`, defaults to `"paper"`):
+        `"paper"`: truncated normal with std 1/sqrt(h_in), as the original code. `"identity"`: the model equals
+        ordinary multi-head attention at init (needs h_k = h = h_v); use it to warm-start from a vanilla checkpoint.
+    talking_heads_dynamic (`list[str]`, defaults to `[]`):
+        Input-dependent projections added to the static maps, any subset of `"x2l"`, `"m2l"` (logits, from the
+        query input and the memory input) and `"x2w"`, `"m2w"` (weights).
+    synthesizer_components (`list[str]`, defaults to `["dense"]`):
+        The synthetic attention(s): `"dense"`, `"random"`, `"factorized_dense"`, `"factorized_random"`, and
+        `"dot_product"` to mix with ordinary attention. Two or more components form a learned mixture.
+    synthesizer_max_position (`int`, *optional*):
+        The longest sequence a synthesizer attends over. Defaults to `max_position_embeddings` (512 in T5).
+    synthesizer_random_trainable (`bool`, defaults to `True`):
+        Train the random (and factorized random) matrices; `False` keeps them fixed (still saved).
+    synthesizer_factorized_rank (`int`, defaults to 8):
+        Rank k of the factorized random synthesizer R = R1 R2^T.
+    synthesizer_dense_factors (`list[int]`, *optional*):
+        (a, b) with a * b = `synthesizer_max_position` for the factorized dense synthesizer. Defaults to the
+        most balanced pair.
+    synthesizer_mixture_normalize (`bool`, defaults to `True`):
+        Mixture weights that sum to one (the paper's form), as `alpha = w + (1 - sum(w)) / C` for the C learned
+        weights `w` (no division: every value of `w` is valid); `False` uses `w` as it is.
+    synthesizer_mixture_init (`str`, defaults to `"uniform"`):
+        `"uniform"`: every component starts at the same weight. `"dot_product"`: the dot product starts at 1 and
+        the synthetic components at 0, so a model warm-started from a vanilla checkpoint equals it at init and
+        the synthetic weights still learn.
+    admin (`bool`, defaults to `False`):
+        Admin residuals (Liu et al. 2020) in a Post-LN family: each residual becomes `LN(omega * x + f(x))` with a
+        per-width parameter `omega` that starts at 1 (the ordinary model, exactly); `hf_attn_variants.admin`
+        profiles a batch to set it. T5 is Pre-LN and refuses it.
     """
 
     attention_type: str = "dot_product"
@@ -274,8 +274,12 @@ def _field(config, name):
 # A resolver returns the fields of its type's spec beyond `common` (the fields every type shares).
 def _resolve_dot_product(config, common: dict) -> dict:
     size = _head_width(config, "num_attention_heads", common["num_heads"])
-    return dict(num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=size,
-                value_head_size=size)
+    return dict(
+        num_key_heads=common["num_heads"],
+        num_value_heads=common["num_heads"],
+        key_head_size=size,
+        value_head_size=size,
+    )
 
 
 def _resolve_talking_heads(config, common: dict) -> dict:
@@ -308,10 +312,14 @@ def _resolve_talking_heads(config, common: dict) -> dict:
     if any(d in dynamic for d in ("x2w", "m2w")) and not post:
         raise ValueError("Dynamic weights projections (x2w, m2w) need `talking_heads_post_softmax`=True.")
     return dict(
-        num_key_heads=h_k, num_value_heads=h_v,
+        num_key_heads=h_k,
+        num_value_heads=h_v,
         key_head_size=_head_width(config, "talking_heads_num_key_heads", h_k),
         value_head_size=_head_width(config, "talking_heads_num_value_heads", h_v),
-        pre_softmax=pre, post_softmax=post, talking_heads_init=th_init, dynamic=dynamic,
+        pre_softmax=pre,
+        post_softmax=post,
+        talking_heads_init=th_init,
+        dynamic=dynamic,
     )
 
 
@@ -348,10 +356,16 @@ def _resolve_synthesizer(config, common: dict) -> dict:
         raise ValueError(f"`synthesizer_factorized_rank` must be a positive integer, got {rank!r}.")
     size = _head_width(config, "num_attention_heads", common["num_heads"])
     return dict(
-        num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=size,
-        value_head_size=size, components=components, max_position=max_position,
-        random_trainable=bool(_field(config, "synthesizer_random_trainable")), factorized_rank=rank,
-        dense_factors=factors, mixture_normalize=bool(_field(config, "synthesizer_mixture_normalize")),
+        num_key_heads=common["num_heads"],
+        num_value_heads=common["num_heads"],
+        key_head_size=size,
+        value_head_size=size,
+        components=components,
+        max_position=max_position,
+        random_trainable=bool(_field(config, "synthesizer_random_trainable")),
+        factorized_rank=rank,
+        dense_factors=factors,
+        mixture_normalize=bool(_field(config, "synthesizer_mixture_normalize")),
         mixture_init=mixture_init,
     )
 
@@ -365,8 +379,9 @@ def _resolve_general_bilinear(config, common: dict) -> dict:
             f"memory itself is the keys and values. Unset `attention_head_size` (got {head_size})."
         )
     d = config.hidden_size
-    return dict(num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=d,
-                value_head_size=d)
+    return dict(
+        num_key_heads=common["num_heads"], num_value_heads=common["num_heads"], key_head_size=d, value_head_size=d
+    )
 
 
 # ------------------------------------------------------------------------------------------------ the attention types
@@ -457,21 +472,29 @@ def register_attention_type(entry: AttentionType) -> AttentionType:
     if name in ATTENTION_REGISTRY:
         raise ValueError(f"The attention type {name!r} is already registered; choose another name.")
     if not (isinstance(entry.spec, type) and issubclass(entry.spec, AttentionSpec)) or not entry.help:
-        raise ValueError(f"Attention type {name!r}: give a one-phrase `help` and an `AttentionSpec` subclass as "
-                         f"`spec` (got {entry.spec!r}).")
+        raise ValueError(
+            f"Attention type {name!r}: give a one-phrase `help` and an `AttentionSpec` subclass as "
+            f"`spec` (got {entry.spec!r})."
+        )
     named = {*(entry.warm_start or {}), *(entry.warm_start_needs or {}), *entry.exclusive_fields, entry.length_field}
     if named - known - {None}:
-        raise ValueError(f"Attention type {name!r} names {sorted(named - known - {None})}, which are not attention "
-                         "config fields (`VariantAttentionFields`).")
+        raise ValueError(
+            f"Attention type {name!r} names {sorted(named - known - {None})}, which are not attention "
+            "config fields (`VariantAttentionFields`)."
+        )
     own = {*entry.exclusive_fields, entry.length_field} - {None}
     if not own <= set(entry.config_fields):
-        raise ValueError(f"Attention type {name!r}: {sorted(own - set(entry.config_fields))} must be fields of its "
-                         f"own, named with its `field_prefix` ({entry.field_prefix!r}).")
+        raise ValueError(
+            f"Attention type {name!r}: {sorted(own - set(entry.config_fields))} must be fields of its "
+            f"own, named with its `field_prefix` ({entry.field_prefix!r})."
+        )
     if not set(entry.algorithms) <= set(ATTENTION_ALGORITHMS[1:]):
         raise ValueError(f"Attention type {name!r}: `algorithms` must be among {ATTENTION_ALGORITHMS[1:]}.")
     if bool(entry.warm_start_help) != (entry.warm_start is not None):
-        raise ValueError(f"Attention type {name!r}: `warm_start_help` describes `warm_start` for the command line; "
-                         "give both or neither.")
+        raise ValueError(
+            f"Attention type {name!r}: `warm_start_help` describes `warm_start` for the command line; "
+            "give both or neither."
+        )
     ATTENTION_REGISTRY[name] = entry
     return entry
 
@@ -487,40 +510,66 @@ def _synthesizer_card_key(config: dict) -> str:
 _TALKING_HEADS_PAPER = "Talking-Heads Attention (Shazeer et al., 2020)"
 _SYNTHESIZER_PAPER = "Synthesizer: Rethinking Self-Attention for Transformer Models (Tay et al., 2021)"
 
-register_attention_type(AttentionType(
-    "dot_product", "ordinary scaled dot-product multi-head attention, as in the upstream model",
-    core="DotProductAttention", warm_start={},
-    warm_start_help="a plain variant checkpoint (e.g. to train with admin=True)",
-))
-register_attention_type(AttentionType(
-    "talking_heads", "talking-heads attention, learned maps across the heads before and after the softmax",
-    core="TalkingHeadsAttention", spec=TalkingHeadsSpec, resolve=_resolve_talking_heads,
-    warm_start={"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
-    exclusive_fields=("talking_heads_dynamic",), algorithms=ATTENTION_ALGORITHMS[1:],
-    presets={"talking-heads": {"talking_heads_init": "paper"}}, paper=_TALKING_HEADS_PAPER,
-    warm_start_help="identity head maps", field_prefix="talking_heads_",
-))
-register_attention_type(AttentionType(
-    "synthesizer", "Synthesizer attention, weights synthesized without query-key dot products or mixed with them "
-    "(self-attention only)",
-    core="SynthesizerAttention", spec=SynthesizerSpec, resolve=_resolve_synthesizer,
-    warm_start={"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
-    warm_start_needs={"synthesizer_components": "dot_product"},
-    self_attention_only="a synthetic alignment between the decoder and an encoder sequence of unrelated length has "
-                        "no meaning",
-    presets={"synthesizer-dense": {"synthesizer_components": ["dense"]},
-             "synthesizer-random": {"synthesizer_components": ["random"]},
-             "synthesizer-mixture": {"synthesizer_components": ["dot_product", "random"]}},
-    card_key=_synthesizer_card_key, paper=_SYNTHESIZER_PAPER,
-    warm_start_help="a mixture with the dot product that starts as the dot product",
-    field_prefix="synthesizer_", length_field="synthesizer_max_position",
-))
-register_attention_type(AttentionType(
-    "general_bilinear", "general bilinear attention, h heads each a full d x d bilinear form (no key or value "
-    "projection, the memory itself is the keys and the values)",
-    core="GeneralBilinearAttention", spec=GeneralBilinearSpec, resolve=_resolve_general_bilinear,
-    paper=_TALKING_HEADS_PAPER,
-))
+register_attention_type(
+    AttentionType(
+        "dot_product",
+        "ordinary scaled dot-product multi-head attention, as in the upstream model",
+        core="DotProductAttention",
+        warm_start={},
+        warm_start_help="a plain variant checkpoint (e.g. to train with admin=True)",
+    )
+)
+register_attention_type(
+    AttentionType(
+        "talking_heads",
+        "talking-heads attention, learned maps across the heads before and after the softmax",
+        core="TalkingHeadsAttention",
+        spec=TalkingHeadsSpec,
+        resolve=_resolve_talking_heads,
+        warm_start={"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
+        exclusive_fields=("talking_heads_dynamic",),
+        algorithms=ATTENTION_ALGORITHMS[1:],
+        presets={"talking-heads": {"talking_heads_init": "paper"}},
+        paper=_TALKING_HEADS_PAPER,
+        warm_start_help="identity head maps",
+        field_prefix="talking_heads_",
+    )
+)
+register_attention_type(
+    AttentionType(
+        "synthesizer",
+        "Synthesizer attention, weights synthesized without query-key dot products or mixed with them "
+        "(self-attention only)",
+        core="SynthesizerAttention",
+        spec=SynthesizerSpec,
+        resolve=_resolve_synthesizer,
+        warm_start={"synthesizer_mixture_init": "dot_product"},  # dot product weight 1, synthetic weights 0
+        warm_start_needs={"synthesizer_components": "dot_product"},
+        self_attention_only="a synthetic alignment between the decoder and an encoder sequence of unrelated length has "
+        "no meaning",
+        presets={
+            "synthesizer-dense": {"synthesizer_components": ["dense"]},
+            "synthesizer-random": {"synthesizer_components": ["random"]},
+            "synthesizer-mixture": {"synthesizer_components": ["dot_product", "random"]},
+        },
+        card_key=_synthesizer_card_key,
+        paper=_SYNTHESIZER_PAPER,
+        warm_start_help="a mixture with the dot product that starts as the dot product",
+        field_prefix="synthesizer_",
+        length_field="synthesizer_max_position",
+    )
+)
+register_attention_type(
+    AttentionType(
+        "general_bilinear",
+        "general bilinear attention, h heads each a full d x d bilinear form (no key or value "
+        "projection, the memory itself is the keys and the values)",
+        core="GeneralBilinearAttention",
+        spec=GeneralBilinearSpec,
+        resolve=_resolve_general_bilinear,
+        paper=_TALKING_HEADS_PAPER,
+    )
+)
 ATTENTION_TYPES = tuple(ATTENTION_REGISTRY)  # the package's own types, in order (a later registration is not here)
 # ordinary attention, the default: what a self-attention-only type's model attends across with, what convert starts
 # from and what an Admin model exports to
@@ -528,13 +577,21 @@ BASELINE_ATTENTION = VARIANT_CONFIG_DEFAULTS["attention_type"]
 
 
 def describe_attention_types() -> str:
-    """"name: help; ..." for every registered attention type, for help texts."""
+    """ "name: help; ..." for every registered attention type, for help texts."""
     return "; ".join(f"{name}: {entry.help}" for name, entry in ATTENTION_REGISTRY.items())
 
-VariantAttentionFields.__doc__ = VariantAttentionFields.__doc__.replace("ATTENTION_TYPES_HELP", "One of:" + "".join(
-    "\n" + textwrap.fill(f'`"{name}"`: {entry.help}.', width=120, initial_indent=" " * 12 + "- ",
-                          subsequent_indent=" " * 14)
-    for name, entry in ATTENTION_REGISTRY.items()))
+
+VariantAttentionFields.__doc__ = VariantAttentionFields.__doc__.replace(
+    "ATTENTION_TYPES_HELP",
+    "One of:"
+    + "".join(
+        "\n"
+        + textwrap.fill(
+            f'`"{name}"`: {entry.help}.', width=120, initial_indent=" " * 12 + "- ", subsequent_indent=" " * 14
+        )
+        for name, entry in ATTENTION_REGISTRY.items()
+    ),
+)
 VARIANT_CONFIG_DOCSTRING = VariantAttentionFields.__doc__
 # The field of the encoder families' configs (BERT, ALBERT; T5 has none), documented once for both docstrings: how
 # their encoder runs a padded batch (`modeling_variant_utils.unpadded`, docs/unpadding.md).
@@ -575,8 +632,14 @@ def place_attention_type(config, place: str) -> str:
     return attention_type
 
 
-def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bool = False, attention_type=None,
-                      scaling: float | None = None) -> AttentionSpec:
+def resolve_attention(
+    config,
+    *,
+    is_causal: bool = False,
+    is_cross_attention: bool = False,
+    attention_type=None,
+    scaling: float | None = None,
+) -> AttentionSpec:
     """The `AttentionSpec` of one layer (`attention_type` overrides the config's, for a family that chooses per
     place). A cross-attention layer's type is `cross_attention_type`'s (a synthesizer model attends across with dot
     product). `scaling` replaces d_k^-0.5 (T5 uses 1.0)."""
@@ -596,7 +659,9 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
                 )
     algorithm = _field(config, "attention_algorithm")
     _choice("attention_algorithm", algorithm, ATTENTION_ALGORITHMS)
-    if algorithm != "auto" and not any(algorithm in getattr(ATTENTION_REGISTRY.get(t), "algorithms", ()) for t in used):
+    if algorithm != "auto" and not any(
+        algorithm in getattr(ATTENTION_REGISTRY.get(t), "algorithms", ()) for t in used
+    ):
         takers = [name for name, entry in ATTENTION_REGISTRY.items() if algorithm in entry.algorithms]
         raise ValueError(
             f"`attention_algorithm`={algorithm!r} applies to attention_type {', '.join(map(repr, takers))}, which no "
@@ -614,13 +679,32 @@ def resolve_attention(config, *, is_causal: bool = False, is_cross_attention: bo
     head_size = _field(config, "attention_head_size")
     if head_size is not None and (not isinstance(head_size, int) or head_size < 1):
         raise ValueError(f"`attention_head_size` must be a positive integer or None, got {head_size!r}.")
-    common = dict(attention_type=attention_type, hidden_size=config.hidden_size, num_heads=heads,
-                  dropout=config.attention_probs_dropout_prob, is_causal=is_causal, scaling=scaling,
-                  recompute=bool(_field(config, "attention_recompute")), algorithm=algorithm)
+    common = dict(
+        attention_type=attention_type,
+        hidden_size=config.hidden_size,
+        num_heads=heads,
+        dropout=config.attention_probs_dropout_prob,
+        is_causal=is_causal,
+        scaling=scaling,
+        recompute=bool(_field(config, "attention_recompute")),
+        algorithm=algorithm,
+    )
     entry = ATTENTION_REGISTRY[attention_type]
     return entry.spec(**common, **entry.resolve(config, common))
 
 
-__all__ = ["ATTENTION_REGISTRY", "ATTENTION_TYPES", "AttentionSpec", "AttentionType", "BASELINE_ATTENTION",
-           "SUPPORTED_TRANSFORMERS", "UNPAD_DOCSTRING", "VariantAttentionFields", "cross_attention_type",
-           "describe_attention_types", "place_attention_type", "register_attention_type", "resolve_attention"]
+__all__ = [
+    "ATTENTION_REGISTRY",
+    "ATTENTION_TYPES",
+    "AttentionSpec",
+    "AttentionType",
+    "BASELINE_ATTENTION",
+    "SUPPORTED_TRANSFORMERS",
+    "UNPAD_DOCSTRING",
+    "VariantAttentionFields",
+    "cross_attention_type",
+    "describe_attention_types",
+    "place_attention_type",
+    "register_attention_type",
+    "resolve_attention",
+]

@@ -44,12 +44,13 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
 )
 # attention_type -> the config fields that make the variant start as the original model (the types with a warm start)
-FUNCTION_PRESERVING = {name: entry.warm_start for name, entry in ATTENTION_REGISTRY.items()
-                       if entry.warm_start is not None}
+FUNCTION_PRESERVING = {
+    name: entry.warm_start for name, entry in ATTENTION_REGISTRY.items() if entry.warm_start is not None
+}
 
 
 def _either(families: dict, attribute: str) -> str:
-    """"BERT, ALBERT or T5" from a families table."""
+    """ "BERT, ALBERT or T5" from a families table."""
     names = [getattr(f, attribute) for f in families.values()]
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
@@ -119,8 +120,10 @@ def checkpoint_shapes(folder) -> dict[str, tuple[int, ...]]:
     from safetensors import safe_open
 
     folder = Path(folder)
-    for index, single in (("model.safetensors.index.json", "model.safetensors"),
-                          ("pytorch_model.bin.index.json", "pytorch_model.bin")):
+    for index, single in (
+        ("model.safetensors.index.json", "model.safetensors"),
+        ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+    ):
         if (folder / index).is_file():
             files = sorted(set(json.loads((folder / index).read_text())["weight_map"].values()))
             break
@@ -139,8 +142,9 @@ def checkpoint_shapes(folder) -> dict[str, tuple[int, ...]]:
                 state = torch.load(folder / name, map_location="cpu", weights_only=True, mmap=True)
                 shapes.update({key: tuple(value.shape) for key, value in state.items()})
         except Exception as error:  # truncated or corrupted: safetensors and torch raise their own types
-            raise ValueError(f"{folder / name} is not a readable weights file ({type(error).__name__}: {error}).") \
-                from error
+            raise ValueError(
+                f"{folder / name} is not a readable weights file ({type(error).__name__}: {error})."
+            ) from error
     return shapes
 
 
@@ -148,8 +152,11 @@ def weights_report(model, shapes: dict) -> tuple[list[str], list[str]]:
     """(missing, mismatched): the model's tensors that the checkpoint with these `shapes` does not provide (tied
     copies of a provided tensor excepted), and those whose shape differs from the checkpoint's."""
     state = model.state_dict()
-    mismatched = [f"{key}: checkpoint {shapes[key]}, config {tuple(value.shape)}"
-                  for key, value in state.items() if key in shapes and tuple(value.shape) != shapes[key]]
+    mismatched = [
+        f"{key}: checkpoint {shapes[key]}, config {tuple(value.shape)}"
+        for key, value in state.items()
+        if key in shapes and tuple(value.shape) != shapes[key]
+    ]
     provided = {state[key].data_ptr() for key in shapes if key in state}
     missing = [key for key, value in state.items() if key not in shapes and value.data_ptr() not in provided]
     return sorted(missing), mismatched
@@ -225,10 +232,16 @@ def _variant_setup(source: Path, attention_type, synthesizer_components, archite
         )
     prefix = FAMILIES[model_type].prefix
     architecture = architecture or (config.get("architectures") or [f"{prefix}Model"])[0]
-    if not (architecture.startswith(prefix) and hasattr(transformers, architecture)
-            and hasattr(hav, f"Variant{architecture}")):
-        options = sorted(n[len("Variant"):] for n in hav.__all__ if n.startswith(f"Variant{prefix}")
-                         and not n.endswith(("Config", "PreTrainedModel")))
+    if not (
+        architecture.startswith(prefix)
+        and hasattr(transformers, architecture)
+        and hasattr(hav, f"Variant{architecture}")
+    ):
+        options = sorted(
+            n[len("Variant") :]
+            for n in hav.__all__
+            if n.startswith(f"Variant{prefix}") and not n.endswith(("Config", "PreTrainedModel"))
+        )
         raise ValueError(f"No variant of {architecture!r} for a {model_type} checkpoint; choose one of {options}.")
     if attention_type not in FUNCTION_PRESERVING:
         raise ValueError(f"attention_type={attention_type!r}; convert supports {', '.join(FUNCTION_PRESERVING)}.")
@@ -280,7 +293,8 @@ def convert(
     source, output = Path(source), Path(output)
     _check_output(output)
     architecture, variant_class, variant_config, fields = _variant_setup(
-        source, attention_type, synthesizer_components, architecture, config_overrides)
+        source, attention_type, synthesizer_components, architecture, config_overrides
+    )
     shapes = checkpoint_shapes(source)
     reference = _load(getattr(transformers, architecture), source)
     _check_loaded(reference, source, shapes)
@@ -386,5 +400,13 @@ def export_admin(source, output, *, atol: float = 1e-5, rtol: float = 1e-4) -> P
     return _write_atomically(output, write)
 
 
-__all__ = ["FUNCTION_PRESERVING", "TOKENIZER_FILES", "checkpoint_shapes", "convert", "export_admin",
-           "export_to_transformers", "probe_inputs", "weights_report"]
+__all__ = [
+    "FUNCTION_PRESERVING",
+    "TOKENIZER_FILES",
+    "checkpoint_shapes",
+    "convert",
+    "export_admin",
+    "export_to_transformers",
+    "probe_inputs",
+    "weights_report",
+]

@@ -62,8 +62,9 @@ def mask_example(input_ids, tokenizer, probability: float, continues, generator:
     (see `word_continuation`: a word's continuation tokens go with it); of those 80% become [MASK], 10% a random
     token, 10% stay. Returns (inputs, labels) with -100 where nothing is predicted."""
     ids = torch.as_tensor(input_ids, dtype=torch.long)
-    special = torch.tensor(tokenizer.get_special_tokens_mask(ids.tolist(), already_has_special_tokens=True),
-                           dtype=torch.bool)
+    special = torch.tensor(
+        tokenizer.get_special_tokens_mask(ids.tolist(), already_has_special_tokens=True), dtype=torch.bool
+    )
     tokens = tokenizer.convert_ids_to_tokens(ids.tolist())
     words, current = [], []  # groups of positions predicted together
     for position, (token, is_special) in enumerate(zip(tokens, special.tolist())):
@@ -116,8 +117,9 @@ class MaskedLMCollator:
     def mask(self, example: dict) -> dict:
         """The example with its masked `input_ids` and its `labels` (-100 where nothing is predicted)."""
         generator = example_generator(example["input_ids"], self.seed, self.epoch)
-        inputs, labels = mask_example(example["input_ids"], self.tokenizer, self.probability, self.continues,
-                                      generator)
+        inputs, labels = mask_example(
+            example["input_ids"], self.tokenizer, self.probability, self.continues, generator
+        )
         return {**example, "input_ids": inputs, "labels": labels}
 
     def __call__(self, examples: list[dict]) -> dict:
@@ -126,8 +128,9 @@ class MaskedLMCollator:
 
 
 # ------------------------------------------------------------------------------------------------ span corruption
-def random_spans_noise_mask(length: int, noise_density: float, mean_noise_span_length: float,
-                            generator: torch.Generator) -> torch.Tensor:
+def random_spans_noise_mask(
+    length: int, noise_density: float, mean_noise_span_length: float, generator: torch.Generator
+) -> torch.Tensor:
     """Which of `length` tokens are noise: round(length * density) of them, in round(noise / mean span length)
     spans; span lengths are a uniformly random composition, noise and non-noise spans alternate, starting with
     non-noise (the T5 paper's procedure)."""
@@ -170,8 +173,10 @@ def span_corrupt(tokens, mask: torch.Tensor, sentinels: list[int], eos: int) -> 
             if position == 0 or not mask[position - 1]:
                 span += 1
                 if span >= len(sentinels):
-                    raise ValueError(f"The sequence needs more than {len(sentinels)} sentinels: use shorter "
-                                     "sequences (--max_seq_length) or a larger mean_noise_span_length.")
+                    raise ValueError(
+                        f"The sequence needs more than {len(sentinels)} sentinels: use shorter "
+                        "sequences (--max_seq_length) or a larger mean_noise_span_length."
+                    )
                 inputs.append(sentinels[span])
                 targets.append(sentinels[span])
             targets.append(token)
@@ -211,7 +216,11 @@ class DataCollatorForT5SpanCorruption:
             raise ValueError(f"`mean_noise_span_length` must be at least 1, got {mean_noise_span_length}.")
         self.sentinels, self.eos, self.pad = sentinel_ids(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id
         self.noise_density, self.mean_noise_span_length, self.seed, self.epoch = (
-            noise_density, mean_noise_span_length, seed, 0)
+            noise_density,
+            mean_noise_span_length,
+            seed,
+            0,
+        )
 
     def corrupt(self, example: dict) -> dict:
         """The example's corrupted `input_ids` and its `labels` (the target), both ending with </s>."""

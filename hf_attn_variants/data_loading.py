@@ -20,8 +20,10 @@ try:
         load_dataset,
     )
 except ImportError as error:
-    raise ImportError('hf_attn_variants.data_loading reads data with the `datasets` library, which is not installed: '
-                      'pip install "hf-attn-variants[examples]" (or pip install datasets).') from error
+    raise ImportError(
+        "hf_attn_variants.data_loading reads data with the `datasets` library, which is not installed: "
+        'pip install "hf-attn-variants[examples]" (or pip install datasets).'
+    ) from error
 
 from .publish import is_hub_id
 
@@ -31,40 +33,72 @@ class DataArguments:
     """Where a script's data comes from, with transformers' example flag names (run_mlm.py, run_glue.py). Each
     script subclasses it with its own fields (columns, lengths); `load_raw_datasets` reads it."""
 
-    dataset_name: str | None = field(default=None, metadata={
-        "help": "A dataset on the Hugging Face Hub (e.g. wikitext) or a local dataset folder, through "
-                "datasets.load_dataset."})
-    dataset_config_name: str | None = field(default=None, metadata={
-        "help": "The configuration of --dataset_name (e.g. wikitext-103-raw-v1)."})
-    train_file: str | None = field(default=None, metadata={
-        "help": "A local training file: .txt (one row per line), .csv, .tsv, .json/.jsonl (one object per line) or "
-                ".parquet. Default: the script's embedded data."})
-    validation_file: str | None = field(default=None, metadata={
-        "help": "A local evaluation file, same formats. Default: the data's validation split, else "
-                "--validation_split_percentage of the training rows."})
-    test_file: str | None = field(default=None, metadata={
-        "help": "A local file to predict on (--do_predict), same formats."})
-    streaming: bool = field(default=False, metadata={
-        "help": "Stream the data (an IterableDataset: nothing is downloaded or prepared ahead; needs --max_steps)."})
-    preprocessing_num_workers: int | None = field(default=None, metadata={
-        "help": "Processes for the preprocessing (Dataset.map num_proc). Not used with --streaming."})
-    overwrite_cache: bool = field(default=False, metadata={
-        "help": "Redo the preprocessing instead of reading it from the datasets cache."})
-    max_train_samples: int | None = field(default=None, metadata={
-        "help": "Keep only the first N training examples (quick runs, debugging)."})
-    max_eval_samples: int | None = field(default=None, metadata={
-        "help": "Keep only the first N evaluation examples."})
-    max_predict_samples: int | None = field(default=None, metadata={
-        "help": "Keep only the first N prediction examples."})
-    validation_split_percentage: float = field(default=5.0, metadata={
-        "help": "When the data has no validation split: the percentage of the training rows held out for "
-                "evaluation (0: none)."})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A dataset on the Hugging Face Hub (e.g. wikitext) or a local dataset folder, through "
+            "datasets.load_dataset."
+        },
+    )
+    dataset_config_name: str | None = field(
+        default=None, metadata={"help": "The configuration of --dataset_name (e.g. wikitext-103-raw-v1)."}
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A local training file: .txt (one row per line), .csv, .tsv, .json/.jsonl (one object per line) or "
+            ".parquet. Default: the script's embedded data."
+        },
+    )
+    validation_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "A local evaluation file, same formats. Default: the data's validation split, else "
+            "--validation_split_percentage of the training rows."
+        },
+    )
+    test_file: str | None = field(
+        default=None, metadata={"help": "A local file to predict on (--do_predict), same formats."}
+    )
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Stream the data (an IterableDataset: nothing is downloaded or prepared ahead; needs --max_steps)."
+        },
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None,
+        metadata={"help": "Processes for the preprocessing (Dataset.map num_proc). Not used with --streaming."},
+    )
+    overwrite_cache: bool = field(
+        default=False, metadata={"help": "Redo the preprocessing instead of reading it from the datasets cache."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Keep only the first N training examples (quick runs, debugging)."}
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep only the first N evaluation examples."})
+    max_predict_samples: int | None = field(
+        default=None, metadata={"help": "Keep only the first N prediction examples."}
+    )
+    validation_split_percentage: float = field(
+        default=5.0,
+        metadata={
+            "help": "When the data has no validation split: the percentage of the training rows held out for "
+            "evaluation (0: none)."
+        },
+    )
 
 
 # load_dataset's builder for each file extension, and the options it needs
-FILE_BUILDERS = {".txt": ("text", ()), ".text": ("text", ()), ".csv": ("csv", ()),
-                 ".tsv": ("csv", (("delimiter", "\t"),)), ".json": ("json", ()), ".jsonl": ("json", ()),
-                 ".parquet": ("parquet", ())}
+FILE_BUILDERS = {
+    ".txt": ("text", ()),
+    ".text": ("text", ()),
+    ".csv": ("csv", ()),
+    ".tsv": ("csv", (("delimiter", "\t"),)),
+    ".json": ("json", ()),
+    ".jsonl": ("json", ()),
+    ".parquet": ("parquet", ()),
+}
 
 
 SPLIT_FLAGS = {"train": "--train_file", "validation": "--validation_file", "test": "--test_file"}
@@ -73,8 +107,15 @@ SPLIT_FLAGS = {"train": "--train_file", "validation": "--validation_file", "test
 SAMPLE_FLAGS = {"train": "max_train_samples", "validation": "max_eval_samples", "test": "max_predict_samples"}
 
 
-def load_raw_datasets(args: DataArguments, *, default_files: dict[str, Path] | None, seed: int, cache_dir=None,
-                      select_samples: bool = True, validation_block_rows: int = 1):
+def load_raw_datasets(
+    args: DataArguments,
+    *,
+    default_files: dict[str, Path] | None,
+    seed: int,
+    cache_dir=None,
+    select_samples: bool = True,
+    validation_block_rows: int = 1,
+):
     """The raw splits (`DatasetDict`, or `IterableDatasetDict` with --streaming), from the first of:
 
     1. `--dataset_name` (+ `--dataset_config_name`): `datasets.load_dataset`, a Hub id or a local dataset folder;
@@ -117,10 +158,12 @@ def _load_named_dataset(name: str, config_name: str | None, kwargs: dict):
             raise
         configs = get_dataset_config_names(name)
         if config_name is None:
-            raise ValueError(f"The dataset {name} has several configurations: pass --dataset_config_name, one of "
-                             f"{configs}.") from None
-        raise ValueError(f"The dataset {name} has no configuration {config_name!r}: pass --dataset_config_name "
-                         f"one of {configs}.") from None
+            raise ValueError(
+                f"The dataset {name} has several configurations: pass --dataset_config_name, one of {configs}."
+            ) from None
+        raise ValueError(
+            f"The dataset {name} has no configuration {config_name!r}: pass --dataset_config_name one of {configs}."
+        ) from None
 
 
 def _load_files(files: dict[str, str], kwargs: dict, user: bool):
@@ -131,13 +174,17 @@ def _load_files(files: dict[str, str], kwargs: dict, user: bool):
             raise FileNotFoundError(f"{flag} {path}: no such file.")
         suffix = Path(path).suffix.lower()
         if suffix not in FILE_BUILDERS:
-            raise ValueError(f"{flag} {path}: unknown extension {suffix!r}; use one of "
-                             f"{', '.join(sorted(FILE_BUILDERS))} (or --dataset_name for a dataset folder).")
+            raise ValueError(
+                f"{flag} {path}: unknown extension {suffix!r}; use one of "
+                f"{', '.join(sorted(FILE_BUILDERS))} (or --dataset_name for a dataset folder)."
+            )
         builders.add(FILE_BUILDERS[suffix])
     if len(builders) > 1:
-        raise ValueError(f"The data files have different formats ({', '.join(files.values())}): give every split in "
-                         "the same format.")
-    (builder, options), = builders
+        raise ValueError(
+            f"The data files have different formats ({', '.join(files.values())}): give every split in "
+            "the same format."
+        )
+    ((builder, options),) = builders
     return load_dataset(builder, data_files=files, **dict(options), **kwargs)
 
 
@@ -161,16 +208,21 @@ def carve_validation(train, percentage: float, seed: int, block_rows: int = 1):
     if not 0 < percentage < 100:
         raise ValueError(f"--validation_split_percentage must be in [0, 100), got {percentage}.")
     if isinstance(train, IterableDataset):
+
         def held_out(_, index):
             digest = zlib.crc32(f"{seed}/{index // block_rows}".encode())
             return digest % 10_000 < percentage * 100
 
-        return (train.filter(lambda row, index: not held_out(row, index), with_indices=True),
-                train.filter(held_out, with_indices=True))
+        return (
+            train.filter(lambda row, index: not held_out(row, index), with_indices=True),
+            train.filter(held_out, with_indices=True),
+        )
     blocks = -(-len(train) // block_rows)
     if blocks < 2:
-        raise ValueError(f"The training data has {len(train)} rows: too few to hold out a validation split; give "
-                         "--validation_file or more data.")
+        raise ValueError(
+            f"The training data has {len(train)} rows: too few to hold out a validation split; give "
+            "--validation_file or more data."
+        )
     order = torch.randperm(blocks, generator=torch.Generator().manual_seed(seed))
     held = torch.zeros(blocks, dtype=torch.bool)
     held[order[: min(blocks - 1, max(1, round(blocks * percentage / 100)))]] = True
@@ -222,12 +274,15 @@ def check_streaming(training_args, data_args: DataArguments) -> None:
     if data_args.streaming and training_args.max_steps <= 0:
         raise ValueError("--streaming needs --max_steps (a streamed dataset has no length to count epochs by).")
     if data_args.streaming and (data_args.preprocessing_num_workers or data_args.overwrite_cache):
-        raise ValueError("--preprocessing_num_workers and --overwrite_cache do not apply with --streaming (the data "
-                         "is prepared as it is read, nothing is cached): leave them out.")
+        raise ValueError(
+            "--preprocessing_num_workers and --overwrite_cache do not apply with --streaming (the data "
+            "is prepared as it is read, nothing is cached): leave them out."
+        )
 
 
-def map_batched(dataset, function, training_args, data_args: DataArguments, *, desc: str, remove_columns=None,
-                **kwargs):
+def map_batched(
+    dataset, function, training_args, data_args: DataArguments, *, desc: str, remove_columns=None, **kwargs
+):
     """`dataset.map(function, batched=True)` the way every script prepares data: map-style, with
     --preprocessing_num_workers processes, into the datasets cache (reused unless --overwrite_cache), by the main
     process first (the others then read its cache); streaming, lazily as the data is read."""
@@ -236,9 +291,15 @@ def map_batched(dataset, function, training_args, data_args: DataArguments, *, d
     workers = data_args.preprocessing_num_workers
     with training_args.main_process_first(desc=desc):
         # one worker is this process: datasets would start a pool of one (a second interpreter's memory, no gain)
-        return dataset.map(function, batched=True, remove_columns=remove_columns,
-                           num_proc=workers if workers and workers > 1 else None,
-                           load_from_cache_file=not data_args.overwrite_cache, desc=desc, **kwargs)
+        return dataset.map(
+            function,
+            batched=True,
+            remove_columns=remove_columns,
+            num_proc=workers if workers and workers > 1 else None,
+            load_from_cache_file=not data_args.overwrite_cache,
+            desc=desc,
+            **kwargs,
+        )
 
 
 def split_info(data_args, split: str, default: dict, carved_from: str | None = None) -> dict:
@@ -260,8 +321,10 @@ def split_info(data_args, split: str, default: dict, carved_from: str | None = N
         info = dict(default)
     info["split"] = split
     if carved_from:
-        info["split"] = (f"{split}: {data_args.validation_split_percentage:g}% of the {carved_from} rows held out "
-                         "(--validation_split_percentage)")
+        info["split"] = (
+            f"{split}: {data_args.validation_split_percentage:g}% of the {carved_from} rows held out "
+            "(--validation_split_percentage)"
+        )
     return {k: v for k, v in info.items() if v is not None}
 
 
@@ -276,21 +339,39 @@ def pretraining_splits(data_args: DataArguments, training_args, default_file=Non
     without one). An error names the split a chosen stage lacks. max_{train,eval}_samples are left to the script
     (they count packed sequences, not rows)."""
     default_files = {"train": default_file} if default_file is not None else None
-    raw = load_raw_datasets(replace(data_args, validation_split_percentage=0), default_files=default_files,
-                            seed=training_args.seed, select_samples=False)
-    raw, carved = carve_missing_validation(raw, data_args.validation_split_percentage, training_args.seed,
-                                           PRETRAINING_VALIDATION_BLOCK_ROWS)
+    raw = load_raw_datasets(
+        replace(data_args, validation_split_percentage=0),
+        default_files=default_files,
+        seed=training_args.seed,
+        select_samples=False,
+    )
+    raw, carved = carve_missing_validation(
+        raw, data_args.validation_split_percentage, training_args.seed, PRETRAINING_VALIDATION_BLOCK_ROWS
+    )
     for needed, split in ((training_args.do_train, "train"), (training_args.do_eval, "validation")):
         if needed and split not in raw:
-            raise ValueError(f"The data has no {split} split (it has {sorted(raw)}): give --{split}_file, or "
-                             "--validation_split_percentage above 0.")
-    eval_info = split_info(data_args, "validation", default_info, carved_from="train" if carved else None) \
-        if "validation" in raw else None
+            raise ValueError(
+                f"The data has no {split} split (it has {sorted(raw)}): give --{split}_file, or "
+                "--validation_split_percentage above 0."
+            )
+    eval_info = (
+        split_info(data_args, "validation", default_info, carved_from="train" if carved else None)
+        if "validation" in raw
+        else None
+    )
     return raw, eval_info
 
 
-def finetuning_splits(data_args, *, default_files: dict | None, default_info: dict, seed: int,
-                      eval_splits=("validation",), test_splits=("test",), convert_file=None):
+def finetuning_splits(
+    data_args,
+    *,
+    default_files: dict | None,
+    default_info: dict,
+    seed: int,
+    eval_splits=("validation",),
+    test_splits=("test",),
+    convert_file=None,
+):
     """The raw splits a fine-tuning script uses, loaded by `load_raw_datasets`: {"train": ..., eval split: ...,
     test split: ...} (only those present) and {split: `split_info`}. When the data holds none of `eval_splits`, a
     "validation" split is carved from train by --validation_split_percentage (the same seeded split as
@@ -299,10 +380,17 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
     still names the file the user gave."""
     check_percentage(data_args.validation_split_percentage)
     if data_args.streaming:
-        raise ValueError("The fine-tuning scripts read map-style datasets (they need the eval examples for "
-                         "post-processing): leave out --streaming.")
-    loading = replace(data_args, validation_split_percentage=0, max_train_samples=None, max_eval_samples=None,
-                      max_predict_samples=None)
+        raise ValueError(
+            "The fine-tuning scripts read map-style datasets (they need the eval examples for "
+            "post-processing): leave out --streaming."
+        )
+    loading = replace(
+        data_args,
+        validation_split_percentage=0,
+        max_train_samples=None,
+        max_eval_samples=None,
+        max_predict_samples=None,
+    )
     if convert_file is not None:
         for split in ("train", "validation", "test"):
             if getattr(loading, f"{split}_file"):
@@ -317,9 +405,11 @@ def finetuning_splits(data_args, *, default_files: dict | None, default_info: di
         if carved:
             info["validation"] = split_info(data_args, "validation", default_info, carved_from="train")
     splits = DatasetDict()
-    limits = {"train": data_args.max_train_samples,
-              **dict.fromkeys((*eval_splits, "validation"), data_args.max_eval_samples),
-              **dict.fromkeys(test_splits, data_args.max_predict_samples)}
+    limits = {
+        "train": data_args.max_train_samples,
+        **dict.fromkeys((*eval_splits, "validation"), data_args.max_eval_samples),
+        **dict.fromkeys(test_splits, data_args.max_predict_samples),
+    }
     for split in ("train", *eval_splits, "validation", *test_splits):
         if split in raw and split not in splits:
             splits[split] = first_rows(raw[split], limits[split]) if limits[split] is not None else raw[split]
@@ -335,8 +425,10 @@ def check_stage_data(training_args, splits, eval_splits, test_splits) -> tuple[l
     if training_args.do_train and "train" not in splits:
         raise ValueError("--do_train needs training data: pass --train_file, or a --dataset_name with a train split.")
     if training_args.do_eval and not evaluated:
-        raise ValueError("--do_eval needs evaluation data: pass --validation_file, a dataset with a validation "
-                         "split, or --validation_split_percentage > 0 with training data.")
+        raise ValueError(
+            "--do_eval needs evaluation data: pass --validation_file, a dataset with a validation "
+            "split, or --validation_split_percentage > 0 with training data."
+        )
     if training_args.do_predict and not tested:
         raise ValueError("--do_predict needs test data: pass --test_file, or a --dataset_name with a test split.")
     return evaluated if training_args.do_eval else [], tested if training_args.do_predict else []

@@ -28,8 +28,9 @@ sys.meta_path.insert(0, _Block())
 BLOCK_PACKAGE = blocker("hf_attn_variants")
 
 
-def run_isolated(code: str, args=(), *, python: str = sys.executable, env: dict | None = None, cwd=None,
-                 timeout: float = 600) -> subprocess.CompletedProcess:
+def run_isolated(
+    code: str, args=(), *, python: str = sys.executable, env: dict | None = None, cwd=None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Run `code` (after `BLOCK_PACKAGE`) as `python -I -c code *args`, offline (HF_HUB_OFFLINE=1 unless `env`
     says otherwise), with a fresh HF_MODULES_CACHE so remote code is copied from the checkpoint, not reused. `env`
     (default: this process's) is the base environment, less PYTHONPATH; `python` may be another environment's
@@ -38,8 +39,14 @@ def run_isolated(code: str, args=(), *, python: str = sys.executable, env: dict 
     env.setdefault("HF_HUB_OFFLINE", "1")
     with tempfile.TemporaryDirectory(prefix="hav-isolated-") as modules:
         env["HF_MODULES_CACHE"] = modules
-        return subprocess.run([python, "-I", "-c", BLOCK_PACKAGE + code, *map(str, args)], env=env,
-                              cwd=str(cwd or modules), capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [python, "-I", "-c", BLOCK_PACKAGE + code, *map(str, args)],
+            env=env,
+            cwd=str(cwd or modules),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 __all__ = ["BLOCK_PACKAGE", "blocker", "run_isolated"]

@@ -23,23 +23,42 @@ from .tokenizer_training import train_tokenizer
 class ModelArguments:
     """Where the model and tokenizer come from; each script sets its own default `--preset`."""
 
-    preset: str | None = field(default=None, metadata={
-        "help": "A preset from hf_attn_variants.presets: {family}-{size}-{setup}, family one of "
-                f"{', '.join(SIZES)}, size one of {', '.join(SIZES['bert'])}, setup one of {', '.join(ATTENTION)} "
-                "(Post-LN BERT/ALBERT have single-head-admin, Pre-LN T5 single-head); the family picks the model "
-                "class. Ignored with --model_name_or_path."})
-    model_name_or_path: str | None = field(default=None, metadata={
-        "help": "A checkpoint folder to start from: one of ours, or a transformers BERT/ALBERT/T5 one (with "
-                "--attention_type for a function-preserving warm start)."})
-    attention_type: str | None = field(default=None, metadata={
-        "help": f"Override the attention type. {describe_attention_types()}.", "choices": list(ATTENTION_TYPES)})
-    config_overrides: str | None = field(default=None, metadata={
-        "help": "JSON object of config fields, e.g. '{\"synthesizer_components\": [\"dense\", \"random\"]}'."})
-    tokenizer_name: str | None = field(default=None, metadata={
-        "help": "A tokenizer folder or Hub id. Default: the checkpoint's own, or the project's tokenizer of the family "
-                "(WordPiece for BERT/ALBERT, Unigram with sentinels for T5) trained on the run's training text: "
-                "the embedded corpus, or the first 20M characters of the training split of --train_file/"
-                "--dataset_name (of the stream with --streaming); trained once per text (cached by its hash)."})
+    preset: str | None = field(
+        default=None,
+        metadata={
+            "help": "A preset from hf_attn_variants.presets: {family}-{size}-{setup}, family one of "
+            f"{', '.join(SIZES)}, size one of {', '.join(SIZES['bert'])}, setup one of {', '.join(ATTENTION)} "
+            "(Post-LN BERT/ALBERT have single-head-admin, Pre-LN T5 single-head); the family picks the model "
+            "class. Ignored with --model_name_or_path."
+        },
+    )
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "A checkpoint folder to start from: one of ours, or a transformers BERT/ALBERT/T5 one (with "
+            "--attention_type for a function-preserving warm start)."
+        },
+    )
+    attention_type: str | None = field(
+        default=None,
+        metadata={
+            "help": f"Override the attention type. {describe_attention_types()}.",
+            "choices": list(ATTENTION_TYPES),
+        },
+    )
+    config_overrides: str | None = field(
+        default=None,
+        metadata={"help": 'JSON object of config fields, e.g. \'{"synthesizer_components": ["dense", "random"]}\'.'},
+    )
+    tokenizer_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "A tokenizer folder or Hub id. Default: the checkpoint's own, or the project's tokenizer of the family "
+            "(WordPiece for BERT/ALBERT, Unigram with sentinels for T5) trained on the run's training text: "
+            "the embedded corpus, or the first 20M characters of the training split of --train_file/"
+            "--dataset_name (of the stream with --streaming); trained once per text (cached by its hash)."
+        },
+    )
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary of the project's tokenizer."})
 
 
@@ -52,9 +71,11 @@ def checkpoint_model_type(model_name_or_path: str) -> str:
         config, _ = PretrainedConfig.get_config_dict(model_name_or_path)
     except OSError as err:
         where = "folder" if Path(model_name_or_path).exists() else "folder nor a Hub model that can be reached"
-        raise FileNotFoundError(f"--model_name_or_path {model_name_or_path}: no config.json there (not a checkpoint "
-                                f"{where}). Pass a folder saved with `save_pretrained` or a Hub model id of a "
-                                f"transformers BERT/ALBERT/T5 or one of ours. ({err})") from None
+        raise FileNotFoundError(
+            f"--model_name_or_path {model_name_or_path}: no config.json there (not a checkpoint "
+            f"{where}). Pass a folder saved with `save_pretrained` or a Hub model id of a "
+            f"transformers BERT/ALBERT/T5 or one of ours. ({err})"
+        ) from None
     model_type = config.get("model_type")
     try:
         family_of(model_type)  # transformers' model types and ours: a vanilla checkpoint warm-starts its variant
@@ -86,8 +107,15 @@ def parse_config_overrides(text: str | None) -> dict:
     return overrides
 
 
-def load_or_build_model(head: str, model_name_or_path: str | None, preset: str | None, tokenizer,
-                        attention_type: str | None = None, config_overrides: dict | None = None, **extra):
+def load_or_build_model(
+    head: str,
+    model_name_or_path: str | None,
+    preset: str | None,
+    tokenizer,
+    attention_type: str | None = None,
+    config_overrides: dict | None = None,
+    **extra,
+):
     """The model for task `head` (e.g. "ForMaskedLM"): from a checkpoint (ours, or a transformers BERT/ALBERT/T5 one
     warm-started as a variant: `attention_type` given, talking heads start as the identity and mixtures as the dot
     product, so the model starts as the checkpoint), or built from `preset` with the tokenizer's vocabulary.
@@ -106,8 +134,10 @@ def load_or_build_model(head: str, model_name_or_path: str | None, preset: str |
             config.decoder_start_token_id = tokenizer.pad_token_id
         model = model_class(config)
     if model.config.vocab_size < len(tokenizer):
-        raise ValueError(f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}: "
-                         "use the checkpoint's own tokenizer (--tokenizer_name) or a smaller --vocab_size.")
+        raise ValueError(
+            f"The tokenizer has {len(tokenizer)} tokens but the model only {model.config.vocab_size}: "
+            "use the checkpoint's own tokenizer (--tokenizer_name) or a smaller --vocab_size."
+        )
     return model
 
 
@@ -116,8 +146,11 @@ def length_limit(config) -> tuple[int | None, str]:
     smallest of the position embeddings (BERT/ALBERT) and the bound of each attention type in use (its
     `length_field` in `ATTENTION_REGISTRY`, e.g. a synthesizer's `synthesizer_max_position`)."""
     encoder_decoder = family_of(config).encoder_decoder
-    types = {config.attention_type_of(place) for place in ("encoder", "decoder")} if encoder_decoder \
+    types = (
+        {config.attention_type_of(place) for place in ("encoder", "decoder")}
+        if encoder_decoder
         else {config.attention_type}
+    )
     fields = {ATTENTION_REGISTRY[t].length_field for t in types} - {None}
     limits = [(getattr(config, f), f) for f in sorted(fields) if getattr(config, f) is not None]
     if not encoder_decoder:
@@ -136,8 +169,10 @@ def align_tokenizer(tokenizer, config) -> None:
 def check_max_length(config, max_seq_length: int, argument: str = "--max_seq_length") -> None:
     limit, field = length_limit(config)
     if limit is not None and max_seq_length > limit:
-        raise ValueError(f"{argument}={max_seq_length} is longer than this model takes ({field}={limit}): pass "
-                         f"{argument} {limit} or less, or build a model with a larger {field}.")
+        raise ValueError(
+            f"{argument}={max_seq_length} is longer than this model takes ({field}={limit}): pass "
+            f"{argument} {limit} or less, or build a model with a larger {field}."
+        )
 
 
 # ---------------------------------------------------------------------------------------------------- tokenizer
@@ -183,8 +218,9 @@ def load_tokenizer(model_args, family: str, data_args, training_args, train=None
     with training_args.main_process_first(desc="the tokenizer"):
         if model_args.tokenizer_name or model_args.model_name_or_path:
             # trust_remote_code: our checkpoints' config names their code; without it transformers asks on the terminal
-            return AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path,
-                                                 trust_remote_code=True)
+            return AutoTokenizer.from_pretrained(
+                model_args.tokenizer_name or model_args.model_name_or_path, trust_remote_code=True
+            )
         user_data = bool(data_args.dataset_name or data_args.train_file) and train is not None
         text = [column for column in columns if _holds_text(train, column)] if user_data else []
         lines = [line for column in text for line in training_lines(train, column)] if text else None

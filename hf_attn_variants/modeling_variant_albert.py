@@ -90,7 +90,9 @@ class VariantAlbertEmbeddings(nn.Module):
         self.register_buffer(
             "position_ids", torch.arange(config.max_position_embeddings).expand((1, -1)), persistent=False
         )
-        self.register_buffer("token_type_ids", torch.zeros(self.position_ids.size(), dtype=torch.long), persistent=False)
+        self.register_buffer(
+            "token_type_ids", torch.zeros(self.position_ids.size(), dtype=torch.long), persistent=False
+        )
 
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, cache_length=0):
         batch_size, seq_length = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
@@ -132,8 +134,13 @@ class VariantAlbertAttention(nn.Module):
         query = self.core.project_query(hidden_states, self.query)  # [b, h_k, n, d_k]
         key, value = self.core.project_memory(hidden_states, self.key, self.value)  # no cache: ALBERT is an encoder
         attn_output, attn_weights = self.core(
-            query, key, value, attention_mask, hidden_states,
-            attn_implementation=self.config._attn_implementation, **kwargs,
+            query,
+            key,
+            value,
+            attention_mask,
+            hidden_states,
+            attn_implementation=self.config._attn_implementation,
+            **kwargs,
         )
         attn_output = self.output_dropout(self.dense(attn_output.reshape(b, n, -1)))
         return self.LayerNorm(admin_residual(self, hidden_states, attn_output)), attn_weights
@@ -246,8 +253,9 @@ class VariantAlbertModel(VariantAlbertPreTrainedModel):
     @merge_with_config_defaults
     @output_attentions_from_config
     @capture_outputs
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, **kwargs):
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None, **kwargs
+    ):
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         embedding_output = self.embeddings(
@@ -321,11 +329,26 @@ class VariantAlbertForPreTraining(_VariantAlbertWithMLMHead):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, sentence_order_label=None, sparse_prediction=False, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        sentence_order_label=None,
+        sparse_prediction=False,
+        **kwargs,
+    ):
         outputs = self.albert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
         prediction_scores = self.predictions(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse)
@@ -357,19 +380,34 @@ class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, num_items_in_batch=None, sparse_prediction=False,
-                **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        num_items_in_batch=None,
+        sparse_prediction=False,
+        **kwargs,
+    ):
         outputs = self.albert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
         prediction_scores = self.predictions(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse)
         loss = None
         if labels is not None:
-            loss = self.loss_function(prediction_scores, labels, self.config.vocab_size,
-                                       num_items_in_batch=num_items_in_batch)
+            loss = self.loss_function(
+                prediction_scores, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch
+            )
         return MaskedLMOutput(
             loss=loss, logits=prediction_scores, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -388,11 +426,24 @@ class VariantAlbertForSequenceClassification(VariantAlbertPreTrainedModel):
 
     # Copied from modeling_variant_bert.VariantBertForSequenceClassification.forward with bert->albert
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
         outputs = self.albert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
@@ -409,17 +460,34 @@ class VariantAlbertForTokenClassification(VariantAlbertPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.albert = VariantAlbertModel(config, add_pooling_layer=False)
-        dropout = config.classifier_dropout_prob if config.classifier_dropout_prob is not None else config.hidden_dropout_prob
+        dropout = (
+            config.classifier_dropout_prob
+            if config.classifier_dropout_prob is not None
+            else config.hidden_dropout_prob
+        )
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
         outputs = self.albert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1)) if labels is not None else None
@@ -440,17 +508,34 @@ class VariantAlbertForQuestionAnswering(VariantAlbertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        **kwargs,
+    ):
         outputs = self.albert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         total_loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringModelOutput(
-            loss=total_loss, start_logits=start_logits, end_logits=end_logits, hidden_states=outputs.hidden_states,
+            loss=total_loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
 
@@ -467,16 +552,29 @@ class VariantAlbertForMultipleChoice(VariantAlbertPreTrainedModel):
 
     # Copied from modeling_variant_bert.VariantBertForMultipleChoice.forward with bert->albert
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
         num_choices = input_ids.shape[1] if input_ids is not None else inputs_embeds.shape[1]
 
         def flat(t):
             return t.view(-1, *t.shape[2:]) if t is not None else None
 
         outputs = self.albert(
-            flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids),
-            position_ids=flat(position_ids), inputs_embeds=flat(inputs_embeds), return_dict=True, **kwargs,
+            flat(input_ids),
+            attention_mask=flat(attention_mask),
+            token_type_ids=flat(token_type_ids),
+            position_ids=flat(position_ids),
+            inputs_embeds=flat(inputs_embeds),
+            return_dict=True,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
         loss = CrossEntropyLoss()(logits, labels) if labels is not None else None

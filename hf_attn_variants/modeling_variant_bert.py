@@ -105,7 +105,9 @@ class VariantBertEmbeddings(nn.Module):
         self.register_buffer(
             "position_ids", torch.arange(config.max_position_embeddings).expand((1, -1)), persistent=False
         )
-        self.register_buffer("token_type_ids", torch.zeros(self.position_ids.size(), dtype=torch.long), persistent=False)
+        self.register_buffer(
+            "token_type_ids", torch.zeros(self.position_ids.size(), dtype=torch.long), persistent=False
+        )
 
     def forward(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None, cache_length=0):
         batch_size, seq_length = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
@@ -150,8 +152,13 @@ class _VariantBertAttentionProjections(nn.Module):
             self.core, self.key, self.value, memory, cache, self.layer_idx, self.is_cross_attention
         )
         attn_output, attn_weights = self.core(
-            query, key, value, attention_mask, hidden_states,
-            attn_implementation=self.config._attn_implementation, **kwargs,
+            query,
+            key,
+            value,
+            attention_mask,
+            hidden_states,
+            attn_implementation=self.config._attn_implementation,
+            **kwargs,
         )
         return attn_output.reshape(b, n, -1), attn_weights
 
@@ -185,11 +192,21 @@ class VariantBertAttention(nn.Module):
         self.self = attention_class(config, is_causal=is_causal, layer_idx=layer_idx)
         self.output = VariantBertSelfOutput(config, self.self.spec.value_size)
 
-    def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                cache=None, **kwargs):
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        cache=None,
+        **kwargs,
+    ):
         attention_mask = encoder_attention_mask if self.is_cross_attention else attention_mask
         attention_output, attn_weights = self.self(
-            hidden_states, attention_mask=attention_mask, encoder_hidden_states=encoder_hidden_states, cache=cache,
+            hidden_states,
+            attention_mask=attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+            cache=cache,
             **kwargs,
         )
         return self.output(attention_output, hidden_states), attn_weights
@@ -199,7 +216,9 @@ class VariantBertIntermediate(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
-        self.intermediate_act_fn = ACT2FN[config.hidden_act] if isinstance(config.hidden_act, str) else config.hidden_act
+        self.intermediate_act_fn = (
+            ACT2FN[config.hidden_act] if isinstance(config.hidden_act, str) else config.hidden_act
+        )
 
     def forward(self, hidden_states):
         return self.intermediate_act_fn(self.dense(hidden_states))
@@ -237,8 +256,15 @@ class VariantBertLayer(GradientCheckpointingLayer):
         self.intermediate = VariantBertIntermediate(config)
         self.output = VariantBertOutput(config)
 
-    def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                cache=None, **kwargs):
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        cache=None,
+        **kwargs,
+    ):
         attention_output, _ = self.attention(hidden_states, attention_mask, cache=cache, **kwargs)
         if self.is_decoder and encoder_hidden_states is not None:
             if not hasattr(self, "crossattention"):
@@ -263,8 +289,16 @@ class VariantBertEncoder(nn.Module):
         self.config = config
         self.layer = nn.ModuleList([VariantBertLayer(config, layer_idx=i) for i in range(config.num_hidden_layers)])
 
-    def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                cache=None, use_cache=None, **kwargs):
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        cache=None,
+        use_cache=None,
+        **kwargs,
+    ):
         for layer_module in self.layer:
             hidden_states = layer_module(
                 hidden_states,
@@ -399,13 +433,25 @@ class VariantBertModel(VariantBertPreTrainedModel):
     @merge_with_config_defaults
     @output_attentions_from_config
     @capture_outputs
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None, inputs_embeds=None,
-                encoder_hidden_states=None, encoder_attention_mask=None, cache: Cache | None = None, use_cache=None,
-                **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        cache: Cache | None = None,
+        use_cache=None,
+        **kwargs,
+    ):
         cache = legacy_cache(cache, kwargs, self)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
-        use_cache = (use_cache if use_cache is not None else self.config.use_cache) if self.config.is_decoder else False
+        use_cache = (
+            (use_cache if use_cache is not None else self.config.use_cache) if self.config.is_decoder else False
+        )
         use_cache = cache_unless_checkpointing(self, use_cache, self.encoder.layer)
         if use_cache and cache is None:
             cache = (
@@ -416,7 +462,10 @@ class VariantBertModel(VariantBertPreTrainedModel):
         cache_length = cache.get_seq_length() if cache is not None else 0
         kwargs["key_positions"] = key_positions(position_ids, attention_mask, cache_length)  # synthesizers' rows
         embedding_output = self.embeddings(
-            input_ids=input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds,
+            input_ids=input_ids,
+            position_ids=position_ids,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
             cache_length=cache_length,
         )
         packed = unpadded(self.config, attention_mask, position_ids, kwargs)  # None: the padded batch runs
@@ -432,7 +481,9 @@ class VariantBertModel(VariantBertPreTrainedModel):
             )
         if encoder_attention_mask is not None:
             encoder_attention_mask = create_bidirectional_mask(
-                config=self.config, inputs_embeds=embedding_output, attention_mask=encoder_attention_mask,
+                config=self.config,
+                inputs_embeds=embedding_output,
+                attention_mask=encoder_attention_mask,
                 encoder_hidden_states=encoder_hidden_states,
             )
         encoder_outputs = self.encoder(
@@ -482,11 +533,26 @@ class VariantBertForPreTraining(_VariantBertWithLMHead):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, next_sentence_label=None, sparse_prediction=False, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        next_sentence_label=None,
+        sparse_prediction=False,
+        **kwargs,
+    ):
         outputs = self.bert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
         prediction_scores, seq_relationship_score = self.cls(sequence_output, outputs.pooler_output)
@@ -519,16 +585,35 @@ class VariantBertLMHeadModel(_VariantBertWithLMHead, GenerationMixin):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, labels=None,
-                cache: Cache | None = None, use_cache=None, logits_to_keep=0, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        labels=None,
+        cache: Cache | None = None,
+        use_cache=None,
+        logits_to_keep=0,
+        **kwargs,
+    ):
         cache = legacy_cache(cache, kwargs, self)
         if labels is not None:
             use_cache = False
         outputs = self.bert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, encoder_hidden_states=encoder_hidden_states,
-            encoder_attention_mask=encoder_attention_mask, cache=cache, use_cache=use_cache, return_dict=True,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
+            cache=cache,
+            use_cache=use_cache,
+            return_dict=True,
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state
@@ -564,22 +649,42 @@ class VariantBertForMaskedLM(_VariantBertWithLMHead):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, encoder_hidden_states=None, encoder_attention_mask=None, labels=None,
-                num_items_in_batch=None, sparse_prediction=False, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        labels=None,
+        num_items_in_batch=None,
+        sparse_prediction=False,
+        **kwargs,
+    ):
         outputs = self.bert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, encoder_hidden_states=encoder_hidden_states,
-            encoder_attention_mask=encoder_attention_mask, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
+            return_dict=True,
+            **kwargs,
         )
         sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
         prediction_scores = self.cls(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
         masked_lm_loss = None
         if labels is not None:
-            masked_lm_loss = self.loss_function(prediction_scores, labels, self.config.vocab_size,
-                                       num_items_in_batch=num_items_in_batch)
+            masked_lm_loss = self.loss_function(
+                prediction_scores, labels, self.config.vocab_size, num_items_in_batch=num_items_in_batch
+            )
         return MaskedLMOutput(
-            loss=masked_lm_loss, logits=prediction_scores, hidden_states=outputs.hidden_states,
+            loss=masked_lm_loss,
+            logits=prediction_scores,
+            hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
 
@@ -594,11 +699,24 @@ class VariantBertForNextSentencePrediction(VariantBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
         outputs = self.bert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         scores = self.cls(outputs.pooler_output)
         loss = CrossEntropyLoss()(scores.view(-1, 2), labels.view(-1)) if labels is not None else None
@@ -620,11 +738,24 @@ class VariantBertForSequenceClassification(VariantBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
         outputs = self.bert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))
         loss = sequence_classification_loss(self.config, logits, labels) if labels is not None else None
@@ -645,16 +776,29 @@ class VariantBertForMultipleChoice(VariantBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
         num_choices = input_ids.shape[1] if input_ids is not None else inputs_embeds.shape[1]
 
         def flat(t):
             return t.view(-1, *t.shape[2:]) if t is not None else None
 
         outputs = self.bert(
-            flat(input_ids), attention_mask=flat(attention_mask), token_type_ids=flat(token_type_ids),
-            position_ids=flat(position_ids), inputs_embeds=flat(inputs_embeds), return_dict=True, **kwargs,
+            flat(input_ids),
+            attention_mask=flat(attention_mask),
+            token_type_ids=flat(token_type_ids),
+            position_ids=flat(position_ids),
+            inputs_embeds=flat(inputs_embeds),
+            return_dict=True,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
         loss = CrossEntropyLoss()(logits, labels) if labels is not None else None
@@ -676,11 +820,24 @@ class VariantBertForTokenClassification(VariantBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, labels=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        **kwargs,
+    ):
         outputs = self.bert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1)) if labels is not None else None
@@ -700,17 +857,34 @@ class VariantBertForQuestionAnswering(VariantBertPreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        **kwargs,
+    ):
         outputs = self.bert(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
-            inputs_embeds=inputs_embeds, return_dict=True, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            return_dict=True,
+            **kwargs,
         )
         logits = self.qa_outputs(outputs.last_hidden_state)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         total_loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         return QuestionAnsweringModelOutput(
-            loss=total_loss, start_logits=start_logits, end_logits=end_logits, hidden_states=outputs.hidden_states,
+            loss=total_loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
 

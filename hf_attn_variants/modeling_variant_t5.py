@@ -125,8 +125,12 @@ class VariantT5DenseGatedActDense(nn.Module):
     def __init__(self, config):
         super().__init__()
         factor = config.initializer_factor
-        self.wi_0 = _with_t5_init_std(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
-        self.wi_1 = _with_t5_init_std(nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5)
+        self.wi_0 = _with_t5_init_std(
+            nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5
+        )
+        self.wi_1 = _with_t5_init_std(
+            nn.Linear(config.d_model, config.d_ff, bias=False), factor * config.d_model**-0.5
+        )
         self.wo = _with_t5_init_std(nn.Linear(config.d_ff, config.d_model, bias=False), factor * config.d_ff**-0.5)
         self.dropout = nn.Dropout(config.dropout_rate)
         self.act = ACT2FN[config.dense_act_fn]
@@ -251,12 +255,20 @@ class VariantT5Attention(nn.Module):
         past_seen_tokens = cache.get_seq_length(self.layer_idx) if cache is not None else 0
         query = self.core.project_query(hidden_states, self.q)  # [b, h_k, n, d_k]
         memory = key_value_states if self.is_cross_attention else hidden_states
-        key, value = cached_keys_values(self.core, self.k, self.v, memory, cache, self.layer_idx, self.is_cross_attention)
+        key, value = cached_keys_values(
+            self.core, self.k, self.v, memory, cache, self.layer_idx, self.is_cross_attention
+        )
         if position_bias is None and self.has_relative_attention_bias:
             position_bias = self.compute_bias(n, value.shape[2], hidden_states.device, past_seen_tokens)
         attn_output, attn_weights = self.core(
-            query, key, value, mask, hidden_states, position_bias=position_bias,
-            attn_implementation=self.config._attn_implementation, **kwargs,
+            query,
+            key,
+            value,
+            mask,
+            hidden_states,
+            position_bias=position_bias,
+            attn_implementation=self.config._attn_implementation,
+            **kwargs,
         )
         return self.o(attn_output.reshape(b, n, -1)), position_bias, attn_weights
 
@@ -284,8 +296,12 @@ class VariantT5LayerCrossAttention(nn.Module):
 
     def forward(self, hidden_states, key_value_states, attention_mask=None, position_bias=None, cache=None, **kwargs):
         attention_output, position_bias, attn_weights = self.EncDecAttention(
-            self.layer_norm(hidden_states), mask=attention_mask, key_value_states=key_value_states,
-            position_bias=position_bias, cache=cache, **kwargs,
+            self.layer_norm(hidden_states),
+            mask=attention_mask,
+            key_value_states=key_value_states,
+            position_bias=position_bias,
+            cache=cache,
+            **kwargs,
         )
         return hidden_states + self.dropout(attention_output), position_bias, attn_weights
 
@@ -305,13 +321,24 @@ class VariantT5Block(GradientCheckpointingLayer):
         super().__init__()
         self.is_decoder = config.is_decoder
         place = "decoder" if config.is_decoder else "encoder"
-        self.layer = nn.ModuleList([VariantT5LayerSelfAttention(config, place, has_relative_attention_bias, layer_idx)])
+        self.layer = nn.ModuleList(
+            [VariantT5LayerSelfAttention(config, place, has_relative_attention_bias, layer_idx)]
+        )
         if self.is_decoder:
             self.layer.append(VariantT5LayerCrossAttention(config, layer_idx=layer_idx))
         self.layer.append(VariantT5LayerFF(config))
 
-    def forward(self, hidden_states, attention_mask=None, position_bias=None, encoder_hidden_states=None,
-                encoder_attention_mask=None, encoder_decoder_position_bias=None, cache=None, **kwargs):
+    def forward(
+        self,
+        hidden_states,
+        attention_mask=None,
+        position_bias=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        encoder_decoder_position_bias=None,
+        cache=None,
+        **kwargs,
+    ):
         hidden_states, self_attn_position_bias, _ = self.layer[0](
             hidden_states, attention_mask=attention_mask, position_bias=position_bias, cache=cache, **kwargs
         )
@@ -319,8 +346,12 @@ class VariantT5Block(GradientCheckpointingLayer):
         cross_attn_position_bias = None
         if self.is_decoder and encoder_hidden_states is not None:
             hidden_states, cross_attn_position_bias, _ = self.layer[1](
-                hidden_states, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask,
-                position_bias=encoder_decoder_position_bias, cache=cache, **kwargs,
+                hidden_states,
+                key_value_states=encoder_hidden_states,
+                attention_mask=encoder_attention_mask,
+                position_bias=encoder_decoder_position_bias,
+                cache=cache,
+                **kwargs,
             )
             hidden_states = _clamp_fp16(hidden_states)
         hidden_states = _clamp_fp16(self.layer[-1](hidden_states))
@@ -407,8 +438,17 @@ class VariantT5Stack(VariantT5PreTrainedModel):
     @merge_with_config_defaults
     @output_attentions_from_config
     @capture_outputs
-    def forward(self, input_ids=None, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None,
-                inputs_embeds=None, cache=None, use_cache=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        encoder_hidden_states=None,
+        encoder_attention_mask=None,
+        inputs_embeds=None,
+        cache=None,
+        use_cache=None,
+        **kwargs,
+    ):
         cache = legacy_cache(cache, kwargs, self)
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
@@ -424,7 +464,10 @@ class VariantT5Stack(VariantT5PreTrainedModel):
         if self.is_decoder:
             self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
             attention_mask = create_causal_mask(
-                config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask, **cache_field(self_cache)
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=attention_mask,
+                **cache_field(self_cache),
             )
         else:
             attention_mask = create_bidirectional_mask(
@@ -432,7 +475,9 @@ class VariantT5Stack(VariantT5PreTrainedModel):
             )
         if self.is_decoder and encoder_hidden_states is not None:
             encoder_attention_mask = create_bidirectional_mask(
-                config=self.config, inputs_embeds=inputs_embeds, attention_mask=encoder_attention_mask,
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=encoder_attention_mask,
                 encoder_hidden_states=encoder_hidden_states,
             )
         position_bias = encoder_decoder_position_bias = None
@@ -486,8 +531,19 @@ class _VariantT5EncoderDecoder(VariantT5PreTrainedModel):
         self.encoder.set_input_embeddings(new_embeddings)
         self.decoder.set_input_embeddings(new_embeddings)
 
-    def _encode_decode(self, input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs,
-                       cache, inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs):
+    def _encode_decode(
+        self,
+        input_ids,
+        attention_mask,
+        decoder_input_ids,
+        decoder_attention_mask,
+        encoder_outputs,
+        cache,
+        inputs_embeds,
+        decoder_inputs_embeds,
+        use_cache,
+        **kwargs,
+    ):
         cache = legacy_cache(cache, kwargs, self)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
@@ -532,15 +588,34 @@ class VariantT5Model(_VariantT5EncoderDecoder):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, cache=None, inputs_embeds=None, decoder_inputs_embeds=None, use_cache=None,
-                **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        cache=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        use_cache=None,
+        **kwargs,
+    ):
         encoder_outputs, decoder_outputs = self._encode_decode(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
-            inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs,
+            input_ids,
+            attention_mask,
+            decoder_input_ids,
+            decoder_attention_mask,
+            encoder_outputs,
+            cache,
+            inputs_embeds,
+            decoder_inputs_embeds,
+            use_cache,
+            **kwargs,
         )
         return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state, **self._seq2seq_fields(encoder_outputs, decoder_outputs)
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            **self._seq2seq_fields(encoder_outputs, decoder_outputs),
         )
 
 
@@ -564,14 +639,34 @@ class VariantT5ForConditionalGeneration(_VariantT5EncoderDecoder, GenerationMixi
         self.lm_head = new_embeddings
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, cache=None, inputs_embeds=None, decoder_inputs_embeds=None, labels=None,
-                use_cache=None, num_items_in_batch=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        cache=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        num_items_in_batch=None,
+        **kwargs,
+    ):
         if labels is not None and decoder_input_ids is None and decoder_inputs_embeds is None:
             decoder_input_ids = self._shift_right(labels)
         encoder_outputs, decoder_outputs = self._encode_decode(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, cache,
-            inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs,
+            input_ids,
+            attention_mask,
+            decoder_input_ids,
+            decoder_attention_mask,
+            encoder_outputs,
+            cache,
+            inputs_embeds,
+            decoder_inputs_embeds,
+            use_cache,
+            **kwargs,
         )
         sequence_output = decoder_outputs.last_hidden_state
         if self.config.scale_decoder_outputs:  # the tied head of the original T5 rescales
@@ -625,9 +720,19 @@ class VariantT5ForSequenceClassification(VariantT5PreTrainedModel):
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, inputs_embeds=None, decoder_inputs_embeds=None, labels=None, use_cache=None,
-                **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        labels=None,
+        use_cache=None,
+        **kwargs,
+    ):
         if labels is not None:
             use_cache = False
         if input_ids is None:
@@ -635,9 +740,15 @@ class VariantT5ForSequenceClassification(VariantT5PreTrainedModel):
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             decoder_input_ids = self._shift_right(input_ids)
         outputs = self.transformer(
-            input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            inputs_embeds=inputs_embeds, decoder_inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
         )
         eos_mask = input_ids.eq(self.config.eos_token_id)
         counts = eos_mask.sum(1)
@@ -681,14 +792,26 @@ class VariantT5ForQuestionAnswering(_VariantT5EncoderDecoder):
     def __init__(self, config):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.qa_outputs = _with_t5_init_std(nn.Linear(config.d_model, config.num_labels),
-                                            config.initializer_factor * config.d_model**-0.5)
+        self.qa_outputs = _with_t5_init_std(
+            nn.Linear(config.d_model, config.num_labels), config.initializer_factor * config.d_model**-0.5
+        )
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
-                encoder_outputs=None, start_positions=None, end_positions=None, inputs_embeds=None,
-                decoder_inputs_embeds=None, use_cache=None, **kwargs):
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        decoder_input_ids=None,
+        decoder_attention_mask=None,
+        encoder_outputs=None,
+        start_positions=None,
+        end_positions=None,
+        inputs_embeds=None,
+        decoder_inputs_embeds=None,
+        use_cache=None,
+        **kwargs,
+    ):
         if start_positions is not None and end_positions is not None:
             use_cache = False
         if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -696,14 +819,24 @@ class VariantT5ForQuestionAnswering(_VariantT5EncoderDecoder):
                 raise ValueError("Pass `input_ids`, `decoder_input_ids` or `decoder_inputs_embeds`.")
             decoder_input_ids = self._shift_right(input_ids)
         encoder_outputs, decoder_outputs = self._encode_decode(
-            input_ids, attention_mask, decoder_input_ids, decoder_attention_mask, encoder_outputs, None,
-            inputs_embeds, decoder_inputs_embeds, use_cache, **kwargs,
+            input_ids,
+            attention_mask,
+            decoder_input_ids,
+            decoder_attention_mask,
+            encoder_outputs,
+            None,
+            inputs_embeds,
+            decoder_inputs_embeds,
+            use_cache,
+            **kwargs,
         )
         logits = self.qa_outputs(decoder_outputs.last_hidden_state)
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         total_loss = span_loss(start_logits, end_logits, start_positions, end_positions)
         return Seq2SeqQuestionAnsweringModelOutput(
-            loss=total_loss, start_logits=start_logits, end_logits=end_logits,
+            loss=total_loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
             **self._seq2seq_fields(encoder_outputs, decoder_outputs),
         )
 

@@ -87,7 +87,9 @@ def cache_unless_checkpointing(module, use_cache, layers) -> bool:
     and values to the cache a second time (transformers' releases before 5.23 pass the cache on to the recompute
     under our `cache` name). transformers' own models turn it off too, with the same warning."""
     if use_cache and module.training and any(getattr(layer, "gradient_checkpointing", False) for layer in layers):
-        logger.warning_once("`use_cache=True` is incompatible with activation checkpointing. Setting `use_cache=False`.")
+        logger.warning_once(
+            "`use_cache=True` is incompatible with activation checkpointing. Setting `use_cache=False`."
+        )
         return False
     return bool(use_cache)
 
@@ -142,8 +144,9 @@ def key_positions(position_ids: torch.Tensor | None, attention_mask: torch.Tenso
     return torch.cat([cached.expand(b, -1), position_ids.expand(b, -1)], dim=-1)
 
 
-def unpadded(config, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None,
-             kwargs: dict) -> PackedSequences | None:
+def unpadded(
+    config, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None, kwargs: dict
+) -> PackedSequences | None:
     """The packed layout an encoder's layers run in (`PackedSequences`: the real tokens only, attention within each
     sequence), or None where they run the padded batch as transformers' do.
 
@@ -304,17 +307,24 @@ class VariantPreTrainedModel(PreTrainedModel):
             if entry is None:
                 continue  # an unknown type: the config's validation names it when the model is built
             fields = {**VARIANT_CONFIG_DEFAULTS, **config, **kwargs}
-            lacking = [f"{value!r} among {field}" for field, value in (entry.warm_start_needs or {}).items()
-                       if value not in fields[field]]
+            lacking = [
+                f"{value!r} among {field}"
+                for field, value in (entry.warm_start_needs or {}).items()
+                if value not in fields[field]
+            ]
             if entry.warm_start is None or lacking:
-                logger.warning(f"{path} is a vanilla {config.get('model_type')} checkpoint and attention_type "
-                               f"{name!r} cannot start as it{' without ' + ', '.join(lacking) if lacking else ''}: "
-                               "the model's outputs differ from the checkpoint's.")
+                logger.warning(
+                    f"{path} is a vanilla {config.get('model_type')} checkpoint and attention_type "
+                    f"{name!r} cannot start as it{' without ' + ', '.join(lacking) if lacking else ''}: "
+                    "the model's outputs differ from the checkpoint's."
+                )
                 continue
             for field, value in entry.warm_start.items():
                 if kwargs.setdefault(field, value) != value:
-                    logger.warning(f"{path} is a vanilla checkpoint; with {field}={kwargs[field]!r} (not {value!r}) "
-                                   "the model's outputs differ from the checkpoint's until it is trained.")
+                    logger.warning(
+                        f"{path} is a vanilla checkpoint; with {field}={kwargs[field]!r} (not {value!r}) "
+                        "the model's outputs differ from the checkpoint's until it is trained."
+                    )
         return kwargs
 
     def save_pretrained(self, save_directory, *args, state_dict=None, **kwargs):
@@ -331,14 +341,18 @@ class VariantPreTrainedModel(PreTrainedModel):
         saving, that subclass carries the name and module of the class it wraps.
         """
         if state_dict is not None:
-            declared = {f"{prefix}.{key}" if prefix else key for prefix, module in self.named_modules()
-                        for key in (getattr(module, "_tied_weights_keys", None) or {})}
+            declared = {
+                f"{prefix}.{key}" if prefix else key
+                for prefix, module in self.named_modules()
+                for key in (getattr(module, "_tied_weights_keys", None) or {})
+            }
             every_name = {name for name, _ in self.named_parameters(remove_duplicate=False)}
             aliases = every_name - dict(self.named_parameters()).keys()  # second names of one tensor
             kwargs["state_dict"] = {key: value for key, value in state_dict.items() if key not in declared & aliases}
         made = type(self)
-        own = next(c for c in made.__mro__
-                   if issubclass(c, VariantPreTrainedModel) and not c.__module__.startswith("torch."))
+        own = next(
+            c for c in made.__mro__ if issubclass(c, VariantPreTrainedModel) and not c.__module__.startswith("torch.")
+        )
         names = made.__module__, made.__name__
         made.__module__, made.__name__ = own.__module__, own.__name__  # a no-op unless torch made the class
         try:

@@ -31,11 +31,15 @@ NAMED_AFTER_THE_RUN = f"{OUTPUTS}/<named after the run>"
 
 @dataclass
 class OutputArguments:
-    overwrite_output_dir: bool = field(default=False, metadata={
-        "help": "Write into --output_dir even when it holds a checkpoint (config.json, or checkpoint-N folders) of "
-                "another model or config, or one that another script or preset made; without it such a run stops "
-                "before training. Files of the earlier run that this one does not write stay (e.g. its "
-                "checkpoint-N folders). (transformers 5 removed its own flag of this name.)"})
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Write into --output_dir even when it holds a checkpoint (config.json, or checkpoint-N folders) of "
+            "another model or config, or one that another script or preset made; without it such a run stops "
+            "before training. Files of the earlier run that this one does not write stay (e.g. its "
+            "checkpoint-N folders). (transformers 5 removed its own flag of this name.)"
+        },
+    )
 
 
 def output_folder(*parts: str | None) -> str:
@@ -81,14 +85,19 @@ def script_name(script: str) -> str:
 
 def _made_by(script: str, preset: str | None, started_from: str | None) -> dict:
     """What `training_info.json` says made a checkpoint: the script and the preset or checkpoint it started from."""
-    return {"script": script_name(script), "preset": None if started_from else preset,
-            "started_from": os.path.normpath(started_from) if started_from else None}
+    return {
+        "script": script_name(script),
+        "preset": None if started_from else preset,
+        "started_from": os.path.normpath(started_from) if started_from else None,
+    }
 
 
 def _describe(config: dict, made: dict | None) -> str:
     """E.g. "VariantBertForMaskedLM (variant_bert, talking-heads; <scripts folder>/run_pretraining.py, preset ...)"."""
-    what = f"{', '.join(config.get('architectures') or ['a model'])} ({config.get('model_type')}, " \
-           f"{'-'.join(attention_setups(config))}"
+    what = (
+        f"{', '.join(config.get('architectures') or ['a model'])} ({config.get('model_type')}, "
+        f"{'-'.join(attention_setups(config))}"
+    )
     if made:
         origin = f"preset {made['preset']}" if made["preset"] else f"from {made['started_from']}"
         what += f"; {made['script']}, {origin}"
@@ -116,7 +125,8 @@ def check_output_dir(output_dir: str, model, made: dict, default: str) -> None:
             raise ValueError(
                 f"--output_dir {output_dir} holds a checkpoint{found} of another model or run: "
                 f"{_describe(saved, saved_made)}; this run would write {_describe(run, made)}. They differ in "
-                f"{', '.join(differ)}. To keep both, {keep}; to write there anyway, pass --overwrite_output_dir.")
+                f"{', '.join(differ)}. To keep both, {keep}; to write there anyway, pass --overwrite_output_dir."
+            )
 
 
 def settle_output_dir(training_args, output_args, model_args, model, script: str, task: str | None = None) -> None:

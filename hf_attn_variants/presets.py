@@ -19,28 +19,66 @@ from .families import FAMILIES, family_of
 # (layers, width, heads): the Turc et al. grid for BERT/ALBERT; t5-small/t5-base widths for T5 small/base.
 SIZES = {
     "bert": {
-        "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512,
-                     max_position_embeddings=128),
-        "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024,
-                     max_position_embeddings=128),
+        "tiny": dict(
+            num_hidden_layers=2,
+            hidden_size=128,
+            num_attention_heads=2,
+            intermediate_size=512,
+            max_position_embeddings=128,
+        ),
+        "mini": dict(
+            num_hidden_layers=4,
+            hidden_size=256,
+            num_attention_heads=4,
+            intermediate_size=1024,
+            max_position_embeddings=128,
+        ),
         "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
         "base": {},
     },
     "albert": {
-        "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512,
-                     embedding_size=64, max_position_embeddings=128),
-        "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024,
-                     embedding_size=128, max_position_embeddings=128),
-        "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048,
-                      embedding_size=128),
-        "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072,
-                     embedding_size=128),
+        "tiny": dict(
+            num_hidden_layers=2,
+            hidden_size=128,
+            num_attention_heads=2,
+            intermediate_size=512,
+            embedding_size=64,
+            max_position_embeddings=128,
+        ),
+        "mini": dict(
+            num_hidden_layers=4,
+            hidden_size=256,
+            num_attention_heads=4,
+            intermediate_size=1024,
+            embedding_size=128,
+            max_position_embeddings=128,
+        ),
+        "small": dict(
+            num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048, embedding_size=128
+        ),
+        "base": dict(
+            num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072, embedding_size=128
+        ),
     },
     "t5": {
-        "tiny": dict(num_layers=2, num_decoder_layers=2, d_model=128, num_heads=2, d_kv=64, d_ff=512,
-                     synthesizer_max_position=128),
-        "mini": dict(num_layers=4, num_decoder_layers=4, d_model=256, num_heads=4, d_kv=64, d_ff=1024,
-                     synthesizer_max_position=128),
+        "tiny": dict(
+            num_layers=2,
+            num_decoder_layers=2,
+            d_model=128,
+            num_heads=2,
+            d_kv=64,
+            d_ff=512,
+            synthesizer_max_position=128,
+        ),
+        "mini": dict(
+            num_layers=4,
+            num_decoder_layers=4,
+            d_model=256,
+            num_heads=4,
+            d_kv=64,
+            d_ff=1024,
+            synthesizer_max_position=128,
+        ),
         "small": dict(num_layers=6, num_decoder_layers=6, d_model=512, num_heads=8, d_kv=64, d_ff=2048),
         "base": dict(num_layers=12, num_decoder_layers=12, d_model=768, num_heads=12, d_kv=64, d_ff=3072),
     },
@@ -52,8 +90,11 @@ ADMIN = "Understanding the Difficulty of Training Transformers (Admin; Liu et al
 # name -> (config fields, papers): each attention type's setups (its registration's `presets`), then the deep
 # single-head twins, resolved per family below (+ Admin where Post-LN).
 ATTENTION = {
-    **{setup: ({"attention_type": entry.name, **copy.deepcopy(fields)}, (entry.paper,) if entry.paper else ())
-       for entry in ATTENTION_REGISTRY.values() for setup, fields in entry.presets.items()},
+    **{
+        setup: ({"attention_type": entry.name, **copy.deepcopy(fields)}, (entry.paper,) if entry.paper else ())
+        for entry in ATTENTION_REGISTRY.values()
+        for setup, fields in entry.presets.items()
+    },
     "single-head-admin": (dict(admin=True), (SINGLE_HEAD, ADMIN)),
     "single-head": ({}, (SINGLE_HEAD,)),
 }
@@ -123,7 +164,10 @@ def single_head_twin(config, model_class=None):
         import hf_attn_variants
 
         model_class = getattr(hf_attn_variants, family.base_model)
-    counts = {"multi_head": _count_parameters(model_class, config), "single_head": _count_parameters(model_class, twin)}
+    counts = {
+        "multi_head": _count_parameters(model_class, config),
+        "single_head": _count_parameters(model_class, twin),
+    }
     counts["ratio"] = counts["single_head"] / counts["multi_head"]
     return twin, counts
 

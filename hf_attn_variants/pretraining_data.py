@@ -30,8 +30,9 @@ def read_documents(path: str | os.PathLike) -> list[list[str]]:
     """A text file as documents: blank lines separate documents, each line of a document is one paragraph."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"No such data file: {path}. Pass an existing text file (documents separated by "
-                                "blank lines).")
+        raise FileNotFoundError(
+            f"No such data file: {path}. Pass an existing text file (documents separated by blank lines)."
+        )
     text = path.read_text(encoding="utf-8")
     documents = [[line.strip() for line in block.splitlines() if line.strip()] for block in _BLANK_LINE.split(text)]
     documents = [d for d in documents if d]

@@ -65,9 +65,22 @@ USAGE = {
 }
 # Trainer.save_metrics keys that describe the run's speed, not the model's quality
 NOT_QUALITY = ("_runtime", "_samples_per_second", "_steps_per_second", "_flos", "epoch")
-STRUCTURE_FIELDS = ("num_hidden_layers", "num_layers", "num_decoder_layers", "hidden_size", "d_model", "embedding_size",
-                    "num_attention_heads", "num_heads", "attention_head_size", "d_kv", "intermediate_size", "d_ff",
-                    "vocab_size", "admin")
+STRUCTURE_FIELDS = (
+    "num_hidden_layers",
+    "num_layers",
+    "num_decoder_layers",
+    "hidden_size",
+    "d_model",
+    "embedding_size",
+    "num_attention_heads",
+    "num_heads",
+    "attention_head_size",
+    "d_kv",
+    "intermediate_size",
+    "d_ff",
+    "vocab_size",
+    "admin",
+)
 
 
 def is_published(path: str) -> bool:
@@ -110,8 +123,13 @@ def _registered_text(entry, section: str) -> dict:
     `model_cards/attention.yaml` does not have."""
     words = entry.name.replace("_", " ")
     paper = f" It comes from {entry.paper}." if entry.paper else ""
-    return dict(title=words if words.endswith("attention") else f"{words} attention", tags=[section], papers=[],
-                description=f"{entry.help[0].upper()}{entry.help[1:]}.{paper}", limitations=[])
+    return dict(
+        title=words if words.endswith("attention") else f"{words} attention",
+        tags=[section],
+        papers=[],
+        description=f"{entry.help[0].upper()}{entry.help[1:]}.{paper}",
+        limitations=[],
+    )
 
 
 def attention_texts(config: dict) -> list[dict]:
@@ -152,15 +170,21 @@ def _quality_metrics(metrics: dict, info: dict | None = None) -> list[tuple[str,
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
         lookup = "eval_perplexity" if key == "perplexity" else key
-        record = next((r for r in records if lookup.startswith(r["metric_prefix"])
-                       and lookup.endswith(r.get("metric_suffix", ""))), None)
+        record = next(
+            (
+                r
+                for r in records
+                if lookup.startswith(r["metric_prefix"]) and lookup.endswith(r.get("metric_suffix", ""))
+            ),
+            None,
+        )
         if record is not None:
             prefix, suffix = record["metric_prefix"], record.get("metric_suffix", "")
         elif lookup.startswith("eval_"):
             prefix, suffix = "eval_", ""
         else:
             continue
-        base = lookup[len(prefix): len(lookup) - len(suffix)]
+        base = lookup[len(prefix) : len(lookup) - len(suffix)]
         if ("_" + base).endswith(NOT_QUALITY + ("_samples",)):
             continue
         out.append((("predict_" if prefix == "predict_" else "") + base + suffix, base, value, record))
@@ -229,17 +253,22 @@ def _trained(info: dict) -> bool:
 
 def _training_text(info: dict, metrics: dict, source: str | None) -> str:
     if not info:
-        return ("No training record (`training_info.json`) was published with this checkpoint, so its training data "
-                "and procedure are not documented here.")
+        return (
+            "No training record (`training_info.json`) was published with this checkpoint, so its training data "
+            "and procedure are not documented here."
+        )
     where = f"`{info['script']}`" if info.get("script") else "a training script"
     stages = info.get("stages", ["train"])
     start = info.get("started_from") or info.get("base_model")
     origin = (f", preset `{info['preset']}`" if info.get("preset") else "") + (
-        f", starting from `{start}`" if start else "")
+        f", starting from `{start}`" if start else ""
+    )
     if not _trained(info):
         done = " and ".join({"eval": "evaluated", "predict": "predicted"}[stage] for stage in stages)
-        return (f"Not trained by this run: {done} with {where} for {info.get('task', 'an unrecorded task')}{origin}. "
-                "Its training is not documented here.")
+        return (
+            f"Not trained by this run: {done} with {where} for {info.get('task', 'an unrecorded task')}{origin}. "
+            "Its training is not documented here."
+        )
     parts = [f"Trained with {where} for {info.get('task', 'an unrecorded task')}{origin}."]
     dataset = info.get("dataset") or {}
     if dataset:
@@ -248,8 +277,9 @@ def _training_text(info: dict, metrics: dict, source: str | None) -> str:
         parts.append(_table(info["training"].items(), ("hyperparameter", "value")))
     train = [(_metric_name(k), _number(v)) for k, v in metrics.items() if k.startswith("train_") or k == "epoch"]
     if train:
-        parts.append(f"Recorded by the run on its training data (`{source}`):\n\n"
-                     + _table(train, ("training metric", "value")))
+        parts.append(
+            f"Recorded by the run on its training data (`{source}`):\n\n" + _table(train, ("training metric", "value"))
+        )
     return "\n\n".join(parts)
 
 
@@ -258,12 +288,18 @@ def _evaluation_text(quality: list, source: str | None, info: dict) -> str:
         return "No evaluation metrics were recorded for this checkpoint."
     rows = "\n".join(f"| {name} | {_number(value)} | {_data_text(record)} |" for name, _, value, record in quality)
     run = "training run" if _trained(info) else "run"
-    meanings = [f"`{metric}`: {METRIC_TEXT[metric]}" for metric in dict.fromkeys(m for _, m, _, _ in quality)
-                if metric in METRIC_TEXT]
-    return (f"Measured by the {run} and copied from its `{source}`, each on the data named beside it:\n\n"
-            "| metric | value | measured on |\n|---|---|---|\n" + rows
-            + ("\n\n" + "; ".join(meanings) + "." if meanings else "")
-            + ("\n\n" + info["evaluation_note"] if info.get("evaluation_note") else ""))
+    meanings = [
+        f"`{metric}`: {METRIC_TEXT[metric]}"
+        for metric in dict.fromkeys(m for _, m, _, _ in quality)
+        if metric in METRIC_TEXT
+    ]
+    return (
+        f"Measured by the {run} and copied from its `{source}`, each on the data named beside it:\n\n"
+        "| metric | value | measured on |\n|---|---|---|\n"
+        + rows
+        + ("\n\n" + "; ".join(meanings) + "." if meanings else "")
+        + ("\n\n" + info["evaluation_note"] if info.get("evaluation_note") else "")
+    )
 
 
 def parameter_total(folder) -> int:
@@ -313,8 +349,9 @@ def read_card_record(folder) -> CardRecord:
     return CardRecord(_read_json(folder / "config.json"), info, metrics, source, parameter_total(folder), mask_token)
 
 
-def render_card(folder, repo_id: str, revision: str | None, *, license: str = "apache-2.0",
-                base_model: str | None = None) -> ModelCard:
+def render_card(
+    folder, repo_id: str, revision: str | None, *, license: str = "apache-2.0", base_model: str | None = None
+) -> ModelCard:
     """The model card of the checkpoint in `folder`, as it will read on the Hub at `repo_id`.
 
     Args:
@@ -331,12 +368,20 @@ def render_card(folder, repo_id: str, revision: str | None, *, license: str = "a
     files), base_model, pipeline_tag and a model-index of the evaluation metrics measured on a Hub dataset (each
     with its id, config and split). The text names the data each number comes from.
     """
-    return render_record(read_card_record(folder), repo_id, revision, license=license, base_model=base_model,
-                         where=str(folder))
+    return render_record(
+        read_card_record(folder), repo_id, revision, license=license, base_model=base_model, where=str(folder)
+    )
 
 
-def render_record(record: CardRecord, repo_id: str, revision: str | None, *, license: str = "apache-2.0",
-                  base_model: str | None = None, where: str = "the record") -> ModelCard:
+def render_record(
+    record: CardRecord,
+    repo_id: str,
+    revision: str | None,
+    *,
+    license: str = "apache-2.0",
+    base_model: str | None = None,
+    where: str = "the record",
+) -> ModelCard:
     """The model card of the checkpoint a `CardRecord` describes (`render_card` reads one from a folder; the
     project's release cards are made from the records of runs whose weights are not kept). With
     `record.reproduce`, the card gains a section saying how to make the weights again."""
@@ -371,17 +416,21 @@ def render_record(record: CardRecord, repo_id: str, revision: str | None, *, lic
         model_name=model_name if eval_results else None,
         eval_results=eval_results or None,
     )
-    summary = (f"A {family} model (`{architecture}`) with {' and '.join(s['title'] for s in setups)}, "
-               f"{_parameter_text(record.num_parameters)} parameters, built with hf-attn-variants"
-               + (f" from the preset `{info['preset']}`{_overrides_text(info)}" if info.get("preset") else "") + ".")
+    summary = (
+        f"A {family} model (`{architecture}`) with {' and '.join(s['title'] for s in setups)}, "
+        f"{_parameter_text(record.num_parameters)} parameters, built with hf-attn-variants"
+        + (f" from the preset `{info['preset']}`{_overrides_text(info)}" if info.get("preset") else "")
+        + "."
+    )
     return ModelCard.from_template(
         card_data,
         template_path=str(CARD_DIR / "template.md"),
         model_name=model_name,
         summary=summary,
         setups=[{**s, "papers": [papers[k] for k in s["papers"]]} for s in setups],
-        architecture=[(k, json.dumps(config[k])) for k in STRUCTURE_FIELDS + _variant_fields(config)
-                      if config.get(k) is not None],
+        architecture=[
+            (k, json.dumps(config[k])) for k in STRUCTURE_FIELDS + _variant_fields(config) if config.get(k) is not None
+        ],
         auto_class=auto_class,
         repo_id=repo_id,
         revision=revision,
@@ -405,8 +454,9 @@ def _overrides_text(info: dict) -> str:
         return ""
     if not info["overrides"]:
         return " as it is (no config overrides)"
-    return " with " + ", ".join(f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-                                for key, value in info["overrides"].items())
+    return " with " + ", ".join(
+        f"{key}={value if isinstance(value, str) else json.dumps(value)}" for key, value in info["overrides"].items()
+    )
 
 
 MASKED = re.compile(r"\{([^{}]+)\}")
@@ -430,19 +480,24 @@ def example_input_of(example: str, pipeline_task: str, mask_token: str) -> str:
 def _architecture_and_auto_class(config: dict, where: str) -> tuple[str, str]:
     """The checkpoint's architecture and the Auto class its auto_map loads it with."""
     architecture = (config.get("architectures") or [family_of(config).base_model])[0]
-    auto_class = next((auto for auto, target in config.get("auto_map", {}).items()
-                       if target.split(".")[-1] == architecture), None)
+    auto_class = next(
+        (auto for auto, target in config.get("auto_map", {}).items() if target.split(".")[-1] == architecture), None
+    )
     if auto_class is None:
-        raise ValueError(f"{where}/config.json's auto_map names no Auto class for {architecture}: re-save the model "
-                         "with save_pretrained from this package.")
+        raise ValueError(
+            f"{where}/config.json's auto_map names no Auto class for {architecture}: re-save the model "
+            "with save_pretrained from this package."
+        )
     return architecture, auto_class
 
 
 def _base_model(base_model: str | None, info: dict) -> str | None:
     """The card's base_model: the one passed (a Hub id), else training_info.json's when it is a Hub id."""
     if base_model is not None and not is_hub_id(base_model):
-        raise ValueError(f"base_model {base_model!r} is not a Hub repository id (a local folder never is): pass the "
-                         "Hub id the model started from, or none.")
+        raise ValueError(
+            f"base_model {base_model!r} is not a Hub repository id (a local folder never is): pass the "
+            "Hub id the model started from, or none."
+        )
     recorded = info.get("base_model")  # a record written before base_model held Hub ids only may hold a path
     return base_model or (recorded if is_hub_id(recorded) else None)
 
@@ -451,11 +506,20 @@ def _eval_results(quality, task) -> list:
     """The model-index entries of a card: the quality metrics measured on a Hub dataset (id, config, split)."""
     if not task:
         return []
-    return [EvalResult(task_type=task, dataset_type=record["hub_id"], dataset_name=record["name"],
-                       dataset_config=record.get("config"), dataset_split=record.get("split"),
-                       metric_type=metric, metric_name=name, metric_value=value)
-            for name, metric, value, record in quality
-            if record and record.get("hub_id") and is_hub_id(record["hub_id"])]
+    return [
+        EvalResult(
+            task_type=task,
+            dataset_type=record["hub_id"],
+            dataset_name=record["name"],
+            dataset_config=record.get("config"),
+            dataset_split=record.get("split"),
+            metric_type=metric,
+            metric_name=name,
+            metric_value=value,
+        )
+        for name, metric, value, record in quality
+        if record and record.get("hub_id") and is_hub_id(record["hub_id"])
+    ]
 
 
 def _limitations(setups, info: dict) -> list[str]:
@@ -468,9 +532,12 @@ def _limitations(setups, info: dict) -> list[str]:
     training = info.get("training") or {}
     steps = training.get("steps") or training.get("max_steps")  # steps taken; max_steps is -1 for epoch-based runs
     if steps and steps > 0:
-        limitations.append(f"The metrics describe this run only ({steps} training steps"
-                           + (f" on {dataset}" if dataset else "") + "); they are not comparable with the papers' "
-                           "results at full scale.")
+        limitations.append(
+            f"The metrics describe this run only ({steps} training steps"
+            + (f" on {dataset}" if dataset else "")
+            + "); they are not comparable with the papers' "
+            "results at full scale."
+        )
     return limitations
 
 
@@ -479,25 +546,34 @@ def _reproduce_text(reproduce: dict, info: dict) -> str:
     and the command that re-runs it and compares (`rerun`), from a `CardRecord.reproduce`."""
     commit = reproduce["git_commit"]
     steps = (info.get("training") or {}).get("steps") or (info.get("training") or {}).get("max_steps")
-    cost = (f" ({steps} steps: {reproduce['minutes']:.0f} minutes of training on one CPU thread; CPU: "
-            f"{reproduce['hardware']})" if reproduce.get("minutes") and reproduce.get("hardware") else "")
+    cost = (
+        f" ({steps} steps: {reproduce['minutes']:.0f} minutes of training on one CPU thread; CPU: "
+        f"{reproduce['hardware']})"
+        if reproduce.get("minutes") and reproduce.get("hardware")
+        else ""
+    )
     parts = [
         "The weights are not stored in the hf-attn-variants repository: this card was rendered from the record of "
-        f"{reproduce.get('run') or 'the run that trained them'}, and the command below trains them again" + cost
+        f"{reproduce.get('run') or 'the run that trained them'}, and the command below trains them again"
+        + cost
         + ". Run it from the root of a "
         f"checkout of hf-attn-variants at commit `{commit}` (the code that ran), installed with `pip install -e .`; "
         "its output folder is the checkpoint, with this card's files (weights, config, code, tokenizer, metrics):",
         f"```bash\ngit checkout {commit}\n{reproduce['command']}\n```",
     ]
     if reproduce.get("files"):
-        parts.append("What the run read, by SHA-256 (the command's output folder holds the same tokenizer.json):\n\n"
-                     + _table(((f"`{name}`", f"`{digest}`") for name, digest in reproduce["files"].items()),
-                              ("file", "sha256")))
+        parts.append(
+            "What the run read, by SHA-256 (the command's output folder holds the same tokenizer.json):\n\n"
+            + _table(((f"`{name}`", f"`{digest}`") for name, digest in reproduce["files"].items()), ("file", "sha256"))
+        )
     if reproduce.get("rerun"):
-        parts.append(f"`{reproduce['rerun']}` re-runs it in a scratch cache and prints the recorded and the new "
-                     "held-out loss.")
-    parts.append("Another CPU rounds differently, so a checkpoint trained again ends near, not exactly at, the "
-                 "numbers above (docs/research.md measures the drift).")
+        parts.append(
+            f"`{reproduce['rerun']}` re-runs it in a scratch cache and prints the recorded and the new held-out loss."
+        )
+    parts.append(
+        "Another CPU rounds differently, so a checkpoint trained again ends near, not exactly at, the "
+        "numbers above (docs/research.md measures the drift)."
+    )
     return "\n\n".join(parts)
 
 
@@ -543,6 +619,7 @@ if bad:
 print(json.dumps({{"class": type(model).__name__, "auto_class": auto, "outputs": shapes}}))
 """
 
+
 def check_loads(folder, timeout: float = 600) -> dict:
     """Load the checkpoint in `folder` the way a Hub user will: in a fresh interpreter where `hf_attn_variants`
     cannot be imported, through the Auto class its `auto_map` names, with `trust_remote_code=True`; every weight
@@ -550,13 +627,20 @@ def check_loads(folder, timeout: float = 600) -> dict:
 
     Returns {"class", "auto_class", "outputs": {name: shape}}; raises RuntimeError with the subprocess's error.
     """
-    helpers = "\n".join(textwrap.dedent(inspect.getsource(f)) for f in (checkpoint_shapes, weights_report,
-                                                                         probe_inputs))
-    proc = run_isolated(_CHECK_SCRIPT.format(helpers=helpers), [Path(folder).resolve()],
-                        env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=timeout)
+    helpers = "\n".join(
+        textwrap.dedent(inspect.getsource(f)) for f in (checkpoint_shapes, weights_report, probe_inputs)
+    )
+    proc = run_isolated(
+        _CHECK_SCRIPT.format(helpers=helpers),
+        [Path(folder).resolve()],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=timeout,
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"{folder} does not load with trust_remote_code=True where hf_attn_variants is not "
-                           f"installed:\n{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{folder} does not load with trust_remote_code=True where hf_attn_variants is not "
+            f"installed:\n{proc.stderr[-3000:]}"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -567,8 +651,10 @@ def _check_folder(folder: Path) -> dict:
     code = {target.split(".")[0] + ".py" for target in config.get("auto_map", {}).values()}
     absent = sorted(name for name in code if not (folder / name).is_file())
     if not code or absent:
-        raise FileNotFoundError(f"{folder} lacks the model's code ({', '.join(absent) or 'no auto_map'}): save it "
-                                "with save_pretrained from hf_attn_variants, which copies the .py files.")
+        raise FileNotFoundError(
+            f"{folder} lacks the model's code ({', '.join(absent) or 'no auto_map'}): save it "
+            "with save_pretrained from hf_attn_variants, which copies the .py files."
+        )
     return config
 
 
@@ -581,9 +667,17 @@ class Published:
     card_commit: str
 
 
-def upload_card(folder, repo_id: str, revision: str | None = None, token: str | None = None, *,
-                license: str = "apache-2.0", base_model: str | None = None,
-                commit_message: str = "Model card (hf-attn-variants)", record: CardRecord | None = None) -> Published:
+def upload_card(
+    folder,
+    repo_id: str,
+    revision: str | None = None,
+    token: str | None = None,
+    *,
+    license: str = "apache-2.0",
+    base_model: str | None = None,
+    commit_message: str = "Model card (hf-attn-variants)",
+    record: CardRecord | None = None,
+) -> Published:
     """Replace the README.md of `repo_id` with the card of `folder`, after the model was pushed there (by
     `Trainer.push_to_hub`, `model.push_to_hub` or `publish`).
 
@@ -601,8 +695,14 @@ def upload_card(folder, repo_id: str, revision: str | None = None, token: str | 
     needed = {"config.json"} | {t.split(".")[0] + ".py" for t in config["auto_map"].values()}
     if not needed <= remote:
         raise ValueError(f"{repo_id} at {info.sha} lacks {sorted(needed - remote)}: push the model before its card.")
-    card = render_record(record or read_card_record(folder), repo_id, info.sha, license=license,
-                         base_model=base_model, where=str(folder))
+    card = render_record(
+        record or read_card_record(folder),
+        repo_id,
+        info.sha,
+        license=license,
+        base_model=base_model,
+        where=str(folder),
+    )
     card.validate()
     operations = [CommitOperationAdd("README.md", str(card).encode())]
     operations += [CommitOperationDelete(path) for path in sorted(remote) if not is_published(path)]
@@ -610,9 +710,18 @@ def upload_card(folder, repo_id: str, revision: str | None = None, token: str | 
     return Published(f"{api.endpoint}/{repo_id}", info.sha, commit.oid)
 
 
-def publish(folder, repo_id: str, *, private: bool = False, revision: str | None = None,
-            commit_message: str | None = None, token: str | None = None, license: str = "apache-2.0",
-            base_model: str | None = None, record: CardRecord | None = None) -> Published:
+def publish(
+    folder,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    token: str | None = None,
+    license: str = "apache-2.0",
+    base_model: str | None = None,
+    record: CardRecord | None = None,
+) -> Published:
     """Check, upload and document the checkpoint in `folder` as the Hub model repository `repo_id`.
 
     1. `check_loads`: the folder loads with `trust_remote_code=True` where this package is not installed.
@@ -632,19 +741,39 @@ def publish(folder, repo_id: str, *, private: bool = False, revision: str | None
     folder = Path(folder)
     _check_folder(folder)
     check_loads(folder)
-    render_record(record or read_card_record(folder), repo_id, "main", license=license,
-                  base_model=base_model).validate()  # metadata only
+    render_record(
+        record or read_card_record(folder), repo_id, "main", license=license, base_model=base_model
+    ).validate()  # metadata only
     api = HfApi(token=token)
     api.create_repo(repo_id, private=private, exist_ok=True)
     if revision and revision != "main":
         api.create_branch(repo_id, branch=revision, exist_ok=True)
     files = sorted(p.name for p in folder.iterdir() if p.is_file() and is_published(p.name) and p.name != "README.md")
-    api.create_commit(repo_id, [CommitOperationAdd(name, str(folder / name)) for name in files],
-                      commit_message=commit_message or f"Upload {folder.name} (hf-attn-variants)", revision=revision)
-    return upload_card(folder, repo_id, revision=revision, token=token, license=license, base_model=base_model,
-                       record=record)
+    api.create_commit(
+        repo_id,
+        [CommitOperationAdd(name, str(folder / name)) for name in files],
+        commit_message=commit_message or f"Upload {folder.name} (hf-attn-variants)",
+        revision=revision,
+    )
+    return upload_card(
+        folder, repo_id, revision=revision, token=token, license=license, base_model=base_model, record=record
+    )
 
 
-__all__ = ["CardRecord", "Published", "attention_setups", "attention_texts", "check_loads", "example_input_of",
-           "identity_fields", "is_published", "parameter_total", "publish", "read_card_record", "read_run", "render_card",
-           "render_record", "upload_card"]
+__all__ = [
+    "CardRecord",
+    "Published",
+    "attention_setups",
+    "attention_texts",
+    "check_loads",
+    "example_input_of",
+    "identity_fields",
+    "is_published",
+    "parameter_total",
+    "publish",
+    "read_card_record",
+    "read_run",
+    "render_card",
+    "render_record",
+    "upload_card",
+]

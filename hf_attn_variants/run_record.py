@@ -41,14 +41,14 @@ def choose_stages(training_args, argv, has_test_data: bool = False) -> None:
         training_args.do_train, training_args.do_eval, training_args.do_predict = True, True, has_test_data
         return
     training_args.do_train, training_args.do_eval, training_args.do_predict = (
-        bool(given[flag[2:]]) for flag in DO_FLAGS)
+        bool(given[flag[2:]]) for flag in DO_FLAGS
+    )
     if not training_args.do_eval and not any(a.split("=")[0] == "--eval_strategy" for a in argv):
         training_args.eval_strategy = IntervalStrategy.NO
     if has_test_data and not training_args.do_predict:
         raise ValueError("--test_file is given but --do_predict is not: add --do_predict, or leave out --test_file.")
     if not any((training_args.do_train, training_args.do_eval, training_args.do_predict)):
         raise ValueError("--do_train, --do_eval and --do_predict are all false: nothing to do.")
-
 
 
 def device_defaults() -> dict:
@@ -71,8 +71,10 @@ def check_pretraining_args(argv, training_args, data_args) -> None:
     flags, checked before anything runs."""
     choose_stages(training_args, argv)
     if training_args.do_predict or data_args.test_file or data_args.max_predict_samples is not None:
-        raise ValueError("Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
-                         "use --do_train and/or --do_eval.")
+        raise ValueError(
+            "Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
+            "use --do_train and/or --do_eval."
+        )
     check_streaming(training_args, data_args)
 
 
@@ -84,8 +86,11 @@ def settle_training_args(training_args) -> None:
         training_args.dataloader_pin_memory = False
     warmup = training_args.warmup_steps
     if training_args.max_steps > 0 and warmup >= 1 and warmup >= training_args.max_steps:
-        warnings.warn(f"--warmup_steps {int(warmup)} reaches --max_steps {training_args.max_steps}: the learning "
-                      "rate never leaves warm-up. Pass a ratio instead, e.g. --warmup_steps 0.1.", stacklevel=2)
+        warnings.warn(
+            f"--warmup_steps {int(warmup)} reaches --max_steps {training_args.max_steps}: the learning "
+            "rate never leaves warm-up. Pass a ratio instead, e.g. --warmup_steps 0.1.",
+            stacklevel=2,
+        )
 
 
 def resume_checkpoint(training_args) -> str | None:
@@ -94,7 +99,9 @@ def resume_checkpoint(training_args) -> str | None:
     if checkpoint == "last":
         checkpoint = get_last_checkpoint(training_args.output_dir) if Path(training_args.output_dir).is_dir() else None
         if checkpoint is None:
-            raise ValueError(f"--resume_from_checkpoint last: {training_args.output_dir} holds no checkpoint-N folder.")
+            raise ValueError(
+                f"--resume_from_checkpoint last: {training_args.output_dir} holds no checkpoint-N folder."
+            )
     elif checkpoint is not None and not Path(checkpoint).is_dir():
         raise FileNotFoundError(f"--resume_from_checkpoint {checkpoint}: no such folder.")
     return checkpoint
@@ -107,8 +114,10 @@ def load_metric(metric_name: str, config_name: str | None = None):
     try:
         return evaluate.load(metric_name, config_name) if config_name else evaluate.load(metric_name)
     except Exception as error:  # evaluate raises FileNotFoundError, ConnectionError, ValueError, ...
-        raise ValueError(f"--metric_name {metric_name}: evaluate.load failed ({type(error).__name__}: {error}). "
-                         "Pass a local metric script path, or an evaluate module id reachable from here.") from error
+        raise ValueError(
+            f"--metric_name {metric_name}: evaluate.load failed ({type(error).__name__}: {error}). "
+            "Pass a local metric script path, or an evaluate module id reachable from here."
+        ) from error
 
 
 @dataclass
@@ -142,8 +151,18 @@ def _size(dataset) -> dict:
         return {}
 
 
-def run_stages(trainer, model_args, script: str, task: str, *, train_info: dict | None, evaluations=(),
-               predictions=(), train_metrics=None, **training) -> dict:
+def run_stages(
+    trainer,
+    model_args,
+    script: str,
+    task: str,
+    *,
+    train_info: dict | None,
+    evaluations=(),
+    predictions=(),
+    train_metrics=None,
+    **training,
+) -> dict:
     """The stages of a script, as transformers' examples run them: --do_train (train, resuming with
     --resume_from_checkpoint; train metrics with `train_metrics()`'s extra ones, e.g. seconds per step; trainer
     state), --do_eval (each `Evaluation`, its metrics suffixed), --do_predict (each `Prediction`, its files written);
@@ -154,10 +173,13 @@ def run_stages(trainer, model_args, script: str, task: str, *, train_info: dict 
     results = {}
     if args.do_train:
         train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(args))
-        metrics = {**train_result.metrics, **(train_metrics() if train_metrics else {}),
-                   **{f"train_{k}": v for k, v in _size(trainer.train_dataset).items()},
-                   # ZeRO-3 leaves each process an empty placeholder per parameter; ds_numel is its real size
-                   "num_parameters": sum(getattr(p, "ds_numel", p.numel()) for p in trainer.model.parameters())}
+        metrics = {
+            **train_result.metrics,
+            **(train_metrics() if train_metrics else {}),
+            **{f"train_{k}": v for k, v in _size(trainer.train_dataset).items()},
+            # ZeRO-3 leaves each process an empty placeholder per parameter; ds_numel is its real size
+            "num_parameters": sum(getattr(p, "ds_numel", p.numel()) for p in trainer.model.parameters()),
+        }
         trainer.log_metrics("train", metrics)
         trainer.save_metrics("train", metrics)
         trainer.save_state()
@@ -169,13 +191,29 @@ def run_stages(trainer, model_args, script: str, task: str, *, train_info: dict 
         if chosen:
             results.update(_measure(trainer, stage, sets))
     if trainer.is_world_process_zero():  # every run records itself and gets its card, an evaluation-only one too
-        measured = [{"metric_prefix": f"{stage}_", "metric_suffix": s.suffix, **(s.info or {})}
-                    for stage, chosen, sets in stages if chosen for s in sets]
-        done = [name for name, flag in (("train", args.do_train), ("eval", args.do_eval),
-                                        ("predict", args.do_predict)) if flag]
-        write_training_info(args.output_dir, script, task, model_args.preset, model_args.model_name_or_path,
-                            (train_info or {}) if args.do_train else {}, args, evaluation=measured, stages=done,
-                            **training)
+        measured = [
+            {"metric_prefix": f"{stage}_", "metric_suffix": s.suffix, **(s.info or {})}
+            for stage, chosen, sets in stages
+            if chosen
+            for s in sets
+        ]
+        done = [
+            name
+            for name, flag in (("train", args.do_train), ("eval", args.do_eval), ("predict", args.do_predict))
+            if flag
+        ]
+        write_training_info(
+            args.output_dir,
+            script,
+            task,
+            model_args.preset,
+            model_args.model_name_or_path,
+            (train_info or {}) if args.do_train else {},
+            args,
+            evaluation=measured,
+            stages=done,
+            **training,
+        )
         write_model_card(args.output_dir, args.hub_model_id)
     if args.push_to_hub:
         push_with_card(trainer)
@@ -200,9 +238,18 @@ def _measure(trainer, stage: str, sets) -> dict:
     return combined
 
 
-def write_training_info(output_dir, script: str, task: str, preset: str | None, base_model: str | None,
-                        dataset: dict, training_args, evaluation: list[dict] | None = None,
-                        stages: list[str] | None = None, **training) -> None:
+def write_training_info(
+    output_dir,
+    script: str,
+    task: str,
+    preset: str | None,
+    base_model: str | None,
+    dataset: dict,
+    training_args,
+    evaluation: list[dict] | None = None,
+    stages: list[str] | None = None,
+    **training,
+) -> None:
     """`training_info.json`, read by `hf_attn_variants.publish` for the model card. `dataset` is the training data;
     `evaluation` says which data each recorded metric comes from: one entry per data set, the metrics named
     `metric_prefix` + name + `metric_suffix` (e.g. eval_accuracy_mm), with the data's name, source, split and, for
@@ -265,8 +312,10 @@ def user_error(error: BaseException, script_folder: str) -> str | None:
         chain.append(cause)
         cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
     if any(type(e).__name__ in _HUB_UNREACHABLE for e in chain):
-        return (f"the Hugging Face Hub cannot be reached ({type(chain[-1]).__name__}: {chain[-1]}). Check the network "
-                "(or HF_ENDPOINT), or work offline: HF_HUB_OFFLINE=1 with local paths and without --push_to_hub.")
+        return (
+            f"the Hugging Face Hub cannot be reached ({type(chain[-1]).__name__}: {chain[-1]}). Check the network "
+            "(or HF_ENDPOINT), or work offline: HF_HUB_OFFLINE=1 with local paths and without --push_to_hub."
+        )
     if isinstance(error, (ValueError, FileNotFoundError)) and error.__traceback__ is not None:
         raised_in = traceback.extract_tb(error.__traceback__)[-1].filename
         if raised_in.startswith((script_folder, _PACKAGE)) or raised_in.endswith(_ARGUMENT_CODE):

@@ -30,8 +30,22 @@ def causal_bias(n: int, m: int, dtype: torch.dtype, device, rows: slice = slice(
     return torch.zeros(blocked.shape, dtype=dtype, device=device).masked_fill(blocked, torch.finfo(dtype).min)
 
 
-def talking_heads_reference(query, key, value, bias=None, pre_proj=None, post_proj=None, x2l=None, m2l=None,
-                            x2w=None, m2w=None, *, scaling: float, causal: bool = False, dropout_mask=None):
+def talking_heads_reference(
+    query,
+    key,
+    value,
+    bias=None,
+    pre_proj=None,
+    post_proj=None,
+    x2l=None,
+    m2l=None,
+    x2w=None,
+    m2w=None,
+    *,
+    scaling: float,
+    causal: bool = False,
+    dropout_mask=None,
+):
     """The formula above, term by term with einsum: the slow, obvious reference the fast algorithms are tested
     against. `dropout_mask` [b, h_v, n, m] (already scaled by 1/(1-p)) multiplies U before V."""
     n, m = query.shape[2], key.shape[2]
@@ -161,16 +175,34 @@ def softmax_keys(logits: torch.Tensor, *, in_place: bool = False) -> torch.Tenso
     return torch.softmax(logits, dim=-1)
 
 
-def talking_heads_eager(query, key, value, bias=None, pre_proj=None, post_proj=None, x2l=None, m2l=None, x2w=None,
-                        m2w=None, *, scaling: float, causal: bool = False, dropout: float = 0.0,
-                        return_weights: bool = False):
+def talking_heads_eager(
+    query,
+    key,
+    value,
+    bias=None,
+    pre_proj=None,
+    post_proj=None,
+    x2l=None,
+    m2l=None,
+    x2w=None,
+    m2w=None,
+    *,
+    scaling: float,
+    causal: bool = False,
+    dropout: float = 0.0,
+    return_weights: bool = False,
+):
     """The formula of this module on whole [b, heads, n, m] tensors: out [b, h_v, n, d_v], and with `return_weights`
     also the weights that multiply V, dropout(U) [b, h_v, n, m]. Differentiable by autograd, which keeps J, W and U
     for backward. Without gradients W overwrites L, and for static maps in float32 one buffer holds J, L, W and U in
     turn (`mix_heads_`; not while torch.compile / torch.export trace, as its loop over the batch would fix its size)."""
     n, m = query.shape[2], key.shape[2]
-    in_place = (not torch.is_grad_enabled() and query.dtype == torch.float32 and not torch.compiler.is_compiling()
-                and all(t is None for t in (x2l, m2l, x2w, m2w)))
+    in_place = (
+        not torch.is_grad_enabled()
+        and query.dtype == torch.float32
+        and not torch.compiler.is_compiling()
+        and all(t is None for t in (x2l, m2l, x2w, m2w))
+    )
     mix = mix_heads_ if in_place else mix_heads
     mask = causal_bias(n, m, query.dtype, query.device) if causal else None
     logits = talking_heads_logits(query, key, bias, pre_proj, x2l, m2l, scaling, mask, mix)[1]  # L
@@ -187,8 +219,7 @@ def talking_heads_eager(query, key, value, bias=None, pre_proj=None, post_proj=N
 BLOCK_ELEMENTS = 1 << 20
 
 
-def block_rows(b: int, heads: int, n: int, m: int, block_size: int | None = None,
-               budget: int = BLOCK_ELEMENTS) -> int:
+def block_rows(b: int, heads: int, n: int, m: int, block_size: int | None = None, budget: int = BLOCK_ELEMENTS) -> int:
     """The query rows of one block: `block_size`, or as many as keep a block's [b, heads, rows, m] tensors near
     `budget` elements (at least 16, at most n)."""
     if block_size is None:
@@ -254,8 +285,24 @@ class BlockwiseTalkingHeads(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling, causal, dropout,
-                seed, block_size):
+    def forward(
+        ctx,
+        query,
+        key,
+        value,
+        bias,
+        pre_proj,
+        post_proj,
+        x2l,
+        m2l,
+        x2w,
+        m2w,
+        scaling,
+        causal,
+        dropout,
+        seed,
+        block_size,
+    ):
         # heads-first views of [b, n, heads, d] projections: contiguous once, not copied by every block's matmul
         query, key, value = query.contiguous(), key.contiguous(), value.contiguous()
         inputs = dict(zip(_INPUTS, (query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w)))
@@ -281,8 +328,12 @@ class BlockwiseTalkingHeads(torch.autograd.Function):
         inputs = dict(zip(_INPUTS, ctx.saved_tensors))
         scaling, causal, dropout, seed, step = ctx.options
         n, m = inputs["query"].shape[2], inputs["key"].shape[2]
-        grads = {name: torch.zeros_like(t, dtype=_accumulation_dtype(t)) if t is not None and ctx.needs_input_grad[i]
-                 else None for i, (name, t) in enumerate(inputs.items())}
+        grads = {
+            name: torch.zeros_like(t, dtype=_accumulation_dtype(t))
+            if t is not None and ctx.needs_input_grad[i]
+            else None
+            for i, (name, t) in enumerate(inputs.items())
+        }
         grad_out = grad_out.contiguous() if dropout == 0.0 else grad_out / (1.0 - dropout)  # the keep-mask's scale
         for index, start in enumerate(range(0, n, step)):
             blk = _Block(inputs, slice(start, min(n, start + step)), causal, n, m)
@@ -367,26 +418,67 @@ def _block_backward(blk: _Block, inputs: dict, grads: dict, grad_out, keep, scal
     _add_rows(grads["key"], slice(0, k), 2, torch.matmul(grad_dots.transpose(2, 3), blk.query))
 
 
-def talking_heads_blockwise(query, key, value, bias=None, pre_proj=None, post_proj=None, x2l=None, m2l=None,
-                            x2w=None, m2w=None, *, scaling: float, causal: bool = False, dropout: float = 0.0,
-                            block_size: int | None = None, key_lengths: list[int] | None = None) -> torch.Tensor:
+def talking_heads_blockwise(
+    query,
+    key,
+    value,
+    bias=None,
+    pre_proj=None,
+    post_proj=None,
+    x2l=None,
+    m2l=None,
+    x2w=None,
+    m2w=None,
+    *,
+    scaling: float,
+    causal: bool = False,
+    dropout: float = 0.0,
+    block_size: int | None = None,
+    key_lengths: list[int] | None = None,
+) -> torch.Tensor:
     """The formula of this module, blockwise: out [b, h_v, n, d_v]. Where `runs_inference_core` says so (no gradient
     to record, the CPU) `talking_heads_inference`, else `BlockwiseTalkingHeads`. `key_lengths`: batch row i attends
     to its first key_lengths[i] keys only (right padding; the bias covers the rest). `dropout` draws its seed from
     torch's generator, so `torch.manual_seed` makes a run reproducible."""
     maps = dict(bias=bias, pre_proj=pre_proj, post_proj=post_proj, x2l=x2l, m2l=m2l, x2w=x2w, m2w=m2w)
     if runs_inference_core(query, key, value, maps, dropout):
-        return talking_heads_inference(query, key, value, bias, pre_proj, post_proj, scaling=scaling, causal=causal,
-                                       key_lengths=key_lengths, block_size=block_size)
+        return talking_heads_inference(
+            query,
+            key,
+            value,
+            bias,
+            pre_proj,
+            post_proj,
+            scaling=scaling,
+            causal=causal,
+            key_lengths=key_lengths,
+            block_size=block_size,
+        )
     if key_lengths is not None:
         padding = padding_bias(key_lengths, key.shape[2], query.dtype, query.device)  # [b, 1, 1, m]
         bias = padding if bias is None else bias + padding
     if dropout > 0.0:
         seed = int(torch.randint(0, 2**62, (), device="cpu"))
-        return _blockwise_with_dropout(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling,
-                                       causal, dropout, seed, block_size)
-    return BlockwiseTalkingHeads.apply(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling,
-                                       causal, 0.0, 0, block_size)
+        return _blockwise_with_dropout(
+            query,
+            key,
+            value,
+            bias,
+            pre_proj,
+            post_proj,
+            x2l,
+            m2l,
+            x2w,
+            m2w,
+            scaling,
+            causal,
+            dropout,
+            seed,
+            block_size,
+        )
+    return BlockwiseTalkingHeads.apply(
+        query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling, causal, 0.0, 0, block_size
+    )
 
 
 @torch.compiler.disable
@@ -409,20 +501,36 @@ def runs_inference_core(query, key, value, maps: dict, dropout: float) -> bool:
     dropout, no dynamic map (`maps`: the formula's other tensor arguments by name), not under torch.compile (whose
     graph would unroll the loops over the batch)."""
     tensors = [query, key, value, *(t for t in maps.values() if t is not None)]
-    return (query.device.type == "cpu" and dropout == 0.0 and not torch.compiler.is_compiling()
-            and all(maps.get(name) is None for name in ("x2l", "m2l", "x2w", "m2w"))
-            and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)))
+    return (
+        query.device.type == "cpu"
+        and dropout == 0.0
+        and not torch.compiler.is_compiling()
+        and all(maps.get(name) is None for name in ("x2l", "m2l", "x2w", "m2w"))
+        and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+    )
 
 
 def padding_bias(key_lengths: list[int], m: int, dtype: torch.dtype, device) -> torch.Tensor:
     """The additive mask [b, 1, 1, m] that hides from batch row i its keys from key_lengths[i] on."""
     hidden = torch.arange(m, device=device)[None] >= torch.tensor(key_lengths, device=device)[:, None]
-    return torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill(hidden, torch.finfo(dtype).min)[:, None, None]
+    return torch.zeros(hidden.shape, dtype=dtype, device=device).masked_fill(hidden, torch.finfo(dtype).min)[
+        :, None, None
+    ]
 
 
-def talking_heads_inference(query, key, value, bias=None, pre_proj=None, post_proj=None, *, scaling: float,
-                            causal: bool = False, key_lengths: list[int] | None = None,
-                            block_size: int | None = None) -> torch.Tensor:
+def talking_heads_inference(
+    query,
+    key,
+    value,
+    bias=None,
+    pre_proj=None,
+    post_proj=None,
+    *,
+    scaling: float,
+    causal: bool = False,
+    key_lengths: list[int] | None = None,
+    block_size: int | None = None,
+) -> torch.Tensor:
     """The formula of this module without gradients, dropout or dynamic maps, one batch row and one block of query
     rows at a time (`block_size` rows, or `INFERENCE_BLOCK_ELEMENTS` worth): `_inference_block` computes a block in
     two reused buffers, so it stays in the cache as SDPA's fused kernel keeps its tiles. Batch row i sees its first

@@ -70,10 +70,10 @@ def _release(version: str) -> tuple[int, ...]:
 
 if _release(triton.__version__) < TESTED_TRITON:
     raise ImportError(
-        f"attention_algorithm=\"triton\" needs triton >= {'.'.join(map(str, TESTED_TRITON))} (the release its kernels "
+        f'attention_algorithm="triton" needs triton >= {".".join(map(str, TESTED_TRITON))} (the release its kernels '
         f"are tested with); this environment has triton {triton.__version__}. Upgrade it (pip install "
         f"'triton>={'.'.join(map(str, TESTED_TRITON))}'), or choose attention_algorithm=\"blockwise\" (the same "
-        "algorithm in PyTorch, O(n) memory) or \"auto\"."
+        'algorithm in PyTorch, O(n) memory) or "auto".'
     )
 
 
@@ -106,8 +106,9 @@ def _add_slab(acc, h, slab, HP: tl.constexpr):
 
 
 @triton.jit
-def _load_heads(ptr, s_h, s_r, s_d, rows, n_rows, NH: tl.constexpr, NHP: tl.constexpr, D: tl.constexpr,
-                DP: tl.constexpr):
+def _load_heads(
+    ptr, s_h, s_r, s_d, rows, n_rows, NH: tl.constexpr, NHP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr
+):
     """[NHP, len(rows), DP] tile of a [heads, rows, d] tensor (ptr at the batch row), zero outside it."""
     hh = tl.arange(0, NHP)[:, None, None]
     rr = rows[None, :, None]
@@ -117,8 +118,9 @@ def _load_heads(ptr, s_h, s_r, s_d, rows, n_rows, NH: tl.constexpr, NHP: tl.cons
 
 
 @triton.jit
-def _store_heads(ptr, value, s_h, s_r, s_d, rows, n_rows, NH: tl.constexpr, NHP: tl.constexpr, D: tl.constexpr,
-                 DP: tl.constexpr):
+def _store_heads(
+    ptr, value, s_h, s_r, s_d, rows, n_rows, NH: tl.constexpr, NHP: tl.constexpr, D: tl.constexpr, DP: tl.constexpr
+):
     """Store a [NHP, len(rows), DP] tile into a [heads, rows, d] tensor (ptr at the batch row), inside it only."""
     hh = tl.arange(0, NHP)[:, None, None]
     rr = rows[None, :, None]
@@ -136,8 +138,22 @@ def _load_lse_like(ptr, bid, n, rows, H: tl.constexpr, HP: tl.constexpr):
 
 
 @triton.jit
-def _map_coef(p_ptr, xmap_ptr, mmap_ptr, bid, h, rows, cols, n, m, NI: tl.constexpr, NO: tl.constexpr,
-              NIP: tl.constexpr, HAS_X: tl.constexpr, HAS_M: tl.constexpr):
+def _map_coef(
+    p_ptr,
+    xmap_ptr,
+    mmap_ptr,
+    bid,
+    h,
+    rows,
+    cols,
+    n,
+    m,
+    NI: tl.constexpr,
+    NO: tl.constexpr,
+    NIP: tl.constexpr,
+    HAS_X: tl.constexpr,
+    HAS_M: tl.constexpr,
+):
     """The map coefficient C[a, i, j] = P[a, h] + xmap[i, a, h] + mmap[j, a, h] for a fixed output head h of a head
     map with NI input and NO output heads (P [NI, NO], xmap [b, n, NI, NO], mmap [b, m, NI, NO], contiguous).
     Returned broadcastable, float32: [NIP, 1, 1] static only, [NIP, BN, 1] / [NIP, 1, BM] / [NIP, BN, BM] with the
@@ -156,8 +172,22 @@ def _map_coef(p_ptr, xmap_ptr, mmap_ptr, bid, h, rows, cols, n, m, NI: tl.conste
 
 
 @triton.jit
-def _post_coef(p_ptr, xmap_ptr, mmap_ptr, bid, h, rows, cols, n, m, H: tl.constexpr, HV: tl.constexpr,
-               HVP: tl.constexpr, HAS_X: tl.constexpr, HAS_M: tl.constexpr):
+def _post_coef(
+    p_ptr,
+    xmap_ptr,
+    mmap_ptr,
+    bid,
+    h,
+    rows,
+    cols,
+    n,
+    m,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    HVP: tl.constexpr,
+    HAS_X: tl.constexpr,
+    HAS_M: tl.constexpr,
+):
     """C_w[v, i, j] = P_w[h, v] + x2w[i, h, v] + m2w[j, h, v] for softmax head h (P_w [H, HV], x2w [b, n, H, HV],
     m2w [b, m, H, HV]); broadcastable [HVP, BN or 1, BM or 1], float32."""
     vv = tl.arange(0, HVP)
@@ -174,8 +204,9 @@ def _post_coef(p_ptr, xmap_ptr, mmap_ptr, bid, h, rows, cols, n, m, H: tl.conste
 
 
 @triton.jit
-def _logits(dots, coef, bias_ptr, sb_h, sb_n, sb_m, h, rows, cols, n, m, scaling, HAS_BIAS: tl.constexpr,
-            CAUSAL: tl.constexpr):
+def _logits(
+    dots, coef, bias_ptr, sb_h, sb_n, sb_m, h, rows, cols, n, m, scaling, HAS_BIAS: tl.constexpr, CAUSAL: tl.constexpr
+):
     """L_h [BN, BM] = s sum_k J[k] C_l[k] + bias[h], -inf where there is no key (j >= m) or the causal mask hides it.
     dots: J [HKP, BN, BM] float32; coef: C_l for head h, broadcastable to it; bias_ptr at the batch row."""
     logits = tl.sum(dots * coef, axis=0) * scaling
@@ -205,15 +236,65 @@ def _dropout_scale(seed, p_drop, bid, rows, cols, n, m, HV: tl.constexpr, HVP: t
 
 
 @triton.jit
-def _fwd_kernel(Q, K, V, BIAS, PL, PW, X2L, M2L, X2W, M2W, OUT, LSE,
-                sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_m, sk_d, sv_b, sv_h, sv_m, sv_d,
-                sb_b, sb_h, sb_n, sb_m, so_b, so_h, so_n, so_d,
-                n, m, scaling, seed, p_drop,
-                HK: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-                HKP: tl.constexpr, HP: tl.constexpr, HVP: tl.constexpr, DKP: tl.constexpr, DVP: tl.constexpr,
-                BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, HAS_BIAS: tl.constexpr,
-                HAS_X2L: tl.constexpr, HAS_M2L: tl.constexpr, HAS_X2W: tl.constexpr, HAS_M2W: tl.constexpr,
-                CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr):
+def _fwd_kernel(
+    Q,
+    K,
+    V,
+    BIAS,
+    PL,
+    PW,
+    X2L,
+    M2L,
+    X2W,
+    M2W,
+    OUT,
+    LSE,
+    sq_b,
+    sq_h,
+    sq_n,
+    sq_d,
+    sk_b,
+    sk_h,
+    sk_m,
+    sk_d,
+    sv_b,
+    sv_h,
+    sv_m,
+    sv_d,
+    sb_b,
+    sb_h,
+    sb_n,
+    sb_m,
+    so_b,
+    so_h,
+    so_n,
+    so_d,
+    n,
+    m,
+    scaling,
+    seed,
+    p_drop,
+    HK: tl.constexpr,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    HKP: tl.constexpr,
+    HP: tl.constexpr,
+    HVP: tl.constexpr,
+    DKP: tl.constexpr,
+    DVP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_X2L: tl.constexpr,
+    HAS_M2L: tl.constexpr,
+    HAS_X2W: tl.constexpr,
+    HAS_M2W: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     i_block = tl.program_id(0)
     bid = tl.program_id(1).to(tl.int64)
     rows = i_block * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN] query positions
@@ -258,8 +339,9 @@ def _fwd_kernel(Q, K, V, BIAS, PL, PW, X2L, M2L, X2W, M2W, OUT, LSE,
             coef = _map_coef(PL, X2L, M2L, bid, h, rows, cols, n, m, HK, H, HKP, HAS_X2L, HAS_M2L)
             logits = _logits(dots, coef, BIAS, sb_h, sb_n, sb_m, h, rows, cols, n, m, scaling, HAS_BIAS, CAUSAL)
             weights = tl.exp(logits - _row(lse, h, HP)[:, None])  # W_h [BN, BM]
-            mixed += weights[None, :, :] * _post_coef(PW, X2W, M2W, bid, h, rows, cols, n, m, H, HV, HVP,
-                                                      HAS_X2W, HAS_M2W)
+            mixed += weights[None, :, :] * _post_coef(
+                PW, X2W, M2W, bid, h, rows, cols, n, m, H, HV, HVP, HAS_X2W, HAS_M2W
+            )
         if DROPOUT:
             mixed = mixed * _dropout_scale(seed, p_drop, bid, rows, cols, n, m, HV, HVP)
         acc = tl.dot(mixed.to(v.dtype), v, acc, input_precision=PRECISION)  # [HVP, BN, DVP]
@@ -272,16 +354,68 @@ def _fwd_kernel(Q, K, V, BIAS, PL, PW, X2L, M2L, X2W, M2W, OUT, LSE,
 
 
 @triton.jit
-def _bwd_rows_kernel(Q, K, V, DO, BIAS, PL, PW, X2L, M2L, X2W, M2W, LSE, DELTA, DX2W,
-                     sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_m, sk_d, sv_b, sv_h, sv_m, sv_d,
-                     sb_b, sb_h, sb_n, sb_m, sd_b, sd_h, sd_n, sd_d,
-                     n, m, scaling, seed, p_drop,
-                     HK: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-                     HKP: tl.constexpr, HP: tl.constexpr, HVP: tl.constexpr, DKP: tl.constexpr, DVP: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     HAS_X2L: tl.constexpr, HAS_M2L: tl.constexpr, HAS_X2W: tl.constexpr, HAS_M2W: tl.constexpr,
-                     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
-                     NEED_DX2W: tl.constexpr):
+def _bwd_rows_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    BIAS,
+    PL,
+    PW,
+    X2L,
+    M2L,
+    X2W,
+    M2W,
+    LSE,
+    DELTA,
+    DX2W,
+    sq_b,
+    sq_h,
+    sq_n,
+    sq_d,
+    sk_b,
+    sk_h,
+    sk_m,
+    sk_d,
+    sv_b,
+    sv_h,
+    sv_m,
+    sv_d,
+    sb_b,
+    sb_h,
+    sb_n,
+    sb_m,
+    sd_b,
+    sd_h,
+    sd_n,
+    sd_d,
+    n,
+    m,
+    scaling,
+    seed,
+    p_drop,
+    HK: tl.constexpr,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    HKP: tl.constexpr,
+    HP: tl.constexpr,
+    HVP: tl.constexpr,
+    DKP: tl.constexpr,
+    DVP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_X2L: tl.constexpr,
+    HAS_M2L: tl.constexpr,
+    HAS_X2W: tl.constexpr,
+    HAS_M2W: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    NEED_DX2W: tl.constexpr,
+):
     """Delta[h, i] = sum_j W[h, i, j] dW[h, i, j] ([b, h, n] float32) and dx2w[i, h, v] = sum_j W[h] dU[v]."""
     i_block = tl.program_id(0)
     bid = tl.program_id(1).to(tl.int64)
@@ -326,16 +460,75 @@ def _bwd_rows_kernel(Q, K, V, DO, BIAS, PL, PW, X2L, M2L, X2W, M2W, LSE, DELTA, 
 
 
 @triton.jit
-def _bwd_dq_kernel(Q, K, V, DO, BIAS, PL, PW, X2L, M2L, X2W, M2W, LSE, DELTA, DQ, DX2L, DBIAS,
-                   sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_m, sk_d, sv_b, sv_h, sv_m, sv_d,
-                   sb_b, sb_h, sb_n, sb_m, sd_b, sd_h, sd_n, sd_d, sdq_b, sdq_h, sdq_n, sdq_d,
-                   n, m, scaling, seed, p_drop,
-                   HK: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-                   HKP: tl.constexpr, HP: tl.constexpr, HVP: tl.constexpr, DKP: tl.constexpr, DVP: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, HAS_BIAS: tl.constexpr,
-                   HAS_X2L: tl.constexpr, HAS_M2L: tl.constexpr, HAS_X2W: tl.constexpr, HAS_M2W: tl.constexpr,
-                   CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
-                   NEED_DX2L: tl.constexpr, DBIAS_HEADS: tl.constexpr):
+def _bwd_dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    BIAS,
+    PL,
+    PW,
+    X2L,
+    M2L,
+    X2W,
+    M2W,
+    LSE,
+    DELTA,
+    DQ,
+    DX2L,
+    DBIAS,
+    sq_b,
+    sq_h,
+    sq_n,
+    sq_d,
+    sk_b,
+    sk_h,
+    sk_m,
+    sk_d,
+    sv_b,
+    sv_h,
+    sv_m,
+    sv_d,
+    sb_b,
+    sb_h,
+    sb_n,
+    sb_m,
+    sd_b,
+    sd_h,
+    sd_n,
+    sd_d,
+    sdq_b,
+    sdq_h,
+    sdq_n,
+    sdq_d,
+    n,
+    m,
+    scaling,
+    seed,
+    p_drop,
+    HK: tl.constexpr,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    HKP: tl.constexpr,
+    HP: tl.constexpr,
+    HVP: tl.constexpr,
+    DKP: tl.constexpr,
+    DVP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_X2L: tl.constexpr,
+    HAS_M2L: tl.constexpr,
+    HAS_X2W: tl.constexpr,
+    HAS_M2W: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    NEED_DX2L: tl.constexpr,
+    DBIAS_HEADS: tl.constexpr,
+):
     """dq, dx2l[i, k, h] = s sum_j J[k] dL[h], and dbias (DBIAS_HEADS: 0 none, 1 summed over heads, H per head;
     written to a [b, DBIAS_HEADS, n, m] float32 buffer)."""
     i_block = tl.program_id(0)
@@ -393,17 +586,80 @@ def _bwd_dq_kernel(Q, K, V, DO, BIAS, PL, PW, X2L, M2L, X2W, M2W, LSE, DELTA, DQ
 
 
 @triton.jit
-def _bwd_dkdv_kernel(Q, K, V, DO, BIAS, PL, PW, X2L, M2L, X2W, M2W, LSE, DELTA, DK_, DV_, GL, GW,
-                     sq_b, sq_h, sq_n, sq_d, sk_b, sk_h, sk_m, sk_d, sv_b, sv_h, sv_m, sv_d,
-                     sb_b, sb_h, sb_n, sb_m, sd_b, sd_h, sd_n, sd_d,
-                     sdk_b, sdk_h, sdk_m, sdk_d, sdv_b, sdv_h, sdv_m, sdv_d,
-                     n, m, scaling, seed, p_drop,
-                     HK: tl.constexpr, H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-                     HKP: tl.constexpr, HP: tl.constexpr, HVP: tl.constexpr, DKP: tl.constexpr, DVP: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     HAS_X2L: tl.constexpr, HAS_M2L: tl.constexpr, HAS_X2W: tl.constexpr, HAS_M2W: tl.constexpr,
-                     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, PRECISION: tl.constexpr,
-                     NEED_GL: tl.constexpr, NEED_GW: tl.constexpr):
+def _bwd_dkdv_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    BIAS,
+    PL,
+    PW,
+    X2L,
+    M2L,
+    X2W,
+    M2W,
+    LSE,
+    DELTA,
+    DK_,
+    DV_,
+    GL,
+    GW,
+    sq_b,
+    sq_h,
+    sq_n,
+    sq_d,
+    sk_b,
+    sk_h,
+    sk_m,
+    sk_d,
+    sv_b,
+    sv_h,
+    sv_m,
+    sv_d,
+    sb_b,
+    sb_h,
+    sb_n,
+    sb_m,
+    sd_b,
+    sd_h,
+    sd_n,
+    sd_d,
+    sdk_b,
+    sdk_h,
+    sdk_m,
+    sdk_d,
+    sdv_b,
+    sdv_h,
+    sdv_m,
+    sdv_d,
+    n,
+    m,
+    scaling,
+    seed,
+    p_drop,
+    HK: tl.constexpr,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    DK: tl.constexpr,
+    DV: tl.constexpr,
+    HKP: tl.constexpr,
+    HP: tl.constexpr,
+    HVP: tl.constexpr,
+    DKP: tl.constexpr,
+    DVP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_X2L: tl.constexpr,
+    HAS_M2L: tl.constexpr,
+    HAS_X2W: tl.constexpr,
+    HAS_M2W: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    DROPOUT: tl.constexpr,
+    PRECISION: tl.constexpr,
+    NEED_GL: tl.constexpr,
+    NEED_GW: tl.constexpr,
+):
     """dkey, dvalue, and the key-side map gradients G_l[j, k, h] = s sum_i J[k] dL[h] ([b, m, HK, H] float32),
     G_w[j, h, v] = sum_i W[h] dU[v] ([b, m, H, HV] float32)."""
     j_block = tl.program_id(0)
@@ -466,8 +722,9 @@ def _bwd_dkdv_kernel(Q, K, V, DO, BIAS, PL, PW, X2L, M2L, X2W, M2W, LSE, DELTA, 
 
 
 @triton.jit
-def _dropout_mask_kernel(OUT, seed, p_drop, n, m, HV: tl.constexpr, HVP: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_M: tl.constexpr):
+def _dropout_mask_kernel(
+    OUT, seed, p_drop, n, m, HV: tl.constexpr, HVP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr
+):
     """The keep-mask the kernels use, materialised ([b, h_v, n, m] int8), for tests."""
     i_block = tl.program_id(0)
     bid = tl.program_id(1).to(tl.int64)
@@ -544,8 +801,10 @@ def _check(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, cau
     b, hk, n, dk = query.shape
     m, hv, dv = key.shape[2], value.shape[1], value.shape[3]
     if key.shape != (b, hk, m, dk) or value.shape[0] != b or value.shape[2] != m:
-        raise ValueError(f"talking_heads_triton: query {tuple(query.shape)}, key {tuple(key.shape)} and value "
-                         f"{tuple(value.shape)} do not fit [b, h_k, n, d_k], [b, h_k, m, d_k], [b, h_v, m, d_v]")
+        raise ValueError(
+            f"talking_heads_triton: query {tuple(query.shape)}, key {tuple(key.shape)} and value "
+            f"{tuple(value.shape)} do not fit [b, h_k, n, d_k], [b, h_k, m, d_k], [b, h_v, m, d_v]"
+        )
     if pre_proj is None and (x2l is not None or m2l is not None):
         raise ValueError("talking_heads_triton: the dynamic pre-softmax maps (x2l, m2l) need pre_proj")
     if post_proj is None and (x2w is not None or m2w is not None):
@@ -558,8 +817,12 @@ def _check(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, cau
         raise ValueError(f"talking_heads_triton: post_proj must be [h={h}, h_v], got {tuple(post_proj.shape)}")
     if hv != expect_hv:
         raise ValueError(f"talking_heads_triton: value has {hv} heads, the post map gives {expect_hv}")
-    for name, tensor, shape in (("x2l", x2l, (b, n, hk, h)), ("m2l", m2l, (b, m, hk, h)),
-                                ("x2w", x2w, (b, n, h, hv)), ("m2w", m2w, (b, m, h, hv))):
+    for name, tensor, shape in (
+        ("x2l", x2l, (b, n, hk, h)),
+        ("m2l", m2l, (b, m, hk, h)),
+        ("x2w", x2w, (b, n, h, hv)),
+        ("m2w", m2w, (b, m, h, hv)),
+    ):
         if tensor is not None and tuple(tensor.shape) != shape:
             raise ValueError(f"talking_heads_triton: {name} must be {list(shape)}, got {list(tensor.shape)}")
     if bias is not None:
@@ -567,23 +830,35 @@ def _check(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, cau
             if torch.broadcast_shapes(bias.shape, (b, h, n, m)) != (b, h, n, m):
                 raise RuntimeError
         except RuntimeError:
-            raise ValueError(f"talking_heads_triton: bias {tuple(bias.shape)} does not broadcast to "
-                             f"[b, h, n, m] = {[b, h, n, m]}") from None
+            raise ValueError(
+                f"talking_heads_triton: bias {tuple(bias.shape)} does not broadcast to [b, h, n, m] = {[b, h, n, m]}"
+            ) from None
     if causal and n > m:
-        raise ValueError(f"talking_heads_triton: causal attention needs n <= m (the queries are the last n of the m "
-                         f"positions), got n={n}, m={m}")
+        raise ValueError(
+            f"talking_heads_triton: causal attention needs n <= m (the queries are the last n of the m "
+            f"positions), got n={n}, m={m}"
+        )
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"talking_heads_triton: dropout must be in [0, 1), got {dropout}")
-    if query.dtype not in (torch.float32, torch.float16, torch.bfloat16) or key.dtype != query.dtype \
-            or value.dtype != query.dtype:
-        raise ValueError(f"talking_heads_triton: query, key, value must share one of float32, float16, bfloat16; "
-                         f"got {query.dtype}, {key.dtype}, {value.dtype}")
+    if (
+        query.dtype not in (torch.float32, torch.float16, torch.bfloat16)
+        or key.dtype != query.dtype
+        or value.dtype != query.dtype
+    ):
+        raise ValueError(
+            f"talking_heads_triton: query, key, value must share one of float32, float16, bfloat16; "
+            f"got {query.dtype}, {key.dtype}, {value.dtype}"
+        )
     if query.dtype == torch.bfloat16 and _interpreted():
-        raise NotImplementedError("talking_heads_triton: Triton's interpreter multiplies bfloat16 blocks wrongly "
-                                  f"(tl.dot, triton {triton.__version__}); use float32 or float16 on a CPU")
+        raise NotImplementedError(
+            "talking_heads_triton: Triton's interpreter multiplies bfloat16 blocks wrongly "
+            f"(tl.dot, triton {triton.__version__}); use float32 or float16 on a CPU"
+        )
     if query.device.type != "cuda" and not _interpreted():
-        raise RuntimeError("talking_heads_triton: the Triton kernel runs on CUDA tensors (on a CPU only through "
-                           "Triton's interpreter: TRITON_INTERPRET=1 set before triton is first imported)")
+        raise RuntimeError(
+            "talking_heads_triton: the Triton kernel runs on CUDA tensors (on a CPU only through "
+            "Triton's interpreter: TRITON_INTERPRET=1 set before triton is first imported)"
+        )
     return b, hk, h, hv, n, m, dk, dv
 
 
@@ -595,10 +870,27 @@ class _TalkingHeadsTriton(torch.autograd.Function):
     """Forward saves the inputs, lse [b, h, n] and the dropout seed; backward recomputes the rest per tile."""
 
     @staticmethod
-    def forward(ctx, query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, scaling, causal, dropout,
-                block_n, block_m):
-        b, hk, h, hv, n, m, dk, dv = _check(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w,
-                                            causal, dropout)
+    def forward(
+        ctx,
+        query,
+        key,
+        value,
+        bias,
+        pre_proj,
+        post_proj,
+        x2l,
+        m2l,
+        x2w,
+        m2w,
+        scaling,
+        causal,
+        dropout,
+        block_n,
+        block_m,
+    ):
+        b, hk, h, hv, n, m, dk, dv = _check(
+            query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, causal, dropout
+        )
         device = query.device
         default_n, default_m, warps = _blocks(hk, h, hv, dk, dv)
         block_overridden = block_n is not None or block_m is not None
@@ -613,17 +905,52 @@ class _TalkingHeadsTriton(torch.autograd.Function):
 
         out = torch.empty(b, hv, n, dv, device=device, dtype=value.dtype)
         lse = torch.empty(b, h, n, device=device, dtype=torch.float32)
-        meta = dict(HK=hk, H=h, HV=hv, DK=dk, DV=dv, HKP=_pow2(hk), HP=_pow2(h), HVP=_pow2(hv),
-                    DKP=_pow2(dk, 16), DVP=_pow2(dv, 16), BLOCK_N=block_n, BLOCK_M=block_m,
-                    HAS_BIAS=bias is not None, HAS_X2L=x2l is not None, HAS_M2L=m2l is not None,
-                    HAS_X2W=x2w is not None, HAS_M2W=m2w is not None, CAUSAL=bool(causal),
-                    DROPOUT=dropout > 0.0, PRECISION=precision)
+        meta = dict(
+            HK=hk,
+            H=h,
+            HV=hv,
+            DK=dk,
+            DV=dv,
+            HKP=_pow2(hk),
+            HP=_pow2(h),
+            HVP=_pow2(hv),
+            DKP=_pow2(dk, 16),
+            DVP=_pow2(dv, 16),
+            BLOCK_N=block_n,
+            BLOCK_M=block_m,
+            HAS_BIAS=bias is not None,
+            HAS_X2L=x2l is not None,
+            HAS_M2L=m2l is not None,
+            HAS_X2W=x2w is not None,
+            HAS_M2W=m2w is not None,
+            CAUSAL=bool(causal),
+            DROPOUT=dropout > 0.0,
+            PRECISION=precision,
+        )
         dummy = torch.zeros(1, device=device, dtype=torch.float32)  # stands in for absent tensors (flags off)
         ptrs = [bias_view if bias is not None else dummy, pl, pw, *[t if t is not None else dummy for t in maps]]
         grid = (triton.cdiv(n, block_n), b)
-        _fwd_kernel[grid](query, key, value, *ptrs, out, lse,
-                          *query.stride(), *key.stride(), *value.stride(), *_strides(bias_view), *out.stride(),
-                          n, m, scaling, seed, dropout, **meta, num_warps=warps, num_stages=_STAGES)
+        _fwd_kernel[grid](
+            query,
+            key,
+            value,
+            *ptrs,
+            out,
+            lse,
+            *query.stride(),
+            *key.stride(),
+            *value.stride(),
+            *_strides(bias_view),
+            *out.stride(),
+            n,
+            m,
+            scaling,
+            seed,
+            dropout,
+            **meta,
+            num_warps=warps,
+            num_stages=_STAGES,
+        )
 
         ctx.save_for_backward(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w, lse)
         if block_overridden:
@@ -656,8 +983,22 @@ class _TalkingHeadsTriton(torch.autograd.Function):
         delta = torch.empty(b, h, n, **f32)
         need_dx2w = x2w is not None and need[8]
         dx2w = torch.empty(b, n, h, hv, **f32) if need_dx2w else dummy
-        _bwd_rows_kernel[rows_grid](query, key, value, grad_out, *ptrs, lse, delta, dx2w, *strides, *runtime,
-                                    **meta, NEED_DX2W=need_dx2w, num_warps=warps, num_stages=_STAGES)
+        _bwd_rows_kernel[rows_grid](
+            query,
+            key,
+            value,
+            grad_out,
+            *ptrs,
+            lse,
+            delta,
+            dx2w,
+            *strides,
+            *runtime,
+            **meta,
+            NEED_DX2W=need_dx2w,
+            num_warps=warps,
+            num_stages=_STAGES,
+        )
 
         # 2. dq, dx2l, dbias
         dq = torch.empty_like(query)
@@ -667,9 +1008,26 @@ class _TalkingHeadsTriton(torch.autograd.Function):
         if bias is not None and need[3]:
             bias_heads = h if bias.dim() >= 3 and bias.shape[-3] == h else 1
         dbias = torch.zeros(b, bias_heads, n, m, **f32) if bias_heads else dummy
-        _bwd_dq_kernel[rows_grid](query, key, value, grad_out, *ptrs, lse, delta, dq, dx2l, dbias, *strides,
-                                  *dq.stride(), *runtime, **meta, NEED_DX2L=need_dx2l, DBIAS_HEADS=bias_heads,
-                                  num_warps=warps, num_stages=_STAGES)
+        _bwd_dq_kernel[rows_grid](
+            query,
+            key,
+            value,
+            grad_out,
+            *ptrs,
+            lse,
+            delta,
+            dq,
+            dx2l,
+            dbias,
+            *strides,
+            *dq.stride(),
+            *runtime,
+            **meta,
+            NEED_DX2L=need_dx2l,
+            DBIAS_HEADS=bias_heads,
+            num_warps=warps,
+            num_stages=_STAGES,
+        )
 
         # 3. dkey, dvalue, key-side map gradients (dm2l, dm2w and, summed, the static maps')
         dk, dv = torch.empty_like(key), torch.empty_like(value)
@@ -677,15 +1035,44 @@ class _TalkingHeadsTriton(torch.autograd.Function):
         need_gw = (post_proj is not None and need[5]) or (m2w is not None and need[9])
         g_pre = torch.empty(b, m, hk, h, **f32) if need_gl else dummy
         g_post = torch.empty(b, m, h, hv, **f32) if need_gw else dummy
-        _bwd_dkdv_kernel[keys_grid](query, key, value, grad_out, *ptrs, lse, delta, dk, dv, g_pre, g_post,
-                                    *strides, *dk.stride(), *dv.stride(), *runtime, **meta, NEED_GL=need_gl,
-                                    NEED_GW=need_gw, num_warps=warps, num_stages=_STAGES)
+        _bwd_dkdv_kernel[keys_grid](
+            query,
+            key,
+            value,
+            grad_out,
+            *ptrs,
+            lse,
+            delta,
+            dk,
+            dv,
+            g_pre,
+            g_post,
+            *strides,
+            *dk.stride(),
+            *dv.stride(),
+            *runtime,
+            **meta,
+            NEED_GL=need_gl,
+            NEED_GW=need_gw,
+            num_warps=warps,
+            num_stages=_STAGES,
+        )
 
         def cast(grad, like):
             return grad.to(like.dtype) if grad is not None else None
 
-        grads = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None, None, None, None,
-                 None, None, None, None]
+        grads = [
+            dq if need[0] else None,
+            dk if need[1] else None,
+            dv if need[2] else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        ]
         if bias_heads:
             grads[3] = cast(_sum_to_shape(dbias, bias.shape), bias)
         if need_gl and pre_proj is not None and need[4]:
@@ -703,9 +1090,24 @@ class _TalkingHeadsTriton(torch.autograd.Function):
         return (*grads, None, None, None, None, None)
 
 
-def talking_heads_triton(query, key, value, bias=None, pre_proj=None, post_proj=None, x2l=None, m2l=None, x2w=None,
-                         m2w=None, *, scaling: float, causal: bool = False, dropout: float = 0.0,
-                         block_n: int | None = None, block_m: int | None = None) -> torch.Tensor:
+def talking_heads_triton(
+    query,
+    key,
+    value,
+    bias=None,
+    pre_proj=None,
+    post_proj=None,
+    x2l=None,
+    m2l=None,
+    x2w=None,
+    m2w=None,
+    *,
+    scaling: float,
+    causal: bool = False,
+    dropout: float = 0.0,
+    block_n: int | None = None,
+    block_m: int | None = None,
+) -> torch.Tensor:
     """Talking-heads attention (the function `talking_heads_blockwise.talking_heads_reference` computes), in Triton.
 
     query [b, h_k, n, d_k], key [b, h_k, m, d_k], value [b, h_v, m, d_v]; bias additive, broadcastable to
@@ -718,5 +1120,20 @@ def talking_heads_triton(query, key, value, bias=None, pre_proj=None, post_proj=
     for block in (block_n, block_m):
         if block is not None and (block < 16 or block & (block - 1)):
             raise ValueError(f"talking_heads_triton: block sizes must be powers of two >= 16, got {block}")
-    return _TalkingHeadsTriton.apply(query, key, value, bias, pre_proj, post_proj, x2l, m2l, x2w, m2w,
-                                     float(scaling), bool(causal), float(dropout), block_n, block_m)
+    return _TalkingHeadsTriton.apply(
+        query,
+        key,
+        value,
+        bias,
+        pre_proj,
+        post_proj,
+        x2l,
+        m2l,
+        x2w,
+        m2w,
+        float(scaling),
+        bool(causal),
+        float(dropout),
+        block_n,
+        block_m,
+    )

@@ -32,8 +32,9 @@ def cache_dir() -> Path:
     return Path(os.environ.get("HF_ATTN_VARIANTS_CACHE", Path.home() / ".cache" / "hf_attn_variants"))
 
 
-def train_tokenizer(kind: str, vocab_size: int = 8000, *, lines: list[str] | None = None,
-                    corpus: str | os.PathLike | None = None) -> PreTrainedTokenizerFast:
+def train_tokenizer(
+    kind: str, vocab_size: int = 8000, *, lines: list[str] | None = None, corpus: str | os.PathLike | None = None
+) -> PreTrainedTokenizerFast:
     """A tokenizer trained on `lines`, or on the lines of the text file `corpus` (give one of them): `"wordpiece"`
     (BERT/ALBERT: [PAD]=0, [UNK], [CLS], [SEP], [MASK]; `wordpiece_tokenizer`) or `"unigram"` (T5: <pad>=0,
     </s>=1, <unk>=2, <extra_id_0> the last id; `unigram_tokenizer`). Trained once per content (cached by a hash of
@@ -86,8 +87,15 @@ def wordpiece_tokenizer(lines: list[str], vocab_size: int) -> PreTrainedTokenize
     )
     tok.decoder = decoders.WordPiece()
     tok.add_special_tokens(special)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=512,
+    )
 
 
 def unigram_tokenizer(lines: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -103,14 +111,22 @@ def unigram_tokenizer(lines: list[str], vocab_size: int) -> PreTrainedTokenizerF
         word_counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(line)))
     sentinels = [f"<extra_id_{i}>" for i in reversed(range(100))]  # T5: <extra_id_0> is the last id
     pieces = unigram_vocabulary(word_counts, vocab_size - len(special) - len(sentinels))
-    tok = Tokenizer(models.Unigram([(s, 0.0) for s in special] + pieces, unk_id=special.index("<unk>"),
-                                   byte_fallback=False))
+    tok = Tokenizer(
+        models.Unigram([(s, 0.0) for s in special] + pieces, unk_id=special.index("<unk>"), byte_fallback=False)
+    )
     tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
     tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
     tok.add_special_tokens(special)
     tok.add_special_tokens([AddedToken(s, special=True) for s in sentinels])
     eos = tok.token_to_id("</s>")
-    tok.post_processor = processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>",
-                                                       special_tokens=[("</s>", eos)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                                   additional_special_tokens=list(reversed(sentinels)), model_max_length=512)
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", eos)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        additional_special_tokens=list(reversed(sentinels)),
+        model_max_length=512,
+    )

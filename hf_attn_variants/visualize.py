@@ -109,8 +109,12 @@ def _component_logits(core, query, key, hidden_states, **call_kwargs) -> dict[st
     the layer passed its core, of which those `synthesizer_logits` takes are passed on."""
     taken = {name: value for name, value in call_kwargs.items() if name in _LOGITS_PARAMETERS}
     return {
-        component: synthesizer_logits(_OneComponent(core, component), query, key, hidden_states, core.scaling,
-                                      **taken)[0].float().cpu().numpy()
+        component: synthesizer_logits(
+            _OneComponent(core, component), query, key, hidden_states, core.scaling, **taken
+        )[0]
+        .float()
+        .cpu()
+        .numpy()
         for component in core.spec.components
     }
 
@@ -121,9 +125,11 @@ def _mixture(core) -> dict[str, float] | None:
 
 
 def _talking_heads_map(place: str, core) -> AttentionMap:
-    matrices = {name: getattr(core, attribute).detach().float().cpu().numpy()
-                for name, attribute in (("P_l", "pre_softmax_proj"), ("P_w", "post_softmax_proj"))
-                if hasattr(core, attribute)}
+    matrices = {
+        name: getattr(core, attribute).detach().float().cpu().numpy()
+        for name, attribute in (("P_l", "pre_softmax_proj"), ("P_w", "post_softmax_proj"))
+        if hasattr(core, attribute)
+    }
     return AttentionMap(place, "talking_heads", matrices)
 
 
@@ -131,8 +137,10 @@ def _random_synthesizer_map(place: str, core, length: int) -> AttentionMap:
     """A synthesizer whose components need no input: its logits over `length` positions."""
     needs = INPUT_DEPENDENT.intersection(core.spec.components)
     if needs:
-        raise ValueError(f"The synthesizer at {place} has input-dependent components ({', '.join(sorted(needs))}): "
-                         "pass an input (`text` and `tokenizer`; the command's --text) to draw them.")
+        raise ValueError(
+            f"The synthesizer at {place} has input-dependent components ({', '.join(sorted(needs))}): "
+            "pass an input (`text` and `tokenizer`; the command's --text) to draw them."
+        )
     core.check_lengths(length, length)
     memory = torch.zeros(1, length, core.spec.hidden_size, device=next(core.parameters()).device)
     key = memory.new_zeros(1, 1, length, 1)  # the pure synthesizer's placeholder keys: only their length is read
@@ -150,8 +158,9 @@ def _run_synthesizers(model, cores, inputs: dict) -> list[AttentionMap]:
 
         def hook(module, args, kwargs, output):
             bound = signature.bind(module, *args, **kwargs).arguments
-            matrices = _component_logits(module, bound["query"], bound["key"], bound["hidden_states"],
-                                         **bound.get("kwargs", {}))
+            matrices = _component_logits(
+                module, bound["query"], bound["key"], bound["hidden_states"], **bound.get("kwargs", {})
+            )
             if bound.get("position_bias") is not None:  # T5: added to the logits with the mask
                 matrices["position_bias"] = bound["position_bias"][0].float().cpu().numpy()
             matrices["weights"] = output[1][0].float().cpu().numpy()
@@ -199,12 +208,17 @@ def attention_maps(model, inputs: dict | None = None, length: int = DEFAULT_LENG
             "synthesizers (their alignments) have learned matrices of their own to draw. For the attention weights "
             "of any model, run it with output_attentions=True (bertviz draws those)."
         )
-    maps = [_talking_heads_map(_places(path, model.config)[0], core)
-            for path, core in cores if core.spec.attention_type == "talking_heads"]
+    maps = [
+        _talking_heads_map(_places(path, model.config)[0], core)
+        for path, core in cores
+        if core.spec.attention_type == "talking_heads"
+    ]
     synthesizers = [(path, core) for path, core in cores if core.spec.attention_type == "synthesizer"]
     if synthesizers and inputs is not None:
         return maps + _run_synthesizers(model, synthesizers, inputs)
-    return maps + [_random_synthesizer_map(_places(path, model.config)[0], core, length) for path, core in synthesizers]
+    return maps + [
+        _random_synthesizer_map(_places(path, model.config)[0], core, length) for path, core in synthesizers
+    ]
 
 
 def _figure(**kwargs):
@@ -212,8 +226,10 @@ def _figure(**kwargs):
     try:
         from matplotlib.figure import Figure
     except ImportError as error:
-        raise ImportError("Drawing attention maps needs matplotlib: pip install matplotlib (or install this package "
-                          "with its `examples` extra). `attention_maps` gives the matrices without it.") from error
+        raise ImportError(
+            "Drawing attention maps needs matplotlib: pip install matplotlib (or install this package "
+            "with its `examples` extra). `attention_maps` gives the matrices without it."
+        ) from error
     return Figure(layout="constrained", **kwargs)
 
 
@@ -234,8 +250,10 @@ def _heatmap(ax, matrix: np.ndarray, scale: float, digits: int = 2):
 _HEAD_MAPS = (("P_l", "key head (h_k)", "softmax head (h)"), ("P_w", "softmax head (h)", "value head (h_v)"))
 
 
-def plot_talking_heads(maps: list[AttentionMap],
-                       title: str = "Talking heads: the maps across heads (identity = plain multi-head attention)"):
+def plot_talking_heads(
+    maps: list[AttentionMap],
+    title: str = "Talking heads: the maps across heads (identity = plain multi-head attention)",
+):
     """One figure of every talking-heads layer's `P_l` and `P_w` (a row per layer), on one diverging colour scale
     centred at 0, so layers compare; returns the matplotlib Figure."""
     scale = max(float(np.abs(m).max()) for amap in maps for m in amap.matrices.values()) or 1.0
@@ -312,8 +330,9 @@ def _slug(place: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", place.lower()).strip("-")
 
 
-def draw_attention_maps(model, out_dir, *, tokenizer=None, text: str | None = None, length: int = DEFAULT_LENGTH,
-                        dpi: int = 100) -> list[Path]:
+def draw_attention_maps(
+    model, out_dir, *, tokenizer=None, text: str | None = None, length: int = DEFAULT_LENGTH, dpi: int = 100
+) -> list[Path]:
     """Draw `attention_maps(model, ...)` to PNG files in `out_dir` (created) and return their paths.
 
     Files: `talking-heads.png` (every talking-heads layer's P_l and P_w), `synthesizer-<place>.png` per synthesizer
@@ -348,8 +367,9 @@ def draw_attention_maps(model, out_dir, *, tokenizer=None, text: str | None = No
     return [out / name for name, _ in figures]
 
 
-def draw_checkpoint(folder, out_dir, *, text: str | None = None, length: int = DEFAULT_LENGTH,
-                    dpi: int = 100) -> list[Path]:
+def draw_checkpoint(
+    folder, out_dir, *, text: str | None = None, length: int = DEFAULT_LENGTH, dpi: int = 100
+) -> list[Path]:
     """`draw_attention_maps` of the checkpoint in `folder` (loaded as config.json's first architecture; its tokenizer
     only with `text`): what `hf-attn-variants draw` runs."""
     import hf_attn_variants
@@ -369,5 +389,12 @@ def draw_checkpoint(folder, out_dir, *, text: str | None = None, length: int = D
     return draw_attention_maps(model, out_dir, tokenizer=tokenizer, text=text, length=length, dpi=dpi)
 
 
-__all__ = ["AttentionMap", "attention_maps", "draw_attention_maps", "draw_checkpoint", "plot_mixture",
-           "plot_synthesizer", "plot_talking_heads"]
+__all__ = [
+    "AttentionMap",
+    "attention_maps",
+    "draw_attention_maps",
+    "draw_checkpoint",
+    "plot_mixture",
+    "plot_synthesizer",
+    "plot_talking_heads",
+]

@@ -11,8 +11,9 @@ from collections import Counter
 import numpy as np
 
 
-def wordpiece_vocabulary(word_counts: dict[str, int], vocab_size: int, special: list[str],
-                         prefix: str = "##") -> list[str]:
+def wordpiece_vocabulary(
+    word_counts: dict[str, int], vocab_size: int, special: list[str], prefix: str = "##"
+) -> list[str]:
     """The WordPiece vocabulary (token of each id, in id order) that `tokenizers`' `WordPieceTrainer` learns, computed
     so that it depends on the word counts alone: the special tokens, then every character of the words, then
     `prefix` + every character that continues a word (each in code-point order), then the merges, most frequent pair
@@ -115,8 +116,9 @@ class _Lattices:
                         dst.append(base + j)
                         piece.append(p)
                         owner.append(k)
-        self.src, self.dst, self.piece, self.owner = (np.frombuffer(a, dtype=np.int64) if a else np.zeros(0, np.int64)
-                                                      for a in (src, dst, piece, owner))
+        self.src, self.dst, self.piece, self.owner = (
+            np.frombuffer(a, dtype=np.int64) if a else np.zeros(0, np.int64) for a in (src, dst, piece, owner)
+        )
         self.position = self.dst - self.first[self.owner]  # of each edge's end
         self.start = self.src - self.first[self.owner]  # of each edge's start
         # the sweeps' orders: forward by end position, end node, then start (longest piece first); backward by start
@@ -139,7 +141,7 @@ class _Lattices:
         cuts = np.flatnonzero(np.r_[True, level[order][1:] != level[order][:-1]]) if len(order) else order
         steps = []
         for a, b in zip(cuts, np.r_[cuts[1:], len(order)]):
-            h = heads[np.searchsorted(heads, a):np.searchsorted(heads, b)]
+            h = heads[np.searchsorted(heads, a) : np.searchsorted(heads, b)]
             steps.append((order[a:b], source[order[a:b]], self.piece[order[a:b]], h - a, nodes[h]))
         return steps
 
@@ -189,8 +191,9 @@ class _Lattices:
         return best[self.last], np.concatenate(owner)[order], np.concatenate(piece)[order]
 
 
-def _unigram_seeds(word_counts: dict[str, int], max_piece_length: int,
-                   seed_size: int) -> tuple[list[str], int, np.ndarray]:
+def _unigram_seeds(
+    word_counts: dict[str, int], max_piece_length: int, seed_size: int
+) -> tuple[list[str], int, np.ndarray]:
     """The seed pieces of `unigram_vocabulary`, the characters first: (pieces, number of characters, weights).
 
     Every character of the words, in code-point order, weighted by its occurrences in the text; then the `seed_size`
@@ -209,9 +212,14 @@ def _unigram_seeds(word_counts: dict[str, int], max_piece_length: int,
     return chars + substrings, len(chars), seed_weight
 
 
-def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_length: int = 16,
-                       seed_size: int = 1_000_000, shrinking_factor: float = 0.75,
-                       sub_iterations: int = 2) -> list[tuple[str, float]]:
+def unigram_vocabulary(
+    word_counts: dict[str, int],
+    vocab_size: int,
+    max_piece_length: int = 16,
+    seed_size: int = 1_000_000,
+    shrinking_factor: float = 0.75,
+    sub_iterations: int = 2,
+) -> list[tuple[str, float]]:
     """The Unigram language model (Kudo 2018) of `word_counts` as SentencePiece's and `tokenizers`' UnigramTrainer
     learn it, computed so that it depends on the word counts alone: `vocab_size` (piece, log-probability) pairs,
     highest score first (a tie going to the smaller string); fewer only when the words hold fewer substrings.
@@ -236,9 +244,11 @@ def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_l
     counts = np.array([word_counts[w] for w in words], dtype=np.float64)
     pieces, n_chars, seed_weight = _unigram_seeds(word_counts, max_piece_length, seed_size)
     if n_chars > vocab_size:
-        raise ValueError(f"The text has {n_chars} distinct characters, each of which must be a piece, but only "
-                         f"{vocab_size} pieces were asked for: use a larger vocabulary (--vocab_size, which also "
-                         "holds T5's 103 special tokens).")
+        raise ValueError(
+            f"The text has {n_chars} distinct characters, each of which must be a piece, but only "
+            f"{vocab_size} pieces were asked for: use a larger vocabulary (--vocab_size, which also "
+            "holds T5's 103 special tokens)."
+        )
     ids = {piece: i for i, piece in enumerate(pieces)}
     scores = np.log(seed_weight) - np.log(seed_weight.sum())
     name_rank = np.empty(len(pieces), dtype=np.int64)  # ties are broken by the piece string
@@ -262,24 +272,34 @@ def unigram_vocabulary(word_counts: dict[str, int], vocab_size: int, max_piece_l
         used = np.flatnonzero(alive & (freq > 0))
         used = used[used >= n_chars]  # the substrings (the characters, never pruned, come first)
         # each used substring's best segmentation without itself
-        alternatives = _Lattices([pieces[i] for i in used], {pieces[i]: i for i in np.flatnonzero(alive)},
-                                 max_piece_length, whole=False)
+        alternatives = _Lattices(
+            [pieces[i] for i in used], {pieces[i]: i for i in np.flatnonzero(alive)}, max_piece_length, whole=False
+        )
         alternatives.select(alive)
         alt_best, alt_owner, alt_piece = alternatives.viterbi(scores)
         own = freq[used]
         splits = np.bincount(alt_owner, minlength=len(used))
-        alt_logprob = np.bincount(alt_owner, np.log(freq[alt_piece] + own[alt_owner])
-                                  - np.log(total + own[alt_owner] * (splits[alt_owner] - 1)), minlength=len(used))
+        alt_logprob = np.bincount(
+            alt_owner,
+            np.log(freq[alt_piece] + own[alt_owner]) - np.log(total + own[alt_owner] * (splits[alt_owner] - 1)),
+            minlength=len(used),
+        )
         useful = np.zeros(len(pieces), dtype=bool)  # used, and its own best segmentation
         useful[used] = alt_best <= scores[used]
         loss = np.zeros(len(pieces))
         loss[used] = own / counts.sum() * (np.log(own) - np.log(total) - alt_logprob)
         candidates = np.flatnonzero(alive)[n_chars:]  # the characters are always alive
-        ranked = candidates[np.lexsort((name_rank[candidates],
-                                        np.where(useful[candidates], -loss[candidates], -scores[candidates]),
-                                        ~useful[candidates]))]
+        ranked = candidates[
+            np.lexsort(
+                (
+                    name_rank[candidates],
+                    np.where(useful[candidates], -loss[candidates], -scores[candidates]),
+                    ~useful[candidates],
+                )
+            )
+        ]
         size = max(floor, min(int(alive.sum() * shrinking_factor), n_chars + int(useful.sum())))
-        alive[ranked[size - n_chars:]] = False
+        alive[ranked[size - n_chars :]] = False
 
     em()
     while alive.sum() > vocab_size * 11 // 10:

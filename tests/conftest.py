@@ -28,7 +28,9 @@ for variable, prefix in (("HF_DATASETS_CACHE", "hav-datasets-"), ("HF_ATTN_VARIA
 # the same on any machine.
 if os.environ.get("HAV_TEST_DEVICE", "").strip() == "cpu":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
-DEVICE = torch.device(os.environ.get("HAV_TEST_DEVICE", "").strip() or ("cuda" if torch.cuda.is_available() else "cpu"))
+DEVICE = torch.device(
+    os.environ.get("HAV_TEST_DEVICE", "").strip() or ("cuda" if torch.cuda.is_available() else "cpu")
+)
 if DEVICE.type == "cuda" and not torch.cuda.is_available():
     raise RuntimeError(f"HAV_TEST_DEVICE={DEVICE}, but torch {torch.__version__} sees no CUDA device.")
 _current = [torch.device("cpu")]  # the running test's device: DEVICE in marked modules
@@ -77,6 +79,7 @@ def run_with_hub(server, home, command: list[str], timeout: int = 600) -> subpro
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
 
+
 # Tolerance for outputs of two computations that share their weights (a model and its reloaded copy, two model
 # instances): which GEMM kernel a CPU runs can depend on memory alignment, so such outputs may differ in the last bits
 # (1.4e-9 seen on AMD EPYC). Weights themselves are compared bitwise. One wrong weight moves outputs far beyond this:
@@ -93,6 +96,7 @@ def at_real_tokens(output: torch.Tensor, attention_mask: torch.Tensor) -> torch.
     if output.shape[: attention_mask.dim()] != attention_mask.shape:
         return output
     return output[attention_mask.bool()]
+
 
 TINY = dict(
     vocab_size=99,

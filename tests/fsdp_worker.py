@@ -70,8 +70,12 @@ def prepare(model, rank: int):
     if plugin.fsdp_version != 2:
         raise SystemExit("Run under `accelerate launch --config_file examples/accelerate/fsdp.yaml` (FSDP2).")
     # the fields of an Accelerator that fsdp2_prepare_model reads
-    accelerator = types.SimpleNamespace(state=types.SimpleNamespace(fsdp_plugin=plugin), mixed_precision="no",
-                                        is_main_process=rank == 0, device=torch.device("cpu"))
+    accelerator = types.SimpleNamespace(
+        state=types.SimpleNamespace(fsdp_plugin=plugin),
+        mixed_precision="no",
+        is_main_process=rank == 0,
+        device=torch.device("cpu"),
+    )
     return fsdp2_prepare_model(accelerator, model)
 
 

@@ -34,8 +34,16 @@ from huggingface_hub.repocard_data import model_index_to_eval_results
 
 # Values the Hub accepts for these fields (a subset: what our cards may write).
 LICENSES = {"apache-2.0", "mit", "bsd-3-clause", "cc-by-4.0", "cc-by-sa-4.0", "openrail", "other", "unknown"}
-PIPELINE_TAGS = {"fill-mask", "text-classification", "question-answering", "text2text-generation",
-                 "token-classification", "feature-extraction", "text-generation", "multiple-choice"}
+PIPELINE_TAGS = {
+    "fill-mask",
+    "text-classification",
+    "question-answering",
+    "text2text-generation",
+    "token-classification",
+    "feature-extraction",
+    "text-generation",
+    "multiple-choice",
+}
 
 
 def card_metadata_errors(card_text: str) -> list[str]:
@@ -148,9 +156,14 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
         return None
     unit, _, spec = header.partition("=")
     first, dash, last = (part.strip() for part in spec.partition("-"))
-    if (unit.strip().lower() != "bytes" or "," in spec or not dash or not (first or last)
-            or not all(part.isdigit() for part in (first, last) if part)
-            or (first and last and int(last) < int(first))):
+    if (
+        unit.strip().lower() != "bytes"
+        or "," in spec
+        or not dash
+        or not (first or last)
+        or not all(part.isdigit() for part in (first, last) if part)
+        or (first and last and int(last) < int(first))
+    ):
         return None
     if first:  # "a-b" or "a-": from byte a, to b or the end
         start, end = int(first), min(int(last), size - 1) if last else size - 1
@@ -238,7 +251,9 @@ class Handler(BaseHTTPRequestHandler):
             payload = json.loads(self._body())
             if payload.get("type", "model") != "model":
                 return self._error(400, "BadRequest", "only model repositories are served here")
-            repo_id = f"{payload['organization']}/{payload['name']}" if payload.get("organization") else payload["name"]
+            repo_id = (
+                f"{payload['organization']}/{payload['name']}" if payload.get("organization") else payload["name"]
+            )
             if "/" not in repo_id:
                 repo_id = f"tester/{repo_id}"
             url = f"http://{self.headers['Host']}/{repo_id}"
@@ -268,10 +283,19 @@ class Handler(BaseHTTPRequestHandler):
             if sha is None:
                 return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
             files = repo.commits[sha]["files"]
-            info = {"id": repo_id, "sha": sha, "private": repo.private, "gated": False, "disabled": False,
-                    "siblings": [{"rfilename": path, "size": len(data), "blobId": _etag(data)}
-                                 for path, data in sorted(files.items())],
-                    "tags": [], "lastModified": "2025-01-01T00:00:00.000Z"}
+            info = {
+                "id": repo_id,
+                "sha": sha,
+                "private": repo.private,
+                "gated": False,
+                "disabled": False,
+                "siblings": [
+                    {"rfilename": path, "size": len(data), "blobId": _etag(data)}
+                    for path, data in sorted(files.items())
+                ],
+                "tags": [],
+                "lastModified": "2025-01-01T00:00:00.000Z",
+            }
             if kind:
                 card = files.get("README.md", b"").decode()
                 info["cardData"] = yaml.safe_load(card.split("---\n", 2)[1]) if card.startswith("---\n") else {}
@@ -308,8 +332,16 @@ class Handler(BaseHTTPRequestHandler):
             return self._json(200, entries)
         if method == "POST" and rest[:1] == ["preupload"]:
             payload = json.loads(self._body())
-            return self._json(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
-                                               "oid": None} for f in payload["files"]], "commitOid": None})
+            return self._json(
+                200,
+                {
+                    "files": [
+                        {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                        for f in payload["files"]
+                    ],
+                    "commitOid": None,
+                },
+            )
         if method == "POST" and rest[:1] == ["commit"]:
             return self._commit(repo_id, repo, rest[1])
         if method == "POST" and rest[:1] == ["branch"]:
@@ -341,8 +373,14 @@ class Handler(BaseHTTPRequestHandler):
                 return self._error(400, "BadRequest", f"unsupported commit operation {key!r}")
         new = self.state.new_commit(repo, files, message, sha)
         repo.branches[revision] = new
-        return self._json(200, {"commitUrl": f"http://{self.headers['Host']}/{repo_id}/commit/{new}",
-                                "commitOid": new, "pullRequestUrl": None})
+        return self._json(
+            200,
+            {
+                "commitUrl": f"http://{self.headers['Host']}/{repo_id}/commit/{new}",
+                "commitOid": new,
+                "pullRequestUrl": None,
+            },
+        )
 
     # -- /{repo}/resolve/{rev}/{file} ---------------------------------------------------------------------------------
     def _resolve(self, method, repo_id, revision, path):
@@ -355,10 +393,15 @@ class Handler(BaseHTTPRequestHandler):
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}", head=head)
         data = repo.commits[sha]["files"].get(path)
         if data is None:
-            return self._error(404, "EntryNotFound", f"{path} does not exist on {revision}", head=head,
-                               **{"X-Repo-Commit": sha})
-        headers = {"Content-Type": "application/octet-stream", "ETag": f'"{_etag(data)}"', "X-Repo-Commit": sha,
-                   "Accept-Ranges": "bytes"}
+            return self._error(
+                404, "EntryNotFound", f"{path} does not exist on {revision}", head=head, **{"X-Repo-Commit": sha}
+            )
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "ETag": f'"{_etag(data)}"',
+            "X-Repo-Commit": sha,
+            "Accept-Ranges": "bytes",
+        }
         requested = self.headers.get("Range")
         span = None if head else byte_range(requested, len(data))
         status = 200 if span is None else 416 if span == "unsatisfiable" else 206
@@ -380,8 +423,9 @@ class Hub:
     endpoint: str
     state: HubState
 
-    def create_dataset_repo(self, repo_id: str, configs: dict[str, dict], card_text: str = "",
-                            row_group_size: int | None = None) -> None:
+    def create_dataset_repo(
+        self, repo_id: str, configs: dict[str, dict], card_text: str = "", row_group_size: int | None = None
+    ) -> None:
         """A dataset repository as `datasets.load_dataset(repo_id, config)` reads it: for each config and split a
         parquet file `{config}/{split}-00000-of-00001.parquet` made from `table` (a pyarrow Table or a dict of
         columns; `row_group_size` rows per row group, pyarrow's default if None), and a README whose `configs:` YAML
@@ -418,9 +462,16 @@ class Hub:
         """Environment for a subprocess that talks to this server only: its own HF_HOME (empty cache, no stored
         token), a dummy write token, Xet off, offline mode off."""
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_TOKEN", "HF_HUB_OFFLINE")}
-        env.update(HF_ENDPOINT=self.endpoint, HF_HOME=str(home), HF_HUB_DISABLE_XET="1", HF_TOKEN="hf_loopback",
-                   HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_OFFLINE="0", HF_HUB_ETAG_TIMEOUT="30",
-                   HF_HUB_DOWNLOAD_TIMEOUT="60")
+        env.update(
+            HF_ENDPOINT=self.endpoint,
+            HF_HOME=str(home),
+            HF_HUB_DISABLE_XET="1",
+            HF_TOKEN="hf_loopback",
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HUB_OFFLINE="0",
+            HF_HUB_ETAG_TIMEOUT="30",
+            HF_HUB_DOWNLOAD_TIMEOUT="60",
+        )
         return env
 
 

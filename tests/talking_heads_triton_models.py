@@ -17,8 +17,11 @@ if not torch.cuda.is_available():
 sys.path.insert(0, os.path.dirname(__file__))
 from conftest import build, head_inputs
 
-MODELS = [("VariantBertForMaskedLM", "talking_heads_dynamic"), ("VariantBertLMHeadModel", "talking_heads_hk_hv"),
-          ("VariantT5ForConditionalGeneration", "talking_heads")]
+MODELS = [
+    ("VariantBertForMaskedLM", "talking_heads_dynamic"),
+    ("VariantBertLMHeadModel", "talking_heads_hk_hv"),
+    ("VariantT5ForConditionalGeneration", "talking_heads"),
+]
 
 
 def loss_and_grads(model, inputs):
@@ -41,11 +44,21 @@ def main():
                     p.add_(0.2 * torch.randn(p.shape, generator=g).to(device))
             results[algorithm] = loss_and_grads(model, inputs)
         (loss_e, grads_e), (loss_t, grads_t) = results["eager"], results["triton"]
-        worst = max((grads_t[name] - g).abs().max().item() / max(1.0, g.abs().max().item())
-                    for name, g in grads_e.items())
-        print(json.dumps(dict(head=head, variant=variant, loss_difference=abs(loss_t - loss_e),
-                              worst_gradient_difference=worst, gradients=sorted(grads_e) == sorted(grads_t))),
-              flush=True)
+        worst = max(
+            (grads_t[name] - g).abs().max().item() / max(1.0, g.abs().max().item()) for name, g in grads_e.items()
+        )
+        print(
+            json.dumps(
+                dict(
+                    head=head,
+                    variant=variant,
+                    loss_difference=abs(loss_t - loss_e),
+                    worst_gradient_difference=worst,
+                    gradients=sorted(grads_e) == sorted(grads_t),
+                )
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

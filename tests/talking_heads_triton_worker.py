@@ -37,8 +37,9 @@ CASES = {  # name -> the case's shapes and arguments (defaults in `build`)
     "t5_position_bias": dict(pre=True, post=True, bias="position", dynamic=("x2w",)),
     "mask_with_grad": dict(pre=True, post=True, bias="rows"),  # [b, 1, n, m]: its gradient is summed over heads
     "cross_attention": dict(pre=True, post=True, n=24, m=40, dk=16, dv=8),
-    "odd_lengths": dict(pre=True, post=True, b=2, n=21, m=37, dk=5, dv=11, bias="position",
-                        dynamic=("x2l", "m2l", "x2w", "m2w")),
+    "odd_lengths": dict(
+        pre=True, post=True, b=2, n=21, m=37, dk=5, dv=11, bias="position", dynamic=("x2l", "m2l", "x2w", "m2w")
+    ),
     "views": dict(pre=True, post=True, views=True, b=2, n=17, m=17),
     "dropout": dict(pre=True, post=True, dropout=0.3, dynamic=("x2l", "m2w"), bias="padding"),
     "default_tiles": dict(pre=True, post=True, n=40, tiles="default"),  # forward 64 x 64, backward 32 x 64 here
@@ -87,15 +88,19 @@ def build(name: str, device):
         keep = torch.ones(b, m, dtype=torch.bool)
         keep[0, -5:] = False
         keep[-1, :3] = False
-        bias = torch.zeros(b, 1, 1, m, dtype=torch.float64).masked_fill(~keep[:, None, None, :],
-                                                                         torch.finfo(torch.float32).min).to(device)
+        bias = (
+            torch.zeros(b, 1, 1, m, dtype=torch.float64)
+            .masked_fill(~keep[:, None, None, :], torch.finfo(torch.float32).min)
+            .to(device)
+        )
         bias_grad = False
     elif case.get("bias") == "position":  # T5: one [h, n, m] table shared by the batch, trained
         bias = rand(1, h, n, m)
     elif case.get("bias") == "rows":
         bias = rand(b, 1, n, m)
-    tensors = dict(query=query, key=key, value=value, bias=bias, pre_proj=pre, post_proj=post, x2l=x2l, m2l=m2l,
-                   x2w=x2w, m2w=m2w)
+    tensors = dict(
+        query=query, key=key, value=value, bias=bias, pre_proj=pre, post_proj=post, x2l=x2l, m2l=m2l, x2w=x2w, m2w=m2w
+    )
     for name, tensor in tensors.items():
         if tensor is not None and (name != "bias" or bias_grad):
             tensor.requires_grad_(True)
@@ -143,8 +148,12 @@ def run_case(name: str, device) -> dict:
         torch.manual_seed(1234)
         again = kernel.talking_heads_triton(*ins.values(), dropout=p, block_n=block, block_m=block, **kwargs)
         other = kernel.talking_heads_triton(*ins.values(), dropout=p, block_n=block, block_m=block, **kwargs)
-        facts["dropout"] = dict(kept=keep.double().mean().item(), elements=keep.numel(),
-                                same_seed=(again - out).abs().max().item(), other_seed=(other - out).abs().max().item())
+        facts["dropout"] = dict(
+            kept=keep.double().mean().item(),
+            elements=keep.numel(),
+            same_seed=(again - out).abs().max().item(),
+            other_seed=(other - out).abs().max().item(),
+        )
 
     def reference(tensors):
         ref = talking_heads_reference(*tensors.values(), dropout_mask=mask, **kwargs)

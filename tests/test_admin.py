@@ -46,7 +46,9 @@ def test_admin_warm_start_equals_transformers_bert(tmp_path):
     with torch.no_grad():
         ours_logits, ref_logits = ours(**inputs).logits, ref(**inputs).logits
     real = inputs["attention_mask"]
-    torch.testing.assert_close(at_real_tokens(ours_logits, real), at_real_tokens(ref_logits, real), atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(
+        at_real_tokens(ours_logits, real), at_real_tokens(ref_logits, real), atol=1e-6, rtol=1e-6
+    )
 
 
 def test_profiling_matches_an_independent_implementation(tmp_path):
@@ -60,8 +62,11 @@ def test_profiling_matches_an_independent_implementation(tmp_path):
     model = hav.VariantBertForMaskedLM.from_pretrained(tmp_path, admin=True).train()
     inputs = {k: v for k, v in head_inputs("VariantBertForMaskedLM").items() if k != "labels"}
     variances = []
-    hooks = [dense.register_forward_hook(lambda module, args, out: variances.append(out.double().var()))
-             for layer in reference.bert.encoder.layer for dense in (layer.attention.output.dense, layer.output.dense)]
+    hooks = [
+        dense.register_forward_hook(lambda module, args, out: variances.append(out.double().var()))
+        for layer in reference.bert.encoder.layer
+        for dense in (layer.attention.output.dense, layer.output.dense)
+    ]
     with torch.no_grad():
         reference(**inputs)
     for hook in hooks:
@@ -133,9 +138,24 @@ def test_profiling_under_data_parallelism_gives_every_rank_the_global_batch_omeg
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port",
-                           str(port), str(script), str(tmp_path), json.dumps(config)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(torchrun),
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            str(script),
+            str(tmp_path),
+            json.dumps(config),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["input_ids"] != ranks[1]["input_ids"]  # different batches: the ranks had to agree
@@ -202,15 +222,19 @@ def test_admin_needs_admin_residuals_and_t5_refuses():
 
 @pytest.mark.parametrize("layers,heads,hidden,ffn", [(12, 12, 768, 3072), (24, 16, 1024, 4096)])
 def test_single_head_twin_of_bert_base_and_large(layers, heads, hidden, ffn):
-    config = hav.VariantBertConfig(num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden,
-                                   intermediate_size=ffn)
+    config = hav.VariantBertConfig(
+        num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, intermediate_size=ffn
+    )
     twin, counts = single_head_twin(config)
     assert (twin.num_hidden_layers, twin.num_attention_heads) == (layers * heads, 1)
     assert twin.attention_head_size == hidden // heads and twin.intermediate_size == ffn // heads
     assert abs(counts["ratio"] - 1) < 0.05, counts
     with torch.device("meta"):  # the same architecture in transformers' own BertModel has the same size
-        reference = transformers.BertModel(transformers.BertConfig(
-            num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, intermediate_size=ffn))
+        reference = transformers.BertModel(
+            transformers.BertConfig(
+                num_hidden_layers=layers, num_attention_heads=heads, hidden_size=hidden, intermediate_size=ffn
+            )
+        )
     assert counts["multi_head"] == sum(p.numel() for p in reference.parameters())
 
 
@@ -218,8 +242,11 @@ def _layer_parameters(model_class, config) -> int:
     """Parameters outside the embeddings (what the twin reshapes), counted on the meta device."""
     with torch.device("meta"):
         model = model_class(config)
-    return sum(p.numel() for n, p in model.named_parameters() if not any(
-        part in n for part in ("embeddings.", "shared.", "embed_tokens.")))
+    return sum(
+        p.numel()
+        for n, p in model.named_parameters()
+        if not any(part in n for part in ("embeddings.", "shared.", "embed_tokens."))
+    )
 
 
 TWIN_PRESETS = [name for name, preset in PRESETS.items() if preset.attention.startswith("single-head")]
@@ -232,8 +259,9 @@ def test_every_twin_preset_keeps_the_parameter_count(name):
     preset = PRESETS[name]
     original = preset_config(name.replace(preset.attention, "dot-product"), vocab_size=1000)
     twin = preset_config(name, vocab_size=1000)
-    model_class = getattr(hav, {"bert": "VariantBertModel", "albert": "VariantAlbertModel",
-                                "t5": "VariantT5Model"}[preset.family])
+    model_class = getattr(
+        hav, {"bert": "VariantBertModel", "albert": "VariantAlbertModel", "t5": "VariantT5Model"}[preset.family]
+    )
     heads = original.num_attention_heads if preset.family != "t5" else original.num_heads
     depth = (lambda c: c.num_layers) if preset.family == "t5" else (lambda c: c.num_hidden_layers)
     assert depth(twin) == depth(original) * heads
@@ -244,8 +272,15 @@ def test_every_twin_preset_keeps_the_parameter_count(name):
 
 
 def test_albert_twin_shares_one_head_groups_across_the_depth():
-    config = hav.VariantAlbertConfig(**{**TINY_ALBERT, "num_hidden_groups": 1, "inner_group_num": 1,
-                                        "intermediate_size": 64, "num_hidden_layers": 3})
+    config = hav.VariantAlbertConfig(
+        **{
+            **TINY_ALBERT,
+            "num_hidden_groups": 1,
+            "inner_group_num": 1,
+            "intermediate_size": 64,
+            "num_hidden_layers": 3,
+        }
+    )
     twin, counts = single_head_twin(config)
     assert (twin.num_hidden_layers, twin.num_hidden_groups, twin.inner_group_num) == (12, 4, 1)
     model = hav.VariantAlbertModel(twin)
@@ -258,8 +293,10 @@ def test_albert_twin_shares_one_head_groups_across_the_depth():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("admin", [False, True])
 def test_48_layer_single_head_trains_without_nan(dtype, admin):
-    config = hav.VariantBertConfig(**{**TINY, "num_hidden_layers": 4, "num_attention_heads": 12, "hidden_size": 48,
-                                      "intermediate_size": 96}, admin=admin)
+    config = hav.VariantBertConfig(
+        **{**TINY, "num_hidden_layers": 4, "num_attention_heads": 12, "hidden_size": 48, "intermediate_size": 96},
+        admin=admin,
+    )
     twin, _ = single_head_twin(config)
     assert twin.num_hidden_layers == 48
     torch.manual_seed(0)
@@ -273,8 +310,9 @@ def test_48_layer_single_head_trains_without_nan(dtype, admin):
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("head,method", [("VariantBertForMaskedLM", "profile"),
-                                         ("VariantAlbertForMaskedLM", "closed_form")])
+@pytest.mark.parametrize(
+    "head,method", [("VariantBertForMaskedLM", "profile"), ("VariantAlbertForMaskedLM", "closed_form")]
+)
 def test_export_to_plain_transformers(tmp_path, head, method):
     """A profiled Admin model written as a plain transformers checkpoint: same outputs without remote code."""
     from hf_attn_variants.convert import export_to_transformers
@@ -315,8 +353,16 @@ def test_trainer_callback_profiles_before_the_first_step(tmp_path):
 
     model = build("VariantBertForMaskedLM", "talking_heads", admin=True)
     callback = AdminInitCallback()
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, report_to=[],
-                             save_strategy="no", use_cpu=True, disable_tqdm=True, learning_rate=1e-3)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        learning_rate=1e-3,
+    )
     Trainer(model=model, args=args, train_dataset=_Batches(), callbacks=[callback]).train()
     assert callback.omegas is not None and callback.omegas[0] == 1.0 and callback.omegas[-1] > 1.0
     assert _omegas(model)[-1].mean().item() == pytest.approx(callback.omegas[-1], rel=0.05)  # trained 2 steps
@@ -324,8 +370,16 @@ def test_trainer_callback_profiles_before_the_first_step(tmp_path):
 
 def test_t5_single_head_twin_runs():
     """T5 is Pre-LN: its deep single-head twin trains as it is (no Admin), encoder and decoder both deepened."""
-    config = hav.VariantT5Config(vocab_size=99, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                                 dropout_rate=0.0, relative_attention_num_buckets=8)
+    config = hav.VariantT5Config(
+        vocab_size=99,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        dropout_rate=0.0,
+        relative_attention_num_buckets=8,
+    )
     twin, counts = single_head_twin(config)
     assert (twin.num_layers, twin.num_decoder_layers, twin.num_heads, twin.d_ff, twin.d_kv) == (8, 8, 1, 16, 8)
     assert 0.8 < counts["ratio"] < 1.05

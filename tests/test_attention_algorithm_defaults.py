@@ -28,8 +28,11 @@ def gpu(monkeypatch):
     """A simulated CUDA device named "NVIDIA H200", with triton importable."""
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: types.SimpleNamespace() if name == "triton" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: types.SimpleNamespace() if name == "triton" else real_find_spec(name, *a),
+    )
     return monkeypatch
 
 

@@ -59,8 +59,9 @@ def test_the_function_a_core_picks_gives_its_output(variant, attn_implementation
     fn = core.attention_function(attn_implementation, output_attentions, 0.0, x.device)
     with torch.no_grad():
         out, weights = call(fn, core, x, query, key, value, mask, output_attentions=output_attentions)
-        expected, expected_weights = core(query, key, value, mask, x, attn_implementation=attn_implementation,
-                                          output_attentions=output_attentions)
+        expected, expected_weights = core(
+            query, key, value, mask, x, attn_implementation=attn_implementation, output_attentions=output_attentions
+        )
     assert out.shape == (2, 7, core.spec.num_value_heads, expected.shape[-1])
     torch.testing.assert_close(out, expected, **CLOSE)
     if output_attentions:  # the weights multiply V (general bilinear: the memory, shared by the heads)
@@ -73,8 +74,13 @@ def test_every_function_has_transformers_signature():
     """module, query, key, value, attention_mask, then scaling and dropout, then keyword extras: as transformers' own
     eager function, so a function can be handed to (or taken from) transformers' `ALL_ATTENTION_FUNCTIONS`."""
     upstream = list(inspect.signature(eager_attention_forward).parameters)[:7]
-    functions = [av.dot_product_eager_forward, av.talking_heads_attention_forward, av.synthesizer_eager_forward,
-                 av.synthesizer_sdpa_forward, av.general_bilinear_eager_forward]
+    functions = [
+        av.dot_product_eager_forward,
+        av.talking_heads_attention_forward,
+        av.synthesizer_eager_forward,
+        av.synthesizer_sdpa_forward,
+        av.general_bilinear_eager_forward,
+    ]
     for fn in functions:
         params = inspect.signature(fn).parameters
         assert list(params)[:7] == upstream, fn.__name__
@@ -91,8 +97,9 @@ def test_dot_product_equals_transformers_own_functions(with_position_bias):
     assert fn is sdpa_attention_forward
     out, weights = call(av.dot_product_eager_forward, core, x, query, key, value, mask, position_bias=bias)
     upstream_mask = mask if bias is None else mask + bias
-    expected, expected_weights = eager_attention_forward(core, query, key, value, upstream_mask,
-                                                         scaling=core.scaling, dropout=0.0)
+    expected, expected_weights = eager_attention_forward(
+        core, query, key, value, upstream_mask, scaling=core.scaling, dropout=0.0
+    )
     torch.testing.assert_close(out, expected, **CLOSE)
     torch.testing.assert_close(weights, expected_weights, **CLOSE)
     fused, none = call(sdpa_attention_forward, core, x, query, key, value, mask, position_bias=bias)
@@ -123,11 +130,13 @@ def test_talking_heads_function_equals_the_einsum_reference(variant, algorithm, 
     core, x, query, key, value, mask = layer_and_inputs(variant, torch.float64, causal, attention_algorithm=algorithm)
     ref_key, ref_value, maps = _reference_inputs(core, x, key, value)
     with torch.no_grad():
-        expected = talking_heads_reference(query, ref_key, ref_value, mask, **maps, scaling=core.scaling,
-                                           causal=causal).transpose(1, 2)
+        expected = talking_heads_reference(
+            query, ref_key, ref_value, mask, **maps, scaling=core.scaling, causal=causal
+        ).transpose(1, 2)
         out, none = call(av.talking_heads_attention_forward, core, x, query, key, value, mask)
-        with_weights, weights = call(av.talking_heads_attention_forward, core, x, query, key, value, mask,
-                                     output_attentions=True)
+        with_weights, weights = call(
+            av.talking_heads_attention_forward, core, x, query, key, value, mask, output_attentions=True
+        )
         assert none is None and weights.shape == (2, core.spec.num_value_heads, 7, 7)
         torch.testing.assert_close(out, expected, **CLOSE64)
         torch.testing.assert_close(with_weights, expected, **CLOSE64)

@@ -87,16 +87,21 @@ class TemperatureAttention(attention_variants.VariantAttentionCore):
         return temperature_forward
 
 
-def temperature_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, *,
-                        position_bias=None, **kwargs):
+def temperature_forward(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, *, position_bias=None, **kwargs
+):
     bias = attention_variants.attention_bias(module, attention_mask, position_bias, query.shape[2], value)
     logits = torch.matmul(query, key.transpose(2, 3)) * (module.scaling * module.temperature[:, None, None])
     weights = F.dropout(softmax_keys(logits if bias is None else logits + bias), p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
-TEMPERATURE = hav.AttentionType("temperature", "dot-product attention with a learned temperature per head",
-                                core=TemperatureAttention, paper="Temperature (a toy of this test)")
+TEMPERATURE = hav.AttentionType(
+    "temperature",
+    "dot-product attention with a learned temperature per head",
+    core=TemperatureAttention,
+    paper="Temperature (a toy of this test)",
+)
 
 
 def _train_save_and_card(name: str, tmp_path) -> None:
@@ -129,8 +134,10 @@ def _train_save_and_card(name: str, tmp_path) -> None:
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=1e-6, rtol=1e-5)
     card = str(publish.render_card(tmp_path, "me/temperature", None))
-    assert ("**Temperature attention.** Dot-product attention with a learned temperature per head. It comes from "
-            "Temperature (a toy of this test).") in card
+    assert (
+        "**Temperature attention.** Dot-product attention with a learned temperature per head. It comes from "
+        "Temperature (a toy of this test)."
+    ) in card
 
 
 def test_a_type_registered_in_process_trains_saves_and_gets_its_card(tmp_path):

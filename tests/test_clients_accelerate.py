@@ -26,8 +26,11 @@ accelerate = pytest.importorskip("accelerate")
 from accelerate import infer_auto_device_map  # noqa: E402
 from accelerate.utils import compute_module_sizes  # noqa: E402
 
-ONE_HEAD = {"bert": "VariantBertForMaskedLM", "albert": "VariantAlbertForMaskedLM",
-            "t5": "VariantT5ForConditionalGeneration"}
+ONE_HEAD = {
+    "bert": "VariantBertForMaskedLM",
+    "albert": "VariantAlbertForMaskedLM",
+    "t5": "VariantT5ForConditionalGeneration",
+}
 AUTO_CLASS = {"bert": "AutoModelForMaskedLM", "albert": "AutoModelForMaskedLM", "t5": "AutoModelForSeq2SeqLM"}
 # a few types for "every head": the dot product, a type with every parameter kind talking heads has, a mixture of
 # synthesizers (dense + random + dot product) and the bilinear form
@@ -138,8 +141,15 @@ def test_device_map_and_init_through_remote_code(tmp_path):
         expected[fam] = _outputs(model, inputs)
         model.save_pretrained(tmp_path / fam)
         torch.save(inputs, tmp_path / f"{fam}-inputs.pt")
-        jobs.append(dict(auto=AUTO_CLASS[fam], path=str(tmp_path / fam), inputs=str(tmp_path / f"{fam}-inputs.pt"),
-                         out=str(tmp_path / f"{fam}-out.pt"), from_nothing=fam == "t5"))
+        jobs.append(
+            dict(
+                auto=AUTO_CLASS[fam],
+                path=str(tmp_path / fam),
+                inputs=str(tmp_path / f"{fam}-inputs.pt"),
+                out=str(tmp_path / f"{fam}-out.pt"),
+                from_nothing=fam == "t5",
+            )
+        )
     (tmp_path / "jobs.json").write_text(json.dumps(jobs))
     proc = run_isolated(REMOTE_LOADER, [tmp_path / "jobs.json"], cwd=tmp_path)
     assert proc.returncode == 0 and f"loaded {len(jobs)}" in proc.stdout, proc.stderr[-4000:]
@@ -185,8 +195,11 @@ def test_no_split_modules_keep_each_layer_on_one_device(tmp_path, fam):
     inputs = head_inputs(head)
     expected = _outputs(model, inputs)
     model.save_pretrained(tmp_path / "saved")
-    loaded = type(model).from_pretrained(tmp_path / "saved", device_map=device_map,
-                                         offload_folder=tmp_path / "offload").eval()
+    loaded = (
+        type(model)
+        .from_pretrained(tmp_path / "saved", device_map=device_map, offload_folder=tmp_path / "offload")
+        .eval()
+    )
     assert loaded.hf_device_map == device_map
     _assert_same_outputs(_outputs(loaded, inputs), expected)
 
@@ -207,7 +220,9 @@ def test_every_head_and_type_builds_on_meta(fam):
         on_cpu = getattr(hav, head)(copy.deepcopy(config))
         assert _on_meta(model) == [name for name, _ in _every_tensor(model)], (head, variant)
         assert {n: t.shape for n, t in _every_tensor(model)} == {n: t.shape for n, t in _every_tensor(on_cpu)}, (
-            head, variant)
+            head,
+            variant,
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -248,9 +263,11 @@ def _assert_init_from_nothing_equals_init(cls, config):
         assert torch.equal(buffer, buffers[name]), name
 
 
-INIT_CASES = sorted({(head, variant) for head in ALL_HEADS for variant in FEW_TYPES}
-                    | {(ONE_HEAD[fam], variant) for fam in FAMILY_HEADS for variant in VARIANTS},
-                    key=lambda c: (ALL_HEADS.index(c[0]), list(VARIANTS).index(c[1])))
+INIT_CASES = sorted(
+    {(head, variant) for head in ALL_HEADS for variant in FEW_TYPES}
+    | {(ONE_HEAD[fam], variant) for fam in FAMILY_HEADS for variant in VARIANTS},
+    key=lambda c: (ALL_HEADS.index(c[0]), list(VARIANTS).index(c[1])),
+)
 
 
 @pytest.mark.parametrize("head,variant", INIT_CASES, ids=[f"{h}-{v}" for h, v in INIT_CASES])
@@ -259,8 +276,9 @@ def test_can_init_all_missing_weights(head, variant):
     _assert_init_from_nothing_equals_init(getattr(hav, head), config)
 
 
-RELOAD_CASES = [(head, variant) for head, variant in zip(ALL_HEADS, itertools.cycle(["talking_heads_dynamic",
-                                                                                        "synth_mixture"]))]
+RELOAD_CASES = [
+    (head, variant) for head, variant in zip(ALL_HEADS, itertools.cycle(["talking_heads_dynamic", "synth_mixture"]))
+]
 
 
 @pytest.mark.parametrize("head,variant", RELOAD_CASES, ids=[f"{h}-{v}" for h, v in RELOAD_CASES])
@@ -287,6 +305,10 @@ def test_reload_without_weights_reports_every_missing_key(tmp_path, head, varian
     for names in groups:  # tied: any one name stands for all
         if names & missing:
             missing |= names
-    ignored = {name for name in persistent for pattern in (reloaded._keys_to_ignore_on_load_missing or [])
-               if re.search(pattern, name)}
+    ignored = {
+        name
+        for name in persistent
+        for pattern in (reloaded._keys_to_ignore_on_load_missing or [])
+        if re.search(pattern, name)
+    }
     assert persistent - missing == ignored, f"missing from the file but not reported: {persistent - missing}"

@@ -47,11 +47,18 @@ def _bertviz_arguments(head, variant):
         ids, decoder_ids = ids[:1], model._shift_right(ids[:1])
         with torch.no_grad():
             out = model(input_ids=ids, decoder_input_ids=decoder_ids, output_attentions=True)
-        kwargs = dict(encoder_attention=out.encoder_attentions, decoder_attention=out.decoder_attentions,
-                      cross_attention=out.cross_attentions, encoder_tokens=_tokens(ids),
-                      decoder_tokens=_tokens(decoder_ids))
-        expected = {"Encoder": out.encoder_attentions, "Decoder": out.decoder_attentions,
-                    "Cross": out.cross_attentions}
+        kwargs = dict(
+            encoder_attention=out.encoder_attentions,
+            decoder_attention=out.decoder_attentions,
+            cross_attention=out.cross_attentions,
+            encoder_tokens=_tokens(ids),
+            decoder_tokens=_tokens(decoder_ids),
+        )
+        expected = {
+            "Encoder": out.encoder_attentions,
+            "Decoder": out.decoder_attentions,
+            "Cross": out.cross_attentions,
+        }
     else:
         ids = head_inputs(head)["input_ids"][:1]
         with torch.no_grad():

@@ -97,8 +97,12 @@ def test_torch_export_t5_seq2seq_equals_eager(variant):
         return dict(_inputs("VariantT5EncoderModel", batch, seq, seed), decoder_input_ids=decoder)
 
     example = inputs(**EXAMPLE)
-    shapes = dict(input_ids={0: BATCH, 1: LENGTH}, attention_mask={0: BATCH, 1: LENGTH},
-                  decoder_input_ids={0: BATCH, 1: target}, use_cache=None)
+    shapes = dict(
+        input_ids={0: BATCH, 1: LENGTH},
+        attention_mask={0: BATCH, 1: LENGTH},
+        decoder_input_ids={0: BATCH, 1: target},
+        use_cache=None,
+    )
     with torch.no_grad():
         exported = torch.export.export(model, (), dict(example, use_cache=False), dynamic_shapes=shapes).module()
     for shape in (EXAMPLE, OTHER):
@@ -117,8 +121,9 @@ def test_onnx_export_runs_in_onnxruntime(tmp_path, case):
     head, variant = CASES[case]
     model = _model(head, variant)
     program = _export(model, _inputs(head, **EXAMPLE))
-    torch.onnx.export(program, (), str(tmp_path / "model.onnx"), kwargs=_inputs(head, **EXAMPLE), dynamo=True,
-                      verbose=False)
+    torch.onnx.export(
+        program, (), str(tmp_path / "model.onnx"), kwargs=_inputs(head, **EXAMPLE), dynamo=True, verbose=False
+    )
     session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask"]
     for shape in (EXAMPLE, OTHER):

@@ -38,8 +38,11 @@ TASKS = {
 # pure synthesizer (no query or key projection: LoRA on the value only)
 CASES = [
     (head, variant)
-    for head in ("VariantBertForSequenceClassification", "VariantAlbertForSequenceClassification",
-                 "VariantT5ForConditionalGeneration")
+    for head in (
+        "VariantBertForSequenceClassification",
+        "VariantAlbertForSequenceClassification",
+        "VariantT5ForConditionalGeneration",
+    )
     for variant in ("talking_heads", "synth_mixture")
 ] + [("VariantBertForSequenceClassification", "synth_random")]
 CASE_IDS = [f"{head}-{variant}" for head, variant in CASES]
@@ -48,8 +51,13 @@ STEPS = 6
 
 def lora_config(head: str) -> LoraConfig:
     """The documented call: LoRA on the family's query/value projections, the attention cores trained in full."""
-    return LoraConfig(r=4, lora_alpha=8, target_modules=TARGET_MODULES[family(head)], modules_to_save=["core"],
-                      task_type=TASKS[head_kind(head)][0])
+    return LoraConfig(
+        r=4,
+        lora_alpha=8,
+        target_modules=TARGET_MODULES[family(head)],
+        modules_to_save=["core"],
+        task_type=TASKS[head_kind(head)][0],
+    )
 
 
 def _saved_name(name: str) -> str:
@@ -99,8 +107,15 @@ def _train(head: str, variant: str, root):
     assert type(merged) is type(model)
     merged.save_pretrained(root / "merged")
     return dict(
-        pm=pm, base_before=base_before, trainable_before=trainable_before, losses=losses, logits=logits,
-        base_logits=base_logits, base_dir=base_dir, adapter_dir=adapter_dir, merged_dir=root / "merged",
+        pm=pm,
+        base_before=base_before,
+        trainable_before=trainable_before,
+        losses=losses,
+        logits=logits,
+        base_logits=base_logits,
+        base_dir=base_dir,
+        adapter_dir=adapter_dir,
+        merged_dir=root / "merged",
         inputs=root / "inputs.pt",
     )
 
@@ -149,8 +164,17 @@ def reloaded(trained, tmp_path_factory):
     jobs = []
     for case_id, (head, _) in zip(CASE_IDS, CASES):
         run = trained[case_id]
-        jobs.append(dict(auto=TASKS[head_kind(head)][1], cls=head, base=str(run["base_dir"]),
-                         adapter=str(run["adapter_dir"]), merged=str(run["merged_dir"]), inputs=str(run["inputs"]), out=str(root / f"{case_id}.pt")))
+        jobs.append(
+            dict(
+                auto=TASKS[head_kind(head)][1],
+                cls=head,
+                base=str(run["base_dir"]),
+                adapter=str(run["adapter_dir"]),
+                merged=str(run["merged_dir"]),
+                inputs=str(run["inputs"]),
+                out=str(root / f"{case_id}.pt"),
+            )
+        )
     (root / "jobs.json").write_text(json.dumps(jobs))
     proc = run_isolated(RELOADER, [root / "jobs.json"], cwd=root)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -166,8 +190,9 @@ def test_peft_asks_for_target_modules(fam):
         get_peft_model(build(head, "talking_heads"), LoraConfig(r=4))
 
 
-@pytest.mark.parametrize("variant", ["dot_product", "talking_heads", "synth_random", "synth_mixture",
-                                     "general_bilinear"])
+@pytest.mark.parametrize(
+    "variant", ["dot_product", "talking_heads", "synth_random", "synth_mixture", "general_bilinear"]
+)
 @pytest.mark.parametrize("fam", list(FAMILIES))
 def test_target_modules_reach_every_attention_layer(fam, variant):
     """The documented targets wrap, in every attention module (self- and cross-attention), each of the family's
@@ -199,8 +224,11 @@ def test_lora_trains_and_base_stays_frozen(trained, case_id):
     core = [n for n in run["trainable_before"] if _is_core(n)]
     assert lora and core
     variant = CASES[CASE_IDS.index(case_id)][1]
-    maps = {"talking_heads": ("pre_softmax_proj", "post_softmax_proj"),
-            "synth_mixture": ("random_logits", "mixture_weights"), "synth_random": ("random_logits",)}[variant]
+    maps = {
+        "talking_heads": ("pre_softmax_proj", "post_softmax_proj"),
+        "synth_mixture": ("random_logits", "mixture_weights"),
+        "synth_random": ("random_logits",),
+    }[variant]
     assert {n.rsplit(".", 1)[-1] for n in core} >= set(maps)
     for n in lora + core:
         assert not torch.equal(after[n], run["trainable_before"][n]), f"{n} did not train"
@@ -263,9 +291,10 @@ def test_target_parameters_cannot_wrap_a_core():
     """peft's `target_parameters` wraps the module that holds the parameter; the attention module then calls the
     core's own methods (`project_query`, ...), which peft's wrapper does not pass on. Use `modules_to_save`."""
     head = "VariantBertForSequenceClassification"
-    pm = get_peft_model(build(head, "talking_heads"),
-                        LoraConfig(r=2, target_modules=TARGET_MODULES["bert"],
-                                   target_parameters=["core.pre_softmax_proj"]))
+    pm = get_peft_model(
+        build(head, "talking_heads"),
+        LoraConfig(r=2, target_modules=TARGET_MODULES["bert"], target_parameters=["core.pre_softmax_proj"]),
+    )
     with pytest.raises(AttributeError, match="'ParamWrapper' object has no attribute 'project_query'"):
         pm(**head_inputs(head))
 

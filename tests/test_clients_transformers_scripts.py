@@ -26,8 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).parent / "fixtures" / "run_glue_like.py"
 DATA = ROOT / "examples" / "data"
 TOKENIZER = DATA / "kjv-wordpiece-8000"
-HEADS = ["VariantBertForSequenceClassification", "VariantAlbertForSequenceClassification",
-         "VariantT5ForSequenceClassification"]
+HEADS = [
+    "VariantBertForSequenceClassification",
+    "VariantAlbertForSequenceClassification",
+    "VariantT5ForSequenceClassification",
+]
 TEXTS = ["a gripping , beautifully acted film .", "dull , lifeless and far too long ."]
 
 # Appended to the script's source in the isolated process: after `main()` has run, which of our modules were loaded,
@@ -73,8 +76,10 @@ def _subset(source: Path, target: Path, rows: int) -> Path:
 
 @pytest.fixture
 def data(tmp_path):
-    return (_subset(DATA / "rt_polarity_train.csv", tmp_path / "train.csv", 64),
-            _subset(DATA / "rt_polarity_validation.csv", tmp_path / "validation.csv", 32))
+    return (
+        _subset(DATA / "rt_polarity_train.csv", tmp_path / "train.csv", 64),
+        _subset(DATA / "rt_polarity_validation.csv", tmp_path / "validation.csv", 32),
+    )
 
 
 def _checkpoint(head: str, path: Path) -> Path:
@@ -92,16 +97,37 @@ def _checkpoint(head: str, path: Path) -> Path:
 def _run_script(model, data, output_dir, *extra, cwd):
     """`python run_glue_like.py ...` as a Hub user runs it: in `run_isolated`, with the script's source as the code."""
     train, validation = data
-    args = ["--model_name_or_path", model, "--train_file", train, "--validation_file", validation,
-            "--max_seq_length", "32", "--do_train", "--do_eval", "--max_steps", "4", "--per_device_train_batch_size",
-            "16", "--learning_rate", "1e-3", "--seed", "0", "--output_dir", output_dir, *extra]
+    args = [
+        "--model_name_or_path",
+        model,
+        "--train_file",
+        train,
+        "--validation_file",
+        validation,
+        "--max_seq_length",
+        "32",
+        "--do_train",
+        "--do_eval",
+        "--max_steps",
+        "4",
+        "--per_device_train_batch_size",
+        "16",
+        "--learning_rate",
+        "1e-3",
+        "--seed",
+        "0",
+        "--output_dir",
+        output_dir,
+        *extra,
+    ]
     return run_isolated(SCRIPT.read_text() + EPILOGUE, args, cwd=cwd)
 
 
 def test_the_script_imports_only_what_a_transformers_user_has():
     tree = ast.parse(SCRIPT.read_text())
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                for alias in node.names}
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
     imported |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= set(sys.stdlib_module_names) | {"datasets", "numpy", "transformers"}, imported
 
@@ -135,7 +161,8 @@ def test_run_glue_like_fine_tunes_a_checkpoint_without_the_package(tmp_path, dat
     # The output carries the remote code (Trainer's checkpoint too) and a full auto_map naming our head.
     for folder in (out, out / "checkpoint-4"):
         assert {f"modeling_variant_{fam}.py", f"configuration_variant_{fam}.py", "attention_variants.py"} <= {
-            p.name for p in folder.glob("*.py")}, folder
+            p.name for p in folder.glob("*.py")
+        }, folder
     config = json.loads((out / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSequenceClassification"] == f"modeling_variant_{fam}.{head}"
     assert config["id2label"] == {"0": "negative", "1": "positive"}
@@ -163,6 +190,7 @@ def test_without_trust_remote_code_the_script_cannot_load_the_checkpoint(tmp_pat
     proc = _run_script(start, data, tmp_path / "out", cwd=tmp_path)
     assert proc.returncode != 0
     assert f"The repository {start} contains custom code which must be executed to correctly load the model" in (
-        proc.stderr)
+        proc.stderr
+    )
     assert "Please pass the argument `trust_remote_code=True` to allow custom code to be run." in proc.stderr
     assert not (tmp_path / "out").exists()

@@ -34,8 +34,12 @@ needs_below = pytest.mark.skipif(
     reason="no transformers release below the range: run .ci/compat (sets HAV_COMPAT_PYTHON and HAV_COMPAT_BELOW)",
 )
 # one checkpoint per family and attention type (BERT: an encoder and a decoder); the decoders also generate
-COMPAT_HEADS = ["VariantBertForMaskedLM", "VariantBertLMHeadModel", "VariantAlbertForMaskedLM",
-                "VariantT5ForConditionalGeneration"]
+COMPAT_HEADS = [
+    "VariantBertForMaskedLM",
+    "VariantBertLMHeadModel",
+    "VariantAlbertForMaskedLM",
+    "VariantT5ForConditionalGeneration",
+]
 
 # The isolated loader of test_remote_code, plus greedy generation and the transformers version it ran under.
 LOADER = textwrap.dedent(
@@ -114,8 +118,14 @@ def patched_versions(tmp_path_factory) -> dict[str, str]:
     path = tmp_path_factory.mktemp("checkpoint")
     build("VariantBertForMaskedLM", "talking_heads").save_pretrained(path)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(path / "modules")}
-    proc = subprocess.run([sys.executable, "-c", PATCHED_VERSIONS, str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", PATCHED_VERSIONS, str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return dict(line.split(" ", 1) for line in proc.stdout.splitlines())
 
@@ -197,5 +207,10 @@ def test_real_release_below_the_range_is_refused(tmp_path):
     version = lines[0].split()[1]
     assert tuple(int(p) for p in version.split(".")[:2]) < tuple(int(p) for p in LOWEST.split(".")[:2]), version
     for attempt in ("package", "remote"):
-        assert any(line.startswith(f"{attempt} refused: hf-attn-variants models need {SUPPORTED_TRANSFORMERS}, "
-                                   f"found transformers {version}") for line in lines), proc.stdout
+        assert any(
+            line.startswith(
+                f"{attempt} refused: hf-attn-variants models need {SUPPORTED_TRANSFORMERS}, "
+                f"found transformers {version}"
+            )
+            for line in lines
+        ), proc.stdout

@@ -17,8 +17,10 @@ pytestmark = pytest.mark.device
 
 # One layer (ALBERT: one shared layer run twice, T5: one encoder and one decoder layer): compile time grows with the
 # number of layers traced, and one layer exercises every op of a variant.
-BERT, ALBERT, T5 = dict(num_hidden_layers=1), dict(num_hidden_layers=2, num_hidden_groups=1, inner_group_num=1), dict(
-    num_layers=1
+BERT, ALBERT, T5 = (
+    dict(num_hidden_layers=1),
+    dict(num_hidden_layers=2, num_hidden_groups=1, inner_group_num=1),
+    dict(num_layers=1),
 )
 CASES = {  # name -> (head, variant, backend, config overrides)
     "dot_product": ("VariantBertForMaskedLM", "dot_product", "aot_eager", BERT),
@@ -29,9 +31,7 @@ CASES = {  # name -> (head, variant, backend, config overrides)
     "synth_mixture": ("VariantAlbertForMaskedLM", "synth_mixture", "aot_eager", ALBERT),
     "general_bilinear": ("VariantBertForMaskedLM", "general_bilinear", "aot_eager", BERT),
     "t5_talking_heads": ("VariantT5ForConditionalGeneration", "talking_heads", "aot_eager", T5),
-    "talking_heads_sparse_inductor": (
-        "VariantBertForMaskedLM", "talking_heads", "inductor", BERT
-    ),
+    "talking_heads_sparse_inductor": ("VariantBertForMaskedLM", "talking_heads", "inductor", BERT),
 }
 CALL_KWARGS = {"talking_heads_sparse_inductor": dict(sparse_prediction=True)}  # forward arguments beside the inputs
 TOLERANCE = dict(atol=1e-5, rtol=1e-4)  # inductor fuses and reorders float32 sums; one wrong weight moves far more
@@ -102,10 +102,18 @@ def test_talking_heads_with_attention_dropout_trains_compiled_with_inductor(monk
     from hf_attn_variants import talking_heads_blockwise as blockwise
 
     real, fixed = blockwise._blockwise_with_dropout, [12345]
-    monkeypatch.setattr(blockwise, "_blockwise_with_dropout",
-                        torch.compiler.disable(lambda *args: real(*args[:13], fixed[0], *args[14:])))
-    model = build("VariantBertForMaskedLM", "talking_heads", num_hidden_layers=1,  # padded, as the compiled graph
-                  attention_probs_dropout_prob=0.1, unpad=False).train()  # runs it: the same blocks draw the masks
+    monkeypatch.setattr(
+        blockwise,
+        "_blockwise_with_dropout",
+        torch.compiler.disable(lambda *args: real(*args[:13], fixed[0], *args[14:])),
+    )
+    model = build(
+        "VariantBertForMaskedLM",
+        "talking_heads",
+        num_hidden_layers=1,  # padded, as the compiled graph
+        attention_probs_dropout_prob=0.1,
+        unpad=False,
+    ).train()  # runs it: the same blocks draw the masks
     inputs = head_inputs("VariantBertForMaskedLM")
     loss, logits, grads = _loss_logits_grads(model, inputs, run=torch.compile(model))
     eager_logits = _assert_equals_eager((loss, logits, grads), model, inputs)

@@ -130,8 +130,13 @@ def test_convert_refuses_corrupted_and_absent_files(tmp_path):
 def test_convert_refuses_settings_that_change_the_function(tmp_path):
     _, source = _reference(tmp_path)
     _fails(tmp_path, source, "not function-preserving", talking_heads_init="paper")
-    _fails(tmp_path, source, "needs 'dot_product' among `synthesizer_components`", attention_type="synthesizer",
-           synthesizer_components=["random"])
+    _fails(
+        tmp_path,
+        source,
+        "needs 'dot_product' among `synthesizer_components`",
+        attention_type="synthesizer",
+        synthesizer_components=["random"],
+    )
     _fails(tmp_path, source, "convert supports", attention_type="linear")
 
 
@@ -148,8 +153,21 @@ def test_convert_never_writes_into_a_non_empty_folder(tmp_path):
 
 def test_cli_convert_and_errors(tmp_path, capsys):
     _, source = _reference(tmp_path, "T5ForConditionalGeneration")
-    assert main(["convert", str(source), str(tmp_path / "t5-mix"), "--attention", "synthesizer",
-                 "--synthesizer-components", "dot_product", "dense"]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                str(source),
+                str(tmp_path / "t5-mix"),
+                "--attention",
+                "synthesizer",
+                "--synthesizer-components",
+                "dot_product",
+                "dense",
+            ]
+        )
+        == 0
+    )
     config = json.loads((tmp_path / "t5-mix" / "config.json").read_text())
     assert config["synthesizer_components"] == ["dot_product", "dense"]
     assert main(["convert", str(tmp_path / "missing"), str(tmp_path / "x")]) == 1

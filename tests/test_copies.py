@@ -85,8 +85,16 @@ def marked_copies(sources: dict[str, str]) -> list[dict]:
             node, name = starts[lineno + 1]
             pairs = [tuple(p.strip().split("->")) for p in replacements.split(",")] if replacements else []
             copy_text = textwrap.dedent("\n".join(text.splitlines()[lineno : node.end_lineno]))
-            found.append({"where": f"{module}.py:{lineno}", "module": module, "name": name, "text": copy_text,
-                          "source": source, "replacements": pairs})
+            found.append(
+                {
+                    "where": f"{module}.py:{lineno}",
+                    "module": module,
+                    "name": name,
+                    "text": copy_text,
+                    "source": source,
+                    "replacements": pairs,
+                }
+            )
     return found
 
 
@@ -186,8 +194,9 @@ def copy_differences(sources: dict[str, str]) -> list[str]:
             continue
         check = BEHAVIOUR.get(copy["source"])
         if check is None:
-            diff = "\n".join(difflib.unified_diff(expected.splitlines(), copy["text"].splitlines(), "expected",
-                                                  "copy", lineterm=""))
+            diff = "\n".join(
+                difflib.unified_diff(expected.splitlines(), copy["text"].splitlines(), "expected", "copy", lineterm="")
+            )
             problems.append(f"{copy['where']} differs from {copy['source']}:\n{diff}")
             continue
         try:
@@ -195,8 +204,11 @@ def copy_differences(sources: dict[str, str]) -> list[str]:
         except AssertionError as error:
             problems.append(f"{copy['where']} behaves unlike {copy['source']}: {error}")
         else:
-            warnings.warn(f"{copy['where']}: text differs from transformers {transformers.__version__}'s "
-                          f"{copy['source']}; compared behaviour instead (the same)", stacklevel=2)
+            warnings.warn(
+                f"{copy['where']}: text differs from transformers {transformers.__version__}'s "
+                f"{copy['source']}; compared behaviour instead (the same)",
+                stacklevel=2,
+            )
     return problems
 
 
@@ -243,18 +255,31 @@ def test_replacements_are_made_together():
     assert replace_all("VariantBertModel(self.bert)", [("Bert", "Albert"), ("bert", "albert")]) == (
         "VariantAlbertModel(self.albert)"
     )
-    assert replace_all("config.hidden_size, config.classifier_dropout", [("classifier_dropout", "classifier_dropout_prob")]
-                       ) == "config.hidden_size, config.classifier_dropout_prob"
+    assert (
+        replace_all(
+            "config.hidden_size, config.classifier_dropout", [("classifier_dropout", "classifier_dropout_prob")]
+        )
+        == "config.hidden_size, config.classifier_dropout_prob"
+    )
 
 
 def test_a_marker_must_name_an_existing_block_and_stand_above_one():
     sources = modeling_sources()
-    renamed = dict(sources, modeling_variant_albert=sources["modeling_variant_albert"].replace(
-        "# Copied from modeling_variant_bert.VariantBertEmbeddings ", "# Copied from modeling_variant_bert.NoSuchClass "))
+    renamed = dict(
+        sources,
+        modeling_variant_albert=sources["modeling_variant_albert"].replace(
+            "# Copied from modeling_variant_bert.VariantBertEmbeddings ",
+            "# Copied from modeling_variant_bert.NoSuchClass ",
+        ),
+    )
     with pytest.raises(LookupError, match="NoSuchClass"):
         copy_differences(renamed)
-    stray = dict(sources, modeling_variant_albert=sources["modeling_variant_albert"].replace(
-        "class VariantAlbertEmbeddings(nn.Module):", "\nclass VariantAlbertEmbeddings(nn.Module):"))
+    stray = dict(
+        sources,
+        modeling_variant_albert=sources["modeling_variant_albert"].replace(
+            "class VariantAlbertEmbeddings(nn.Module):", "\nclass VariantAlbertEmbeddings(nn.Module):"
+        ),
+    )
     with pytest.raises(ValueError, match="stands above no class or function"):
         copy_differences(stray)
 
@@ -262,12 +287,20 @@ def test_a_marker_must_name_an_existing_block_and_stand_above_one():
 # (module, text in our copy, a change of behaviour): T5's bucket, T5's layer norm, BERT's pooler
 BEHAVIOUR_EDITS = {
     "T5Attention._relative_position_bucket": (
-        "modeling_variant_t5", "torch.full_like(relative_position_if_large, num_buckets - 1)",
-        "torch.full_like(relative_position_if_large, num_buckets - 2)"),
-    "T5LayerNorm": ("modeling_variant_t5", "hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)",
-                    "hidden_states.to(torch.float32).pow(2).sum(-1, keepdim=True)"),
-    "BertPooler": ("modeling_variant_bert", "first_token_tensor = hidden_states[:, 0]",
-                   "first_token_tensor = hidden_states[:, -1]"),
+        "modeling_variant_t5",
+        "torch.full_like(relative_position_if_large, num_buckets - 1)",
+        "torch.full_like(relative_position_if_large, num_buckets - 2)",
+    ),
+    "T5LayerNorm": (
+        "modeling_variant_t5",
+        "hidden_states.to(torch.float32).pow(2).mean(-1, keepdim=True)",
+        "hidden_states.to(torch.float32).pow(2).sum(-1, keepdim=True)",
+    ),
+    "BertPooler": (
+        "modeling_variant_bert",
+        "first_token_tensor = hidden_states[:, 0]",
+        "first_token_tensor = hidden_states[:, -1]",
+    ),
 }
 
 
@@ -296,7 +329,7 @@ def test_a_reworded_copy_of_transformers_is_compared_by_behaviour():
 def test_a_reworded_copy_without_a_behaviour_check_fails(monkeypatch):
     monkeypatch.delitem(BEHAVIOUR, "transformers.models.bert.modeling_bert.BertPooler")
     sources = modeling_sources()
-    comment = "        # We \"pool\" the model by simply taking the hidden state corresponding\n"
+    comment = '        # We "pool" the model by simply taking the hidden state corresponding\n'
     assert sources["modeling_variant_bert"].count(comment) == 1
     sources["modeling_variant_bert"] = sources["modeling_variant_bert"].replace(comment, "")
     problems = copy_differences(sources)
@@ -306,6 +339,7 @@ def test_a_reworded_copy_without_a_behaviour_check_fails(monkeypatch):
 def test_a_marker_must_name_an_object_of_the_installed_transformers():
     sources = modeling_sources()
     sources["modeling_variant_t5"] = sources["modeling_variant_t5"].replace(
-        "T5Attention._relative_position_bucket", "T5Attention._no_such_bucket")
+        "T5Attention._relative_position_bucket", "T5Attention._no_such_bucket"
+    )
     with pytest.raises(LookupError, match="_no_such_bucket"):
         copy_differences(sources)

@@ -40,8 +40,9 @@ def write(path: Path, rows: list[dict]) -> Path:
 
 @pytest.mark.parametrize("suffix", [".txt", ".csv", ".tsv", ".jsonl", ".parquet"])
 def test_local_files_of_every_format(tmp_path, suffix):
-    args = DataArguments(train_file=str(write(tmp_path / f"train{suffix}", ROWS)), validation_split_percentage=10,
-                         max_eval_samples=2)
+    args = DataArguments(
+        train_file=str(write(tmp_path / f"train{suffix}", ROWS)), validation_split_percentage=10, max_eval_samples=2
+    )
     raw = load_raw_datasets(args, default_files=None, seed=0, cache_dir=tmp_path / "cache")
     assert set(raw) == {"train", "validation"}
     assert len(raw["train"]) == 36 and len(raw["validation"]) == 2
@@ -56,18 +57,22 @@ def test_local_files_of_every_format(tmp_path, suffix):
 
 
 def test_given_validation_file_and_sample_limits(tmp_path):
-    args = DataArguments(train_file=str(write(tmp_path / "a.jsonl", ROWS)),
-                         validation_file=str(write(tmp_path / "b.jsonl", ROWS[:5])),
-                         test_file=str(write(tmp_path / "c.jsonl", ROWS[5:9])), max_train_samples=7,
-                         max_predict_samples=3)
+    args = DataArguments(
+        train_file=str(write(tmp_path / "a.jsonl", ROWS)),
+        validation_file=str(write(tmp_path / "b.jsonl", ROWS[:5])),
+        test_file=str(write(tmp_path / "c.jsonl", ROWS[5:9])),
+        max_train_samples=7,
+        max_predict_samples=3,
+    )
     raw = load_raw_datasets(args, default_files=None, seed=0, cache_dir=tmp_path / "cache")
     assert {k: len(v) for k, v in raw.items()} == {"train": 7, "validation": 5, "test": 3}
     assert raw["train"]["text"] == [r["text"] for r in ROWS[:7]]  # the first N, in order
 
 
 def test_embedded_default_and_blocks_of_rows(tmp_path):
-    raw = load_raw_datasets(DataArguments(), default_files={"train": CORPUS}, seed=42, cache_dir=tmp_path,
-                            validation_block_rows=8)
+    raw = load_raw_datasets(
+        DataArguments(), default_files={"train": CORPUS}, seed=42, cache_dir=tmp_path, validation_block_rows=8
+    )
     lines = CORPUS.read_text().splitlines()
     assert len(raw["train"]) + len(raw["validation"]) == len(lines)
     held = raw["validation"]["text"]
@@ -77,8 +82,9 @@ def test_embedded_default_and_blocks_of_rows(tmp_path):
 
 
 def test_streaming_holds_out_the_same_rows_each_pass(tmp_path):
-    args = DataArguments(train_file=str(write(tmp_path / "t.txt", ROWS * 5)), streaming=True,
-                         validation_split_percentage=20)
+    args = DataArguments(
+        train_file=str(write(tmp_path / "t.txt", ROWS * 5)), streaming=True, validation_split_percentage=20
+    )
     raw = load_raw_datasets(args, default_files=None, seed=0, cache_dir=tmp_path / "cache")
     train, validation = ([r["text"] for r in raw[s]] for s in ("train", "validation"))
     assert len(train) + len(validation) == 200 and 20 <= len(validation) <= 60
@@ -111,13 +117,20 @@ def test_map_batched_uses_the_cache(tmp_path):
     assert log.read_text().split() == ["40", "40"]
 
 
-@pytest.mark.parametrize("args,error,match", [
-    (dict(train_file="/nonexistent/train.txt"), FileNotFoundError, "--train_file /nonexistent/train.txt: no such file"),
-    (dict(train_file=str(CORPUS), validation_file="/nonexistent/v.csv"), FileNotFoundError, "--validation_file"),
-    (dict(train_file=str(CORPUS.with_suffix(".xml"))), None, "unknown extension '.xml'"),
-    (dict(dataset_config_name="x"), ValueError, "--dataset_config_name needs --dataset_name"),
-    (dict(dataset_name="x", train_file=str(CORPUS)), ValueError, "not both"),
-])
+@pytest.mark.parametrize(
+    "args,error,match",
+    [
+        (
+            dict(train_file="/nonexistent/train.txt"),
+            FileNotFoundError,
+            "--train_file /nonexistent/train.txt: no such file",
+        ),
+        (dict(train_file=str(CORPUS), validation_file="/nonexistent/v.csv"), FileNotFoundError, "--validation_file"),
+        (dict(train_file=str(CORPUS.with_suffix(".xml"))), None, "unknown extension '.xml'"),
+        (dict(dataset_config_name="x"), ValueError, "--dataset_config_name needs --dataset_name"),
+        (dict(dataset_name="x", train_file=str(CORPUS)), ValueError, "not both"),
+    ],
+)
 def test_bad_data_arguments(tmp_path, args, error, match):
     if match.startswith("unknown extension"):
         args["train_file"] = str(write(tmp_path / "t.txt", ROWS).rename(tmp_path / "t.xml"))
@@ -127,12 +140,19 @@ def test_bad_data_arguments(tmp_path, args, error, match):
 
 
 def test_missing_column_names_the_flag(tmp_path):
-    raw = load_raw_datasets(DataArguments(train_file=str(write(tmp_path / "t.jsonl", ROWS))), default_files=None,
-                            seed=0, cache_dir=tmp_path / "cache")
+    raw = load_raw_datasets(
+        DataArguments(train_file=str(write(tmp_path / "t.jsonl", ROWS))),
+        default_files=None,
+        seed=0,
+        cache_dir=tmp_path / "cache",
+    )
     assert pick_column(raw["train"], None, "--text_column_name", "text") == "text"
     assert pick_column(raw["train"].remove_columns("text"), None, "--text_column_name", "text") == "label"
-    with pytest.raises(ValueError, match=r"--text_column_name body: the data has no such column; its columns are "
-                                         r"\['text', 'label'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"--text_column_name body: the data has no such column; its columns are "
+        r"\['text', 'label'\]",
+    ):
         pick_column(raw["train"], "body", "--text_column_name")
 
 
@@ -153,17 +173,23 @@ for config, streaming in [("lines", False), ("lines", True), ("docs", False), ("
 def test_dataset_repository_on_the_loopback_hub(hub, tmp_path):
     """load_dataset("tester/corpus", cfg) through the loopback Hub's dataset API: the README's configs, parquet files;
     map-style and streaming; a config the dataset lacks is an error listing the ones it has."""
-    hub.create_dataset_repo("tester/corpus", {
-        "lines": {"train": {"text": ["one", "two", "three"]}, "validation": {"text": ["four"]}},
-        "docs": {"train": {"text": [f"doc {i}" for i in range(20)]}},
-    })
+    hub.create_dataset_repo(
+        "tester/corpus",
+        {
+            "lines": {"train": {"text": ["one", "two", "three"]}, "validation": {"text": ["four"]}},
+            "docs": {"train": {"text": [f"doc {i}" for i in range(20)]}},
+        },
+    )
     proc = run_with_hub(hub, tmp_path / "hf_home", [sys.executable, "-c", HUB_LOAD.format()])
     lines, streamed, docs, nope = map(json.loads, proc.stdout.strip().splitlines()[-4:])
     assert lines == streamed == {"train": ["one", "two", "three"], "validation": ["four"]}
     assert len(docs["validation"]) == 1 and sorted(docs["train"] + docs["validation"]) == sorted(
-        f"doc {i}" for i in range(20))  # no validation split: 5% carved from train
-    assert nope == ("ERROR The dataset tester/corpus has no configuration 'nope': pass --dataset_config_name one "
-                    "of ['lines', 'docs'].")
+        f"doc {i}" for i in range(20)
+    )  # no validation split: 5% carved from train
+    assert nope == (
+        "ERROR The dataset tester/corpus has no configuration 'nope': pass --dataset_config_name one "
+        "of ['lines', 'docs']."
+    )
     assert ("GET", "/datasets/tester/corpus/resolve/main/README.md") in hub.state.requests
 
 
@@ -187,8 +213,13 @@ def test_loopback_hub_serves_range_requests(hub):
 
     status, headers, body = get(method="HEAD")
     assert (status, headers["Accept-Ranges"], headers["Content-Length"], body) == (200, "bytes", "1024", b"")
-    for header, first, last in [("bytes=0-9", 0, 9), ("bytes=1000-", 1000, 1023), ("bytes=-24", 1000, 1023),
-                                ("bytes=1000-5000", 1000, 1023), ("bytes=512-512", 512, 512)]:
+    for header, first, last in [
+        ("bytes=0-9", 0, 9),
+        ("bytes=1000-", 1000, 1023),
+        ("bytes=-24", 1000, 1023),
+        ("bytes=1000-5000", 1000, 1023),
+        ("bytes=512-512", 512, 512),
+    ]:
         status, headers, body = get(header)
         assert status == 206, header
         assert headers["Content-Range"] == f"bytes {first}-{last}/1024", header
@@ -221,8 +252,9 @@ def test_streaming_reads_a_large_parquet_file_through_range_requests(hub, tmp_pa
 
     # 128 hex characters a row: nearly incompressible, so the file is as large as its text
     rows = [hashlib.sha256(b"%d" % i).hexdigest() + hashlib.sha256(b"-%d" % i).hexdigest() for i in range(40_000)]
-    hub.create_dataset_repo("tester/big", {"default": {"train": {"text": rows}, "validation": {"text": rows[:8]}}},
-                            row_group_size=10_000)
+    hub.create_dataset_repo(
+        "tester/big", {"default": {"train": {"text": rows}, "validation": {"text": rows[:8]}}}, row_group_size=10_000
+    )
     path = "default/train-00000-of-00001.parquet"
     size = len(hub.state.files("datasets/tester/big")[path])
     assert size > 5_000_000

@@ -45,8 +45,14 @@ def test_the_readme_first_example_runs_and_its_checkpoint_loads_without_the_pack
     readme = (ROOT / "README.md").read_text()
     example = re.search(r"```python\n(.*?)```", readme, re.DOTALL).group(1)
     assert "save_pretrained" in example and "trust_remote_code=True" in example
-    proc = subprocess.run([sys.executable, "-c", example], cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", example],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved = tmp_path / "my-talking-heads-bert"
     check = run_isolated(
@@ -72,15 +78,19 @@ def test_the_training_pages_own_trainer_script_pretrains_a_talking_heads_t5(tmp_
     from hf_attn_variants.isolation import run_isolated
 
     page = (ROOT / "docs" / "training.md").read_text()
-    [script] = [block for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
-                if "DataCollatorForT5SpanCorruption(" in block]
+    [script] = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", page, re.DOTALL)
+        if "DataCollatorForT5SpanCorruption(" in block
+    ]
     assert "Trainer(" in script and len(script.splitlines()) <= 30
     (tmp_path / "examples" / "data").mkdir(parents=True)
     (tmp_path / "examples" / "data" / "kjv-unigram-8000").symlink_to(ROOT / "examples" / "data" / "kjv-unigram-8000")
     shutil.copy(ROOT / "examples" / "data" / "devils_dictionary.txt", tmp_path / "my_corpus.txt")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     saved = tmp_path / "my-talking-heads-t5"
     history = json.loads((saved / "checkpoint-20" / "trainer_state.json").read_text())["log_history"]
@@ -89,7 +99,9 @@ def test_the_training_pages_own_trainer_script_pretrains_a_talking_heads_t5(tmp_
     check = run_isolated(
         "import sys, torch\nfrom transformers import AutoModelForSeq2SeqLM\n"
         "model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
-        "print(type(model).__module__, model.config.attention_type)", [saved])
+        "print(type(model).__module__, model.config.attention_type)",
+        [saved],
+    )
     assert check.returncode == 0, check.stderr[-3000:]
     module, attention_type = check.stdout.split()
     assert module.startswith("transformers_modules.") and attention_type == "talking_heads"
@@ -98,13 +110,19 @@ def test_the_training_pages_own_trainer_script_pretrains_a_talking_heads_t5(tmp_
 def project_text_files() -> list[Path]:
     """Every file of the project's own text that git knows of (tracked, or new and not ignored): ignored outputs
     (research runs, virtual environments) are not the project's, nor are data (examples/data) and recorded results."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True
+    )
     if listed.returncode != 0:
         pytest.skip(f"not a git checkout: {listed.stderr.strip()}")
     paths = [ROOT / name for name in listed.stdout.splitlines()]
-    return [p for p in paths if p.is_file() and (p.suffix in TEXT_SUFFIXES or p.parent == ROOT / ".ci")
-            and not p.is_relative_to(ROOT / "examples" / "data")]
+    return [
+        p
+        for p in paths
+        if p.is_file()
+        and (p.suffix in TEXT_SUFFIXES or p.parent == ROOT / ".ci")
+        and not p.is_relative_to(ROOT / "examples" / "data")
+    ]
 
 
 def outside_references(path: Path, text: str) -> list[str]:
@@ -120,16 +138,29 @@ def outside_references(path: Path, text: str) -> list[str]:
 
 def test_no_doc_test_or_source_file_names_a_file_outside_the_repository():
     files = [f for f in project_text_files() if f != Path(__file__).resolve()]  # this file names them, as examples
-    assert {"README.md", "docs/design.md", "tests/test_copies.py", "hf_attn_variants/modeling_variant_t5.py",
-            ".ci/run", "pyproject.toml", ".pre-commit-config.yaml"} <= {f.relative_to(ROOT).as_posix() for f in files}
+    assert {
+        "README.md",
+        "docs/design.md",
+        "tests/test_copies.py",
+        "hf_attn_variants/modeling_variant_t5.py",
+        ".ci/run",
+        "pyproject.toml",
+        ".pre-commit-config.yaml",
+    } <= {f.relative_to(ROOT).as_posix() for f in files}
     found = [ref for f in files for ref in outside_references(f, f.read_text(errors="replace"))]
     assert found == [], "say it in the project's own words (docs/design.md):\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("line", [
-    "the layout (DESIGN.md §3)", "see ../shared/DESIGN.md", "read /work/shared/notes.txt",
-    "[guide](../../guide.md)", "sys.path.insert(0, '/home/me/hf')",
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "the layout (DESIGN.md §3)",
+        "see ../shared/DESIGN.md",
+        "read /work/shared/notes.txt",
+        "[guide](../../guide.md)",
+        "sys.path.insert(0, '/home/me/hf')",
+    ],
+)
 def test_a_reference_outside_the_repository_is_found(line):
     assert outside_references(ROOT / "docs" / "design.md", f"text\n{line}\n") != []
 

@@ -31,12 +31,17 @@ pytestmark = pytest.mark.device
         (dict(attention_type="synthesizer", synthesizer_components=["dot_product"]), r"plain attention"),
         (dict(attention_type="synthesizer", synthesizer_components=[]), r"`synthesizer_components` is empty"),
         (
-            dict(attention_type="synthesizer", synthesizer_components=["dense"], synthesizer_mixture_init="dot_product"),
+            dict(
+                attention_type="synthesizer", synthesizer_components=["dense"], synthesizer_mixture_init="dot_product"
+            ),
             r"needs 'dot_product' among `synthesizer_components`",
         ),
         (
-            dict(attention_type="synthesizer", synthesizer_components=["factorized_dense"],
-                 synthesizer_dense_factors=[4, 4]),
+            dict(
+                attention_type="synthesizer",
+                synthesizer_components=["factorized_dense"],
+                synthesizer_dense_factors=[4, 4],
+            ),
             r"`synthesizer_dense_factors`=\[4, 4\] must be two integers whose product is .* \(64\)",
         ),
         (dict(add_cross_attention=True), r"`add_cross_attention`=True needs `is_decoder`=True"),

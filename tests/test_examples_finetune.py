@@ -35,8 +35,20 @@ from run_pretraining import CORPUS
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 # A few steps, every step logged, nothing saved but the final model.
-FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
-        "--per_device_train_batch_size", "8", "--seed", "0"]
+FAST = [
+    "--logging_steps",
+    "1",
+    "--eval_strategy",
+    "no",
+    "--save_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--per_device_train_batch_size",
+    "8",
+    "--seed",
+    "0",
+]
 
 
 def logged_losses(output_dir) -> list[float]:
@@ -70,22 +82,39 @@ def glue_tables(n_train=24, n_eval=8, n_test=6) -> dict:
     positive = [int(r["label"] == "positive") for r in rows]
 
     def pairs(start, n, label):
-        return {"sentence1": sentences[start:start + n], "sentence2": sentences[start + 1:start + n + 1],
-                "label": [label(i) for i in range(start, start + n)], "idx": list(range(n))}
+        return {
+            "sentence1": sentences[start : start + n],
+            "sentence2": sentences[start + 1 : start + n + 1],
+            "label": [label(i) for i in range(start, start + n)],
+            "idx": list(range(n)),
+        }
 
     def mnli(start, n, labelled=True):
-        return {"premise": sentences[start:start + n], "hypothesis": sentences[start + 2:start + n + 2],
-                "label": [(i % 3) if labelled else -1 for i in range(n)], "idx": list(range(n))}
+        return {
+            "premise": sentences[start : start + n],
+            "hypothesis": sentences[start + 2 : start + n + 2],
+            "label": [(i % 3) if labelled else -1 for i in range(n)],
+            "idx": list(range(n)),
+        }
 
     test_start = n_train + n_eval
     return {
-        "rte": {"train": pairs(0, n_train, lambda i: positive[i]), "validation": pairs(n_train, n_eval,
-                lambda i: positive[i]), "test": pairs(test_start, n_test, lambda i: -1)},
-        "stsb": {"train": pairs(0, n_train, lambda i: float(i % 6)), "validation": pairs(n_train, n_eval,
-                 lambda i: float(i % 5) + 0.5)},
-        "mnli": {"train": mnli(0, n_train), "validation_matched": mnli(40, n_eval),
-                 "validation_mismatched": mnli(60, n_eval + 2), "test_matched": mnli(80, n_test, False),
-                 "test_mismatched": mnli(90, n_test, False)},
+        "rte": {
+            "train": pairs(0, n_train, lambda i: positive[i]),
+            "validation": pairs(n_train, n_eval, lambda i: positive[i]),
+            "test": pairs(test_start, n_test, lambda i: -1),
+        },
+        "stsb": {
+            "train": pairs(0, n_train, lambda i: float(i % 6)),
+            "validation": pairs(n_train, n_eval, lambda i: float(i % 5) + 0.5),
+        },
+        "mnli": {
+            "train": mnli(0, n_train),
+            "validation_matched": mnli(40, n_eval),
+            "validation_mismatched": mnli(60, n_eval + 2),
+            "test_matched": mnli(80, n_test, False),
+            "test_mismatched": mnli(90, n_test, False),
+        },
     }
 
 
@@ -96,8 +125,12 @@ def dataset_folder(path: Path, configs: dict) -> Path:
         (path / config).mkdir(parents=True, exist_ok=True)
         for split, table in splits.items():
             pq.write_table(pa.table(table), path / config / f"{split}-00000-of-00001.parquet")
-        card["configs"].append({"config_name": config, "data_files": [
-            {"split": split, "path": f"{config}/{split}-*"} for split in splits]})
+        card["configs"].append(
+            {
+                "config_name": config,
+                "data_files": [{"split": split, "path": f"{config}/{split}-*"} for split in splits],
+            }
+        )
     (path / "README.md").write_text(f"---\n{yaml.safe_dump(card, sort_keys=False)}---\n")
     return path
 
@@ -123,8 +156,9 @@ def test_text_columns_found_as_run_glue_finds_them():
     columns = run_classification.text_columns
     assert columns(["sentence1", "sentence2", "label"], args, "f") == ("sentence1", "sentence2")
     assert columns(["idx", "sentence", "label"], args, "f") == ("sentence", None)
-    assert columns(["question1", "question2", "label"], SimpleNamespace(**{**vars(args), "task_name": "qqp"}),
-                   "f") == ("question1", "question2")
+    assert columns(
+        ["question1", "question2", "label"], SimpleNamespace(**{**vars(args), "task_name": "qqp"}), "f"
+    ) == ("question1", "question2")
     with pytest.raises(ValueError, match="--text_column"):
         columns(["review", "label"], args, "f")
     assert run_classification.label_names(["10", "2", "2"]) == ["2", "10"]  # integers sorted numerically
@@ -162,22 +196,29 @@ def test_glue_metrics_equal_scikit_learn_and_scipy():
     labels, predictions = rng.integers(0, 2, 50), rng.integers(0, 2, 50)
     glue = run_classification.glue_metrics
     assert glue("cola", predictions, labels) == {
-        "matthews_correlation": pytest.approx(matthews_corrcoef(labels, predictions), abs=1e-12)}
+        "matthews_correlation": pytest.approx(matthews_corrcoef(labels, predictions), abs=1e-12)
+    }
     accuracy, f1 = np.mean(labels == predictions), f1_score(labels, predictions)
-    assert glue("mrpc", predictions, labels) == {"accuracy": pytest.approx(accuracy),
-                                                 "f1": pytest.approx(f1, abs=1e-12),  # run_glue's combined score:
-                                                 "combined_score": pytest.approx((accuracy + f1) / 2, abs=1e-12)}
+    assert glue("mrpc", predictions, labels) == {
+        "accuracy": pytest.approx(accuracy),
+        "f1": pytest.approx(f1, abs=1e-12),  # run_glue's combined score:
+        "combined_score": pytest.approx((accuracy + f1) / 2, abs=1e-12),
+    }
     assert glue("qqp", predictions, labels).keys() == {"accuracy", "f1", "combined_score"}
     assert glue("sst2", predictions, labels).keys() == {"accuracy"}
     three, guess = rng.integers(0, 3, 60), rng.integers(0, 3, 60)  # multi-class Matthews (R_K)
-    assert run_classification.matthews_correlation(guess, three) == pytest.approx(matthews_corrcoef(three, guess),
-                                                                                 abs=1e-12)
+    assert run_classification.matthews_correlation(guess, three) == pytest.approx(
+        matthews_corrcoef(three, guess), abs=1e-12
+    )
     assert run_classification.matthews_correlation([1, 1, 1], [0, 1, 0]) == 0.0  # undefined: 0, as scikit-learn
     scores, gold = rng.normal(size=40).round(1), rng.integers(0, 6, 40).astype(float)  # ties in both
     stsb = glue("stsb", scores, gold)
     pearson, spearman = pearsonr(scores, gold)[0], spearmanr(scores, gold)[0]
-    assert stsb == {"pearson": pytest.approx(pearson, abs=1e-12), "spearmanr": pytest.approx(spearman, abs=1e-12),
-                    "combined_score": pytest.approx((pearson + spearman) / 2, abs=1e-12)}
+    assert stsb == {
+        "pearson": pytest.approx(pearson, abs=1e-12),
+        "spearmanr": pytest.approx(spearman, abs=1e-12),
+        "combined_score": pytest.approx((pearson + spearman) / 2, abs=1e-12),
+    }
     # the default of non-GLUE data: accuracy and F1 of class 1 (two classes), macro F1 otherwise
     metrics = run_classification.classification_metrics
     assert metrics(predictions, labels, 2)["f1"] == pytest.approx(f1_score(labels, predictions))
@@ -187,6 +228,7 @@ def test_glue_metrics_equal_scikit_learn_and_scipy():
 def official_squad_v2(predictions: dict, references: list[dict]) -> dict:
     """A transcription of the official SQuAD v2.0 evaluation script (and so of evaluate's squad_v2), with every
     no-answer probability 0, for checking run_qa's own implementation."""
+
     def normalize(s):
         s = s.lower()
         s = "".join(ch for ch in s if ch not in set(string.punctuation))
@@ -213,12 +255,17 @@ def official_squad_v2(predictions: dict, references: list[dict]) -> dict:
         f1_raw[qid] = max(f1(a, predictions[qid]) for a in golds)
 
     def summary(ids):
-        return {"exact": 100.0 * sum(exact_raw[k] for k in ids) / len(ids),
-                "f1": 100.0 * sum(f1_raw[k] for k in ids) / len(ids), "total": len(ids)}
+        return {
+            "exact": 100.0 * sum(exact_raw[k] for k in ids) / len(ids),
+            "f1": 100.0 * sum(f1_raw[k] for k in ids) / len(ids),
+            "total": len(ids),
+        }
 
     out = summary(list(has_ans))
-    for prefix, ids in (("HasAns", [k for k in has_ans if has_ans[k]]), ("NoAns", [k for k in has_ans
-                                                                                   if not has_ans[k]])):
+    for prefix, ids in (
+        ("HasAns", [k for k in has_ans if has_ans[k]]),
+        ("NoAns", [k for k in has_ans if not has_ans[k]]),
+    ):
         if ids:
             out.update({f"{prefix}_{k}": v for k, v in summary(ids).items()})
     for name, scores in (("exact", exact_raw), ("f1", f1_raw)):
@@ -233,22 +280,45 @@ def official_squad_v2(predictions: dict, references: list[dict]) -> dict:
 def test_squad_metrics_equal_the_official_computation():
     assert run_qa.normalize_answer("The  Seine, river!") == "seine river"
     assert run_qa.f1_score("the cat sat", "cat sat down") == pytest.approx(0.8)  # P = 2/2, R = 2/3
-    references = [{"id": "a", "answers": {"text": ["Seine", "Epte"]}},
-                  {"id": "b", "answers": {"text": ["King Charles III"]}},
-                  {"id": "c", "answers": {"text": []}}, {"id": "d", "answers": {"text": []}},
-                  {"id": "e", "answers": {"text": ["the Normans", "Normans"]}}]
-    for predictions in ({"a": "the river Seine", "b": "Charles III", "c": "", "d": "Rollo", "e": "Normans"},
-                        {"a": "Epte", "b": "", "c": "x", "d": "", "e": "the Vikings"}):
+    references = [
+        {"id": "a", "answers": {"text": ["Seine", "Epte"]}},
+        {"id": "b", "answers": {"text": ["King Charles III"]}},
+        {"id": "c", "answers": {"text": []}},
+        {"id": "d", "answers": {"text": []}},
+        {"id": "e", "answers": {"text": ["the Normans", "Normans"]}},
+    ]
+    for predictions in (
+        {"a": "the river Seine", "b": "Charles III", "c": "", "d": "Rollo", "e": "Normans"},
+        {"a": "Epte", "b": "", "c": "x", "d": "", "e": "the Vikings"},
+    ):
         ours, official = run_qa.squad_v2_metrics(predictions, references), official_squad_v2(predictions, references)
-        assert ours.keys() == official.keys() == {
-            "exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total", "NoAns_exact", "NoAns_f1",
-            "NoAns_total", "best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"}
+        assert (
+            ours.keys()
+            == official.keys()
+            == {
+                "exact",
+                "f1",
+                "total",
+                "HasAns_exact",
+                "HasAns_f1",
+                "HasAns_total",
+                "NoAns_exact",
+                "NoAns_f1",
+                "NoAns_total",
+                "best_exact",
+                "best_exact_thresh",
+                "best_f1",
+                "best_f1_thresh",
+            }
+        )
         assert ours == {k: pytest.approx(v, abs=1e-9) for k, v in official.items()}
     # SQuAD v1.1 (evaluate's squad): exact_match and f1 in percent, the best over the gold answers
     answered = [r for r in references if r["answers"]["text"]]
     predictions = {"a": "the river Seine", "b": "Charles III", "e": "Normans"}  # a: 2/3, b: 4/5, e: 1
     assert run_qa.squad_metrics(predictions, answered) == {
-        "exact_match": pytest.approx(100 / 3), "f1": pytest.approx(100 * (2 / 3 + 0.8 + 1) / 3)}
+        "exact_match": pytest.approx(100 / 3),
+        "f1": pytest.approx(100 * (2 / 3 + 0.8 + 1) / 3),
+    }
 
 
 # ------------------------------------------------------------------------------------------------ QA windows
@@ -265,8 +335,14 @@ def test_gold_logits_recover_the_gold_answers(max_seq_length, doc_stride):
     rows = squad_rows("validation")
     rows[0]["answers"] = {"text": [], "answer_start": []}  # unanswerable (SQuAD v2)
     examples = Dataset.from_list(rows)
-    args = SimpleNamespace(question_column="question", context_column="context", answer_column="answers",
-                           max_seq_length=max_seq_length, doc_stride=doc_stride, version_2_with_negative=True)
+    args = SimpleNamespace(
+        question_column="question",
+        context_column="context",
+        answer_column="answers",
+        max_seq_length=max_seq_length,
+        doc_stride=doc_stride,
+        version_2_with_negative=True,
+    )
     prepare = run_qa.features_function(tokenizer, args, "x", positions=True, windows=True)
     features = examples.map(prepare, batched=True, remove_columns=examples.column_names)
     assert len(features) > len(examples)  # several windows per context
@@ -274,16 +350,20 @@ def test_gold_logits_recover_the_gold_answers(max_seq_length, doc_stride):
     start_logits, end_logits = np.zeros((len(features), length)), np.zeros((len(features), length))
     for i, (start, end) in enumerate(zip(features["start_positions"], features["end_positions"])):
         start_logits[i, start] = end_logits[i, end] = 10.0  # the first token where the window lacks the answer
-    answers, null_odds, nbest = run_qa.postprocess_predictions(examples, features, start_logits, end_logits,
-                                                               n_best_size=5, version_2_with_negative=True)
+    answers, null_odds, nbest = run_qa.postprocess_predictions(
+        examples, features, start_logits, end_logits, n_best_size=5, version_2_with_negative=True
+    )
     assert answers == {e["id"]: (e["answers"]["text"] or [""])[0] for e in rows}
     assert null_odds[rows[0]["id"]] > 0 > null_odds[rows[1]["id"]]
-    for e in rows[1:]:  # the n-best of an answered question: the gold span first, scores falling, probabilities summing to 1
+    for e in rows[
+        1:
+    ]:  # the n-best of an answered question: the gold span first, scores falling, probabilities summing to 1
         best = nbest[e["id"]]
         assert best[0]["text"] == e["answers"]["text"][0] and best[0]["start_logit"] == best[0]["end_logit"] == 10.0
         assert 1 <= len(best) <= 5 and sum(b["probability"] for b in best) == pytest.approx(1.0)
         assert [b["start_logit"] + b["end_logit"] for b in best] == sorted(
-            (b["start_logit"] + b["end_logit"] for b in best), reverse=True)
+            (b["start_logit"] + b["end_logit"] for b in best), reverse=True
+        )
     references = [{"id": e["id"], "answers": e["answers"]} for e in rows]
     assert run_qa.squad_v2_metrics(answers, references)["exact"] == 100.0
 
@@ -297,8 +377,24 @@ def card_of(folder):
 def test_classification_trains_saves_reloads_and_writes_its_card(tmp_path):
     out = tmp_path / "cls"
     metrics = run_classification.main(
-        ["--output_dir", str(out), *FAST, "--max_steps", "24", "--learning_rate", "3e-3", "--warmup_steps", "0",
-         "--max_train_samples", "16", "--max_eval_samples", "24", "--max_seq_length", "64"])
+        [
+            "--output_dir",
+            str(out),
+            *FAST,
+            "--max_steps",
+            "24",
+            "--learning_rate",
+            "3e-3",
+            "--warmup_steps",
+            "0",
+            "--max_train_samples",
+            "16",
+            "--max_eval_samples",
+            "24",
+            "--max_seq_length",
+            "64",
+        ]
+    )
     assert_learns(out, 0.5)  # 16 sentences, 12 epochs: the model fits them
     assert 0 <= metrics["eval_accuracy"] <= 1 and 0 <= metrics["eval_f1"] <= 1 and math.isfinite(metrics["eval_loss"])
     assert json.loads((out / "all_results.json").read_text())["eval_accuracy"] == metrics["eval_accuracy"]
@@ -334,8 +430,20 @@ def test_glue_task_from_a_local_folder_predicts_reuses_the_cache_and_takes_an_ev
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "datasets"))
     folder = dataset_folder(tmp_path / "glue", {"rte": glue_tables()["rte"]})
-    argv = [*FAST, "--task_name", "rte", "--dataset_name", str(folder), "--max_steps", "2", "--max_seq_length", "64",
-            "--do_train", "--do_eval", "--do_predict"]
+    argv = [
+        *FAST,
+        "--task_name",
+        "rte",
+        "--dataset_name",
+        str(folder),
+        "--max_steps",
+        "2",
+        "--max_seq_length",
+        "64",
+        "--do_train",
+        "--do_eval",
+        "--do_predict",
+    ]
     first = run_classification.main(["--output_dir", str(tmp_path / "a"), *argv])
     assert set(first) >= {"eval_accuracy", "predict_samples"} and "eval_f1" not in first  # rte: accuracy only
     lines = (tmp_path / "a" / "predict_results_rte.txt").read_text().splitlines()
@@ -351,9 +459,22 @@ def test_glue_task_from_a_local_folder_predicts_reuses_the_cache_and_takes_an_ev
     second = json.loads((tmp_path / "b" / "all_results.json").read_text())
     assert second["eval_exact_share"] == pytest.approx(first["eval_accuracy"]) and "eval_accuracy" not in second
 
-    evaluated = run_classification.main(["--output_dir", str(tmp_path / "c"), *FAST, "--task_name", "rte",
-                                         "--dataset_name", str(folder), "--model_name_or_path", str(tmp_path / "a"),
-                                         "--max_seq_length", "64", "--do_eval"])
+    evaluated = run_classification.main(
+        [
+            "--output_dir",
+            str(tmp_path / "c"),
+            *FAST,
+            "--task_name",
+            "rte",
+            "--dataset_name",
+            str(folder),
+            "--model_name_or_path",
+            str(tmp_path / "a"),
+            "--max_seq_length",
+            "64",
+            "--do_eval",
+        ]
+    )
     assert evaluated["eval_accuracy"] == pytest.approx(first["eval_accuracy"])
     assert not (tmp_path / "c" / "train_results.json").exists()
     assert not (tmp_path / "c" / "predict_results_rte.txt").exists()
@@ -362,7 +483,7 @@ def test_glue_task_from_a_local_folder_predicts_reuses_the_cache_and_takes_an_ev
     assert "| hyperparameter |" not in text and "Measured by the run and" in text
 
 
-EXACT_SHARE = '''
+EXACT_SHARE = """
 import datasets
 import evaluate
 
@@ -375,16 +496,40 @@ class ExactShare(evaluate.Metric):
 
     def _compute(self, predictions, references):
         return {"exact_share": sum(p == r for p, r in zip(predictions, references)) / len(references)}
-'''
+"""
 
 
 def test_qa_trains_saves_reloads_and_predicts(tmp_path):
     out = tmp_path / "qa"
     metrics = run_qa.main(
-        ["--output_dir", str(out), *FAST, "--max_steps", "12", "--learning_rate", "1e-3", "--warmup_steps", "0",
-         "--max_train_samples", "16", "--max_eval_samples", "8", "--max_seq_length", "96", "--doc_stride", "32",
-         "--train_file", str(run_qa.SQUAD["train"]), "--validation_file", str(run_qa.SQUAD["validation"]),
-         "--test_file", str(run_qa.SQUAD["validation"]), "--max_predict_samples", "5"])
+        [
+            "--output_dir",
+            str(out),
+            *FAST,
+            "--max_steps",
+            "12",
+            "--learning_rate",
+            "1e-3",
+            "--warmup_steps",
+            "0",
+            "--max_train_samples",
+            "16",
+            "--max_eval_samples",
+            "8",
+            "--max_seq_length",
+            "96",
+            "--doc_stride",
+            "32",
+            "--train_file",
+            str(run_qa.SQUAD["train"]),
+            "--validation_file",
+            str(run_qa.SQUAD["validation"]),
+            "--test_file",
+            str(run_qa.SQUAD["validation"]),
+            "--max_predict_samples",
+            "5",
+        ]
+    )
     assert_learns(out, 0.8)
     assert 0 <= metrics["eval_exact_match"] <= 100 and 0 <= metrics["eval_f1"] <= 100
     assert metrics["eval_exact_match"] <= metrics["eval_f1"] + 1e-9
@@ -397,11 +542,29 @@ def test_qa_trains_saves_reloads_and_predicts(tmp_path):
     assert list(evaluated) == [e["id"] for e in squad_rows("validation")[:8]]
     assert json.loads((out / "eval_nbest_predictions.json").read_text()).keys() == evaluated.keys()
     # prediction alone from a test file (no training or evaluation data), as transformers' run_qa allows
-    alone = run_qa.main(["--output_dir", str(tmp_path / "alone"), "--model_name_or_path", str(out), "--do_predict",
-                         "--test_file", str(run_qa.SQUAD["validation"]), "--max_predict_samples", "3",
-                         "--max_seq_length", "96", "--doc_stride", "32", "--disable_tqdm", "true"])
-    assert 0 <= alone["predict_f1"] <= 100 and len(json.loads((tmp_path / "alone" / "predict_predictions.json")
-                                                              .read_text())) == 3
+    alone = run_qa.main(
+        [
+            "--output_dir",
+            str(tmp_path / "alone"),
+            "--model_name_or_path",
+            str(out),
+            "--do_predict",
+            "--test_file",
+            str(run_qa.SQUAD["validation"]),
+            "--max_predict_samples",
+            "3",
+            "--max_seq_length",
+            "96",
+            "--doc_stride",
+            "32",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
+    assert (
+        0 <= alone["predict_f1"] <= 100
+        and len(json.loads((tmp_path / "alone" / "predict_predictions.json").read_text())) == 3
+    )
     text, _ = card_of(tmp_path / "alone")  # a prediction-only card says what the run did, and nothing else
     assert "Not trained by this run: predicted with `examples/run_qa.py`" in text
     assert "| hyperparameter |" not in text and "training metric" not in text
@@ -418,8 +581,19 @@ def test_qa_v2_from_squad_json_with_unanswerable_questions(tmp_path):
     for qa in qas[::3]:
         qa["answers"], qa["is_impossible"] = [], True
     (tmp_path / "v2.json").write_text(json.dumps(data))
-    argv = ["--output_dir", str(tmp_path / "out"), *FAST, "--max_steps", "2", "--max_seq_length", "96",
-            "--train_file", str(tmp_path / "v2.json"), "--validation_split_percentage", "25"]
+    argv = [
+        "--output_dir",
+        str(tmp_path / "out"),
+        *FAST,
+        "--max_steps",
+        "2",
+        "--max_seq_length",
+        "96",
+        "--train_file",
+        str(tmp_path / "v2.json"),
+        "--validation_split_percentage",
+        "25",
+    ]
     with pytest.raises(ValueError, match="has no answer; pass --version_2_with_negative"):
         run_qa.main(argv)
     metrics = run_qa.main([*argv, "--version_2_with_negative"])
@@ -434,10 +608,34 @@ def test_text_to_text_on_named_columns_with_a_prefix_predicts(tmp_path):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
     out = tmp_path / "t2t"
     metrics = run_text_to_text.main(
-        ["--output_dir", str(out), *FAST, "--max_steps", "12", "--learning_rate", "3e-3", "--max_source_length", "32",
-         "--train_file", str(tmp_path / "train.jsonl"), "--validation_file", str(tmp_path / "dev.jsonl"),
-         "--test_file", str(tmp_path / "test.jsonl"), "--source_column", "question", "--target_column", "answer",
-         "--source_prefix", "add: ", "--eval_strategy", "steps", "--eval_steps", "12"])  # one evaluation before saving
+        [
+            "--output_dir",
+            str(out),
+            *FAST,
+            "--max_steps",
+            "12",
+            "--learning_rate",
+            "3e-3",
+            "--max_source_length",
+            "32",
+            "--train_file",
+            str(tmp_path / "train.jsonl"),
+            "--validation_file",
+            str(tmp_path / "dev.jsonl"),
+            "--test_file",
+            str(tmp_path / "test.jsonl"),
+            "--source_column",
+            "question",
+            "--target_column",
+            "answer",
+            "--source_prefix",
+            "add: ",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "12",
+        ]
+    )  # one evaluation before saving
     assert_learns(out, 0.6)
     assert 0 <= metrics["eval_accuracy"] <= 1 and math.isfinite(metrics["eval_loss"])
     assert len((out / "generated_predictions.txt").read_text().splitlines()) == 4
@@ -464,15 +662,40 @@ def test_text_to_text_predicts_an_unlabelled_test_split_without_scoring_it(tmp_p
     names = ["negative", "positive"]
     label = ClassLabel(names=names) if labels == "class_label" else Value("int64")
     features = Features({"sentence": Value("string"), "label": label})
-    for split, part, labelled in (("train", rows[:24], True), ("dev", rows[24:32], True), ("test", rows[32:37], False)):
-        Dataset.from_dict({"sentence": [r["sentence"] for r in part],
-                           "label": [names.index(r["label"]) if labelled else -1 for r in part]},
-                          features=features).to_parquet(tmp_path / f"{split}.parquet")
+    for split, part, labelled in (
+        ("train", rows[:24], True),
+        ("dev", rows[24:32], True),
+        ("test", rows[32:37], False),
+    ):
+        Dataset.from_dict(
+            {
+                "sentence": [r["sentence"] for r in part],
+                "label": [names.index(r["label"]) if labelled else -1 for r in part],
+            },
+            features=features,
+        ).to_parquet(tmp_path / f"{split}.parquet")
     out = tmp_path / "t2t"
     metrics = run_text_to_text.main(
-        ["--output_dir", str(out), *FAST, "--max_steps", "2", "--max_source_length", "32",
-         "--train_file", str(tmp_path / "train.parquet"), "--validation_file", str(tmp_path / "dev.parquet"),
-         "--test_file", str(tmp_path / "test.parquet"), "--source_column", "sentence", "--target_column", "label"])
+        [
+            "--output_dir",
+            str(out),
+            *FAST,
+            "--max_steps",
+            "2",
+            "--max_source_length",
+            "32",
+            "--train_file",
+            str(tmp_path / "train.parquet"),
+            "--validation_file",
+            str(tmp_path / "dev.parquet"),
+            "--test_file",
+            str(tmp_path / "test.parquet"),
+            "--source_column",
+            "sentence",
+            "--target_column",
+            "label",
+        ]
+    )
     assert len((out / "generated_predictions.txt").read_text().splitlines()) == 5
     assert "predict_accuracy" not in metrics and "predict_loss" not in metrics and "eval_accuracy" in metrics
     text, data = card_of(out)
@@ -515,14 +738,19 @@ def test_glue_and_squad_dataset_repositories_on_the_loopback_hub(hub, tmp_path):
     for row in rows[::4]:
         row["answers"] = {"text": [], "answer_start": []}
     columns = lambda part: {k: [r[k] for r in part] for k in rows[0]}  # noqa: E731
-    hub.create_dataset_repo("tester/squad_v2", {"squad_v2": {"train": columns(rows[:24]),
-                                                             "validation": columns(rows[24:]),
-                                                             "test": columns(rows[24:])}})
+    hub.create_dataset_repo(
+        "tester/squad_v2",
+        {"squad_v2": {"train": columns(rows[:24]), "validation": columns(rows[24:]), "test": columns(rows[24:])}},
+    )
     fast = [*FAST, "--max_steps", "2", "--max_seq_length", "64"]
     code = HUB_RUNS.format(examples=str(EXAMPLES), fast=fast, out=str(tmp_path))
     proc = run_with_hub(hub, tmp_path / "hf_home", [sys.executable, "-c", code])
-    results = {k: v for line in proc.stdout.splitlines() if line.startswith("RESULT ")
-               for k, v in json.loads(line[len("RESULT "):]).items()}
+    results = {
+        k: v
+        for line in proc.stdout.splitlines()
+        if line.startswith("RESULT ")
+        for k, v in json.loads(line[len("RESULT ") :]).items()
+    }
 
     assert set(results["rte"]) >= {"eval_accuracy", "predict_samples"}
     assert len((tmp_path / "rte" / "predict_results_rte.txt").read_text().splitlines()) == 7
@@ -542,40 +770,78 @@ def test_glue_and_squad_dataset_repositories_on_the_loopback_hub(hub, tmp_path):
     text, data = card_of(tmp_path / "mnli")
     assert data.datasets == ["tester/glue"]
     splits = {(r.metric_type, r.dataset_type, r.dataset_config, r.dataset_split) for r in data.eval_results}
-    assert {("accuracy", "tester/glue", "mnli", "validation_matched"),
-            ("accuracy", "tester/glue", "mnli", "validation_mismatched")} <= splits
+    assert {
+        ("accuracy", "tester/glue", "mnli", "validation_matched"),
+        ("accuracy", "tester/glue", "mnli", "validation_mismatched"),
+    } <= splits
     assert "| accuracy_mm |" in text and "tester/glue (mnli), split validation_mismatched" in text
 
 
 # ----------------------------------------------------------------------------------------------------- bad input
 BAD_INPUT = {
-    "missing file": (run_classification, ["--train_file", "nowhere.csv", "--validation_file", "nowhere.csv"],
-                     FileNotFoundError, "--train_file nowhere.csv: no such file"),
+    "missing file": (
+        run_classification,
+        ["--train_file", "nowhere.csv", "--validation_file", "nowhere.csv"],
+        FileNotFoundError,
+        "--train_file nowhere.csv: no such file",
+    ),
     "missing column": (run_classification, ["--text_column", "review"], ValueError, "no column 'review'"),
     "missing label column": (run_classification, ["--label_column", "stars"], ValueError, "pass --label_column"),
-    "unknown task": (run_classification, ["--task_name", "glue"], ValueError,
-                     "Unknown --task_name 'glue': the GLUE tasks are cola, sst2, mrpc"),
+    "unknown task": (
+        run_classification,
+        ["--task_name", "glue"],
+        ValueError,
+        "Unknown --task_name 'glue': the GLUE tasks are cola, sst2, mrpc",
+    ),
     "too long": (run_classification, ["--max_seq_length", "512"], ValueError, "max_position_embeddings=128"),
-    "too long for a synthesizer": (run_classification, ["--preset", "t5-tiny-synthesizer-dense", "--max_seq_length",
-                                   "256"], ValueError, "synthesizer_max_position=128"),
+    "too long for a synthesizer": (
+        run_classification,
+        ["--preset", "t5-tiny-synthesizer-dense", "--max_seq_length", "256"],
+        ValueError,
+        "synthesizer_max_position=128",
+    ),
     "unknown preset": (run_classification, ["--preset", "bert-huge-talking-heads"], ValueError, "Unknown preset"),
-    "predict without test data": (run_classification, ["--do_train", "--do_predict"], ValueError,
-                                  "--do_predict needs test data"),
-    "test file without --do_predict": (run_classification, ["--do_train", "--test_file", "x.csv"], ValueError,
-                                       "add --do_predict"),
-    "unknown metric": (run_classification, ["--metric_name", "/nowhere/metric.py"], ValueError,
-                       "--metric_name /nowhere/metric.py: evaluate.load failed"),
+    "predict without test data": (
+        run_classification,
+        ["--do_train", "--do_predict"],
+        ValueError,
+        "--do_predict needs test data",
+    ),
+    "test file without --do_predict": (
+        run_classification,
+        ["--do_train", "--test_file", "x.csv"],
+        ValueError,
+        "add --do_predict",
+    ),
+    "unknown metric": (
+        run_classification,
+        ["--metric_name", "/nowhere/metric.py"],
+        ValueError,
+        "--metric_name /nowhere/metric.py: evaluate.load failed",
+    ),
     "streaming": (run_classification, ["--streaming"], ValueError, "leave out --streaming"),
-    "split percentage": (run_qa, ["--validation_split_percentage", "150"], ValueError,
-                         "--validation_split_percentage must be in [0, 100), got 150"),
-    "qa missing file": (run_qa, ["--train_file", "nowhere.json", "--validation_file", "nowhere.json"],
-                        FileNotFoundError, "no such file"),
+    "split percentage": (
+        run_qa,
+        ["--validation_split_percentage", "150"],
+        ValueError,
+        "--validation_split_percentage must be in [0, 100), got 150",
+    ),
+    "qa missing file": (
+        run_qa,
+        ["--train_file", "nowhere.json", "--validation_file", "nowhere.json"],
+        FileNotFoundError,
+        "no such file",
+    ),
     "qa missing column": (run_qa, ["--question_column", "query"], ValueError, "no column 'query'"),
     "qa too long": (run_qa, ["--max_seq_length", "384"], ValueError, "max_position_embeddings=128"),
     "qa stride": (run_qa, ["--doc_stride", "128"], ValueError, "--doc_stride"),
     "t2t missing column": (run_text_to_text, ["--target_column", "answer"], ValueError, "no column 'answer'"),
-    "t2t too long": (run_text_to_text, ["--preset", "t5-tiny-synthesizer-random", "--max_source_length", "200"],
-                     ValueError, "--max_source_length=200 is longer than this model takes"),
+    "t2t too long": (
+        run_text_to_text,
+        ["--preset", "t5-tiny-synthesizer-random", "--max_source_length", "200"],
+        ValueError,
+        "--max_source_length=200 is longer than this model takes",
+    ),
     "t2t not t5": (run_text_to_text, ["--preset", "bert-tiny-dot-product"], ValueError, "fine-tunes T5 variants"),
 }
 
@@ -602,8 +868,19 @@ def test_qa_file_with_a_misplaced_answer_is_refused(tmp_path):
     data["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] += 1
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="fix `answer_start`"):
-        run_qa.main(["--output_dir", str(tmp_path / "out"), *FAST, "--max_steps", "2", "--train_file",
-                     str(run_qa.SQUAD["train"]), "--validation_file", str(tmp_path / "bad.json")])
+        run_qa.main(
+            [
+                "--output_dir",
+                str(tmp_path / "out"),
+                *FAST,
+                "--max_steps",
+                "2",
+                "--train_file",
+                str(run_qa.SQUAD["train"]),
+                "--validation_file",
+                str(tmp_path / "bad.json"),
+            ]
+        )
 
 
 def test_warm_start_from_a_vanilla_bert_and_resume(tmp_path):
@@ -612,19 +889,49 @@ def test_warm_start_from_a_vanilla_bert_and_resume(tmp_path):
     from transformers import BertConfig, BertForMaskedLM
 
     tokenizer = train_tokenizer("wordpiece", 8000, corpus=CORPUS)
-    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               intermediate_size=37, max_position_embeddings=64)).save_pretrained(tmp_path / "bert")
+    BertForMaskedLM(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+        )
+    ).save_pretrained(tmp_path / "bert")
     tokenizer.save_pretrained(tmp_path / "bert")
-    argv = ["--output_dir", str(tmp_path / "out"), *FAST, "--model_name_or_path", str(tmp_path / "bert"),
-            "--attention_type", "talking_heads", "--max_train_samples", "16", "--max_eval_samples", "8",
-            "--max_seq_length", "64", "--save_strategy", "steps", "--save_steps", "2"]
+    argv = [
+        "--output_dir",
+        str(tmp_path / "out"),
+        *FAST,
+        "--model_name_or_path",
+        str(tmp_path / "bert"),
+        "--attention_type",
+        "talking_heads",
+        "--max_train_samples",
+        "16",
+        "--max_eval_samples",
+        "8",
+        "--max_seq_length",
+        "64",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
+    ]
     run_classification.main([*argv, "--max_steps", "2"])
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert (config["model_type"], config["attention_type"], config["talking_heads_init"]) == (
-        "variant_bert", "talking_heads", "identity")
+        "variant_bert",
+        "talking_heads",
+        "identity",
+    )
     run_classification.main([*argv, "--max_steps", "4", "--resume_from_checkpoint", "last"])
-    steps = [entry["step"] for entry in json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
-             if "loss" in entry]
+    steps = [
+        entry["step"]
+        for entry in json.loads((tmp_path / "out" / "trainer_state.json").read_text())["log_history"]
+        if "loss" in entry
+    ]
     assert steps == [1, 2, 3, 4]  # steps 1-2 restored from checkpoint-2's state, 3-4 trained after resuming
     # a local folder is never the card's base_model (the Hub cannot resolve it); the text names where it started
     info = json.loads((tmp_path / "out" / "training_info.json").read_text())

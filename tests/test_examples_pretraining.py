@@ -32,9 +32,24 @@ from run_pretraining import CORPUS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
-FAST = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
-        "--max_seq_length", "32", "--per_device_train_batch_size", "8", "--warmup_steps", "0",
-        "--max_eval_samples", "16"]
+FAST = [
+    "--logging_steps",
+    "1",
+    "--eval_strategy",
+    "no",
+    "--save_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--max_seq_length",
+    "32",
+    "--per_device_train_batch_size",
+    "8",
+    "--warmup_steps",
+    "0",
+    "--max_eval_samples",
+    "16",
+]
 NO_DROPOUT = '{"hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0}'
 
 
@@ -60,9 +75,23 @@ def test_masked_lm_pretraining_learns_and_reloads_as_remote_code(tmp_path):
     """The main job's script on a tiny preset: loss falls, perplexity is reported, and the folder works as the README
     says: AutoModelForMaskedLM with trust_remote_code and a fill-mask pipeline, without the package."""
     out = tmp_path / "mlm"
-    metrics = run_pretraining.main(FAST + ["--preset", "bert-tiny-talking-heads", "--output_dir", str(out),
-                                           "--max_steps", "12", "--learning_rate", "3e-3", "--max_train_samples", "96",
-                                           "--whole_word_masking", "true"])
+    metrics = run_pretraining.main(
+        FAST
+        + [
+            "--preset",
+            "bert-tiny-talking-heads",
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "12",
+            "--learning_rate",
+            "3e-3",
+            "--max_train_samples",
+            "96",
+            "--whole_word_masking",
+            "true",
+        ]
+    )
     assert_learns(out)
     assert math.isfinite(metrics["eval_perplexity"]) and metrics["eval_perplexity"] > 1
     assert metrics["eval_perplexity"] == pytest.approx(math.exp(metrics["eval_mlm_loss"]), rel=1e-6)
@@ -89,12 +118,30 @@ def test_masked_lm_pretraining_learns_and_reloads_as_remote_code(tmp_path):
     assert stdout.split() == ["5", "5"]
 
 
-@pytest.mark.parametrize("preset,objective,label", [("bert-tiny-synthesizer-random", "nsp", "next_sentence_label"),
-                                                    ("albert-tiny-talking-heads", "sop", "sentence_order_label")])
+@pytest.mark.parametrize(
+    "preset,objective,label",
+    [
+        ("bert-tiny-synthesizer-random", "nsp", "next_sentence_label"),
+        ("albert-tiny-talking-heads", "sop", "sentence_order_label"),
+    ],
+)
 def test_sentence_objectives(tmp_path, preset, objective, label):
     """NSP (BERT) and SOP (ALBERT) train the ForPreTraining head; pairs are balanced; the accuracy is reported."""
-    metrics = run_pretraining.main(FAST + ["--preset", preset, "--output_dir", str(tmp_path), "--max_steps", "10",
-                                           "--learning_rate", "3e-3", "--sentence_objective", objective])
+    metrics = run_pretraining.main(
+        FAST
+        + [
+            "--preset",
+            preset,
+            "--output_dir",
+            str(tmp_path),
+            "--max_steps",
+            "10",
+            "--learning_rate",
+            "3e-3",
+            "--sentence_objective",
+            objective,
+        ]
+    )
     assert 0 <= metrics["eval_sentence_accuracy"] <= 1 and math.isfinite(metrics["eval_mlm_loss"])
     assert_learns(tmp_path)
     tokenizer = train_tokenizer("wordpiece", corpus=CORPUS)
@@ -198,9 +245,21 @@ def test_span_corruption_collator():
 
 
 def test_t5_span_corruption_pretraining_learns_and_reloads(tmp_path):
-    metrics = run_t5_pretraining.main(FAST + ["--preset", "t5-tiny-synthesizer-random", "--output_dir", str(tmp_path),
-                                              "--max_steps", "10", "--learning_rate", "1e-2",
-                                              "--max_train_samples", "80"])
+    metrics = run_t5_pretraining.main(
+        FAST
+        + [
+            "--preset",
+            "t5-tiny-synthesizer-random",
+            "--output_dir",
+            str(tmp_path),
+            "--max_steps",
+            "10",
+            "--learning_rate",
+            "1e-2",
+            "--max_train_samples",
+            "80",
+        ]
+    )
     assert_learns(tmp_path)
     assert metrics["eval_perplexity"] == pytest.approx(math.exp(metrics["eval_target_loss"]), rel=1e-6)
     assert 0 <= metrics["eval_target_token_accuracy"] <= 1
@@ -220,20 +279,58 @@ def test_first_step_on_two_processes_equals_one_process(tmp_path):
     weights after the step (masks depend on the example, and the loss is normalised by the step's token count)."""
     if shutil.which("torchrun") is None:
         pytest.skip("torchrun is not on PATH")
-    common = ["--preset", "bert-tiny-dot-product", "--max_steps", "1", "--logging_steps", "1",
-              "--max_train_samples", "8", "--max_eval_samples", "8", "--max_seq_length", "32",
-              "--save_strategy", "no", "--eval_strategy", "no", "--use_cpu", "--disable_tqdm", "true",
-              "--warmup_steps", "0", "--learning_rate", "1e-2", "--config_overrides", NO_DROPOUT]
+    common = [
+        "--preset",
+        "bert-tiny-dot-product",
+        "--max_steps",
+        "1",
+        "--logging_steps",
+        "1",
+        "--max_train_samples",
+        "8",
+        "--max_eval_samples",
+        "8",
+        "--max_seq_length",
+        "32",
+        "--save_strategy",
+        "no",
+        "--eval_strategy",
+        "no",
+        "--use_cpu",
+        "--disable_tqdm",
+        "true",
+        "--warmup_steps",
+        "0",
+        "--learning_rate",
+        "1e-2",
+        "--config_overrides",
+        NO_DROPOUT,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     script = str(EXAMPLES / "run_pretraining.py")
     runs = {
         "one": [sys.executable, script, "--per_device_train_batch_size", "8"],
-        "two": [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", "29533",
-                script, "--per_device_train_batch_size", "4", "--ddp_backend", "gloo"],
+        "two": [
+            str(Path(sys.executable).parent / "torchrun"),
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29533",
+            script,
+            "--per_device_train_batch_size",
+            "4",
+            "--ddp_backend",
+            "gloo",
+        ],
     }
     for name, command in runs.items():
-        proc = subprocess.run(command + common + ["--output_dir", str(tmp_path / name)], env=env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            command + common + ["--output_dir", str(tmp_path / name)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-4000:]
     (one,), (two,) = logged_losses(tmp_path / "one"), logged_losses(tmp_path / "two")
     assert two == pytest.approx(one, rel=1e-6)
@@ -245,32 +342,63 @@ def test_first_step_on_two_processes_equals_one_process(tmp_path):
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=5e-5, msg=key)
 
 
-@pytest.mark.parametrize("args,error,match", [
-    (["--train_file", "/nonexistent/corpus.txt"], FileNotFoundError, "--train_file /nonexistent/corpus.txt: no such"),
-    (["--text_column_name", "body"], ValueError, r"--text_column_name body: the data has no such column; its columns "
-                                                 r"are \['text'\]"),
-    (["--streaming", "--max_steps", "-1"], ValueError, "--streaming needs --max_steps"),
-    (["--do_predict"], ValueError, "no prediction step"),
-    (["--max_seq_length", "256"], ValueError, "max_position_embeddings=128"),
-    (["--preset", "bert-tiny-synthesizer-dense", "--config_overrides", '{"synthesizer_max_position": 64}',
-      "--max_seq_length", "100"], ValueError, "synthesizer_max_position=64"),
-    (["--preset", "bert-huge-talking-heads"], ValueError, "Unknown preset"),
-    (["--preset", "albert-tiny-dot-product", "--sentence_objective", "nsp"], ValueError, "use sop"),
-    (["--preset", "t5-tiny-dot-product"], ValueError, "run_t5_pretraining"),
-    (["--config_overrides", "num_hidden_layers=3"], ValueError, "JSON object"),
-    (["--resume_from_checkpoint", "last"], ValueError, "holds no checkpoint"),
-    (["--admin_init", "closed_form"], ValueError, "the model has no Admin residuals"),
-    (["--preset", "bert-tiny-single-head-admin", "--admin_init", "xavier"], ValueError,
-     "--admin_init must be one of profile, closed_form"),
-    (["--preset", "bert-tiny-single-head-admin", "--admin_init", "profile", "--do_eval"], ValueError,
-     "this run does not train"),
-    (["--preset", "albert-tiny-single-head-admin", "--admin_init", "profile"], ValueError,
-     "use --admin_init closed_form"),
-])
+@pytest.mark.parametrize(
+    "args,error,match",
+    [
+        (
+            ["--train_file", "/nonexistent/corpus.txt"],
+            FileNotFoundError,
+            "--train_file /nonexistent/corpus.txt: no such",
+        ),
+        (
+            ["--text_column_name", "body"],
+            ValueError,
+            r"--text_column_name body: the data has no such column; its columns "
+            r"are \['text'\]",
+        ),
+        (["--streaming", "--max_steps", "-1"], ValueError, "--streaming needs --max_steps"),
+        (["--do_predict"], ValueError, "no prediction step"),
+        (["--max_seq_length", "256"], ValueError, "max_position_embeddings=128"),
+        (
+            [
+                "--preset",
+                "bert-tiny-synthesizer-dense",
+                "--config_overrides",
+                '{"synthesizer_max_position": 64}',
+                "--max_seq_length",
+                "100",
+            ],
+            ValueError,
+            "synthesizer_max_position=64",
+        ),
+        (["--preset", "bert-huge-talking-heads"], ValueError, "Unknown preset"),
+        (["--preset", "albert-tiny-dot-product", "--sentence_objective", "nsp"], ValueError, "use sop"),
+        (["--preset", "t5-tiny-dot-product"], ValueError, "run_t5_pretraining"),
+        (["--config_overrides", "num_hidden_layers=3"], ValueError, "JSON object"),
+        (["--resume_from_checkpoint", "last"], ValueError, "holds no checkpoint"),
+        (["--admin_init", "closed_form"], ValueError, "the model has no Admin residuals"),
+        (
+            ["--preset", "bert-tiny-single-head-admin", "--admin_init", "xavier"],
+            ValueError,
+            "--admin_init must be one of profile, closed_form",
+        ),
+        (
+            ["--preset", "bert-tiny-single-head-admin", "--admin_init", "profile", "--do_eval"],
+            ValueError,
+            "this run does not train",
+        ),
+        (
+            ["--preset", "albert-tiny-single-head-admin", "--admin_init", "profile"],
+            ValueError,
+            "use --admin_init closed_form",
+        ),
+    ],
+)
 def test_bad_input_fails_before_training(tmp_path, args, error, match):
     with pytest.raises(error, match=match):
-        run_pretraining.main(["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path / "x"),
-                              "--max_steps", "1", *args])
+        run_pretraining.main(
+            ["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path / "x"), "--max_steps", "1", *args]
+        )
     assert not (tmp_path / "x" / "model.safetensors").exists()
 
 
@@ -280,8 +408,21 @@ def test_admin_init_sets_the_omegas_it_names(tmp_path, choice):
     default) gives the paper's growing omegas, the first at exactly 1. A learning rate of 0 keeps what was set, so
     the saved checkpoint shows it too."""
     out = tmp_path / choice
-    run_pretraining.main(["--preset", "bert-tiny-single-head-admin", "--output_dir", str(out), "--max_steps", "1",
-                          "--learning_rate", "0", "--admin_init", choice, *FAST])
+    run_pretraining.main(
+        [
+            "--preset",
+            "bert-tiny-single-head-admin",
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "1",
+            "--learning_rate",
+            "0",
+            "--admin_init",
+            choice,
+            *FAST,
+        ]
+    )
     config = json.loads((out / "config.json").read_text())
     results = json.loads((out / "all_results.json").read_text())
     from safetensors.torch import load_file
@@ -303,12 +444,29 @@ def test_a_resumed_admin_run_keeps_its_checkpoints_omegas(tmp_path):
     checkpoint before on_train_begin): resumed at its last step, the run saves exactly the checkpoint's omegas."""
     from safetensors.torch import load_file
 
-    args = ["--preset", "bert-tiny-single-head-admin", "--output_dir", str(tmp_path), "--max_steps", "2",
-            "--learning_rate", "1e-2", "--admin_init", "closed_form", *FAST, "--save_strategy", "steps",
-            "--save_steps", "2"]
+    args = [
+        "--preset",
+        "bert-tiny-single-head-admin",
+        "--output_dir",
+        str(tmp_path),
+        "--max_steps",
+        "2",
+        "--learning_rate",
+        "1e-2",
+        "--admin_init",
+        "closed_form",
+        *FAST,
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
+    ]
     run_pretraining.main(args)
-    saved = {k: v for k, v in load_file(tmp_path / "checkpoint-2" / "model.safetensors").items()
-             if k.endswith("admin_omega")}
+    saved = {
+        k: v
+        for k, v in load_file(tmp_path / "checkpoint-2" / "model.safetensors").items()
+        if k.endswith("admin_omega")
+    }
     n = 2 * json.loads((tmp_path / "config.json").read_text())["num_hidden_layers"]
     formula = math.sqrt((n + 1) / math.log(n + 1) - 1)
     assert any((v - formula).abs().max() > 1e-3 for v in saved.values())  # training moved them
@@ -320,8 +478,18 @@ def test_a_resumed_admin_run_keeps_its_checkpoints_omegas(tmp_path):
 
 def test_t5_bad_input_fails_before_training(tmp_path):
     with pytest.raises(ValueError, match="synthesizer_max_position=128"):
-        run_t5_pretraining.main(["--preset", "t5-tiny-synthesizer-dense", "--output_dir", str(tmp_path),
-                                 "--max_seq_length", "200", "--max_steps", "1"])
+        run_t5_pretraining.main(
+            [
+                "--preset",
+                "t5-tiny-synthesizer-dense",
+                "--output_dir",
+                str(tmp_path),
+                "--max_seq_length",
+                "200",
+                "--max_steps",
+                "1",
+            ]
+        )
     with pytest.raises(ValueError, match="run_pretraining"):
         run_t5_pretraining.main(["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path)])
 
@@ -330,9 +498,28 @@ def test_side_by_side_comparison(tmp_path):
     pytest.importorskip("matplotlib")
     import compare_attention
 
-    rows = compare_attention.main(["--size", "tiny", "--attention", "dot-product,single-head-admin", "--max_steps", "4",
-                                   "--eval_steps", "2", "--max_seq_length", "32", "--output_dir", str(tmp_path),
-                                   "--max_train_samples", "64", "--max_eval_samples", "16", "--disable_tqdm", "true"])
+    rows = compare_attention.main(
+        [
+            "--size",
+            "tiny",
+            "--attention",
+            "dot-product,single-head-admin",
+            "--max_steps",
+            "4",
+            "--eval_steps",
+            "2",
+            "--max_seq_length",
+            "32",
+            "--output_dir",
+            str(tmp_path),
+            "--max_train_samples",
+            "64",
+            "--max_eval_samples",
+            "16",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     assert [r["preset"] for r in rows] == ["bert-tiny-dot-product", "bert-tiny-single-head-admin"]
     assert [step for step, _ in rows[0]["curve"]] == [step for step, _ in rows[1]["curve"]] == [2, 4]
     single = json.loads((tmp_path / "bert-tiny-single-head-admin" / "config.json").read_text())
@@ -352,16 +539,41 @@ def test_push_to_hub_passes_through_with_the_real_card(hub, tmp_path):
     """--push_to_hub: Trainer's upload, then the model card rendered from the run replaces Trainer's README; the
     repository holds what `hf-attn-variants publish` would upload (loopback Hub, a fresh interpreter)."""
     out = tmp_path / "pushed"
-    command = [sys.executable, str(EXAMPLES / "run_pretraining.py"), *FAST, "--preset", "bert-tiny-talking-heads",
-               "--output_dir", str(out), "--max_steps", "2", "--max_train_samples", "16", "--push_to_hub",
-               "--hub_model_id", "tester/tiny-mlm"]
+    command = [
+        sys.executable,
+        str(EXAMPLES / "run_pretraining.py"),
+        *FAST,
+        "--preset",
+        "bert-tiny-talking-heads",
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "2",
+        "--max_train_samples",
+        "16",
+        "--push_to_hub",
+        "--hub_model_id",
+        "tester/tiny-mlm",
+    ]
     proc = subprocess.run(command, env=hub.env(tmp_path / "hf_home"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     files = hub.state.files("tester/tiny-mlm")
-    code = {"attention_variants.py", "configuration_variant_attention.py", "configuration_variant_bert.py",
-            "modeling_variant_bert.py", "modeling_variant_utils.py"}
-    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json", "all_results.json",
-            "training_info.json", *code} <= set(files)
+    code = {
+        "attention_variants.py",
+        "configuration_variant_attention.py",
+        "configuration_variant_bert.py",
+        "modeling_variant_bert.py",
+        "modeling_variant_utils.py",
+    }
+    assert {
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "all_results.json",
+        "training_info.json",
+        *code,
+    } <= set(files)
     assert "training_args.bin" not in files
     card = files["README.md"].decode()
     assert card_metadata_errors(card) == [] and "hf-attn-variants" in card
@@ -373,9 +585,24 @@ def test_push_to_hub_passes_through_with_the_real_card(hub, tmp_path):
 # ------------------------------------------------------------------------------------------- data at real scale
 LINES = (EXAMPLES / "data" / "devils_dictionary.txt").read_text().splitlines()[:400]
 USER_TEXT = ["The software on the computer reads the database; no software, no database, no computer."] * 40
-TINY_RUN = ["--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--disable_tqdm", "true",
-            "--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_steps", "2",
-            "--max_eval_samples", "8"]
+TINY_RUN = [
+    "--logging_steps",
+    "1",
+    "--eval_strategy",
+    "no",
+    "--save_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--max_seq_length",
+    "32",
+    "--per_device_train_batch_size",
+    "4",
+    "--max_steps",
+    "2",
+    "--max_eval_samples",
+    "8",
+]
 
 
 def write_corpus(path: Path, lines: list[str]) -> Path:
@@ -399,14 +626,26 @@ def test_pretraining_on_a_local_file(tmp_path, suffix):
     corpus = write_corpus(tmp_path / f"corpus{suffix}", LINES[:200] + USER_TEXT + [""] + LINES[200:])
     column = [] if suffix == ".txt" else ["--text_column_name", "body"]
     out = tmp_path / "out"
-    metrics = run_pretraining.main([*TINY_RUN, "--preset", "bert-tiny-dot-product", "--output_dir", str(out),
-                                    "--train_file", str(corpus), *column])
+    metrics = run_pretraining.main(
+        [
+            *TINY_RUN,
+            "--preset",
+            "bert-tiny-dot-product",
+            "--output_dir",
+            str(out),
+            "--train_file",
+            str(corpus),
+            *column,
+        ]
+    )
     assert math.isfinite(metrics["eval_mlm_loss"]) and metrics["train_loss"] > 0
     from transformers import AutoTokenizer
 
     saved = AutoTokenizer.from_pretrained(out)
     assert saved.tokenize("software database") == ["software", "database"]
-    assert len(train_tokenizer("wordpiece", corpus=CORPUS).tokenize("software database")) > 2  # the embedded book's splits them
+    assert (
+        len(train_tokenizer("wordpiece", corpus=CORPUS).tokenize("software database")) > 2
+    )  # the embedded book's splits them
     assert saved.model_max_length == 128 == json.loads((out / "config.json").read_text())["max_position_embeddings"]
     info = json.loads((out / "training_info.json").read_text())
     assert info["dataset"]["name"] == corpus.name
@@ -414,15 +653,31 @@ def test_pretraining_on_a_local_file(tmp_path, suffix):
     assert measured["name"] == corpus.name and measured["split"].startswith("validation: 5% of the train rows")
 
 
-@pytest.mark.parametrize("script,preset,extra", [
-    (run_pretraining, "bert-tiny-talking-heads", []),
-    (run_pretraining, "albert-tiny-dot-product", ["--sentence_objective", "sop", "--whole_word_masking", "true"]),
-    (run_t5_pretraining, "t5-tiny-dot-product", []),
-])
+@pytest.mark.parametrize(
+    "script,preset,extra",
+    [
+        (run_pretraining, "bert-tiny-talking-heads", []),
+        (run_pretraining, "albert-tiny-dot-product", ["--sentence_objective", "sop", "--whole_word_masking", "true"]),
+        (run_t5_pretraining, "t5-tiny-dot-product", []),
+    ],
+)
 def test_streaming_pretraining(tmp_path, script, preset, extra):
     """--streaming: an IterableDataset prepared as it is read, with --max_steps; evaluation on a bounded stream."""
-    metrics = script.main([*TINY_RUN, "--preset", preset, "--output_dir", str(tmp_path), "--streaming",
-                           "--eval_strategy", "steps", "--eval_steps", "2", *extra])
+    metrics = script.main(
+        [
+            *TINY_RUN,
+            "--preset",
+            preset,
+            "--output_dir",
+            str(tmp_path),
+            "--streaming",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "2",
+            *extra,
+        ]
+    )
     assert metrics["train_loss"] > 0 and metrics["epoch"] > 0
     loss = metrics.get("eval_mlm_loss", metrics.get("eval_target_loss"))
     assert math.isfinite(loss)
@@ -434,8 +689,9 @@ def cache_files(root: Path) -> dict[str, float]:
     return {str(f): f.stat().st_mtime_ns for f in root.rglob("cache-*.arrow")}
 
 
-@pytest.mark.parametrize("script,preset", [(run_pretraining, "bert-tiny-dot-product"),
-                                           (run_t5_pretraining, "t5-tiny-dot-product")])
+@pytest.mark.parametrize(
+    "script,preset", [(run_pretraining, "bert-tiny-dot-product"), (run_t5_pretraining, "t5-tiny-dot-product")]
+)
 def test_a_rerun_reads_the_prepared_data_from_the_cache(tmp_path, monkeypatch, script, preset):
     """The same run twice: the second writes no cache file and rewrites none (the preparation is read back);
     --overwrite_cache prepares again."""
@@ -443,8 +699,17 @@ def test_a_rerun_reads_the_prepared_data_from_the_cache(tmp_path, monkeypatch, s
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "datasets"))
     corpus = write_corpus(tmp_path / "corpus.txt", LINES)
-    argv = [*TINY_RUN, "--preset", preset, "--output_dir", str(tmp_path / "out"), "--train_file", str(corpus),
-            "--max_steps", "1"]
+    argv = [
+        *TINY_RUN,
+        "--preset",
+        preset,
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--train_file",
+        str(corpus),
+        "--max_steps",
+        "1",
+    ]
     script.main(argv)
     first = cache_files(tmp_path / "datasets")
     assert len(first) >= 2  # the packed train and validation splits (and the pre-masked validation split)
@@ -460,9 +725,21 @@ def test_eval_only_and_checks_of_training_arguments(tmp_path):
     evaluation); warm-up reaching max_steps warns; no pinned memory without CUDA."""
     out = tmp_path / "trained"
     trained = run_pretraining.main([*TINY_RUN, "--preset", "bert-tiny-dot-product", "--output_dir", str(out)])
-    evaluated = run_pretraining.main(["--model_name_or_path", str(out), "--do_eval", "--output_dir",
-                                      str(tmp_path / "eval"), "--max_seq_length", "32", "--max_eval_samples", "8",
-                                      "--disable_tqdm", "true"])
+    evaluated = run_pretraining.main(
+        [
+            "--model_name_or_path",
+            str(out),
+            "--do_eval",
+            "--output_dir",
+            str(tmp_path / "eval"),
+            "--max_seq_length",
+            "32",
+            "--max_eval_samples",
+            "8",
+            "--disable_tqdm",
+            "true",
+        ]
+    )
     assert not any(key.startswith("train") for key in evaluated)
     assert evaluated["eval_mlm_loss"] == pytest.approx(trained["eval_mlm_loss"], rel=1e-4)
     info = json.loads((tmp_path / "eval" / "training_info.json").read_text())  # a complete folder, card included
@@ -508,11 +785,16 @@ def test_pretraining_from_a_hub_dataset(hub, tmp_path):
         info = json.loads((tmp_path / run / "training_info.json").read_text())
         assert info["dataset"]["hub_id"] == "tester/devils-lines" and info["dataset"]["config"] == "lines"
         [measured] = info["evaluation"]  # the dataset's own validation split: nothing carved out of train
-        assert (measured["hub_id"], measured["config"], measured["split"]) == ("tester/devils-lines", "lines",
-                                                                               "validation")
+        assert (measured["hub_id"], measured["config"], measured["split"]) == (
+            "tester/devils-lines",
+            "lines",
+            "validation",
+        )
     assert ("GET", "/datasets/tester/devils-lines/resolve/main/README.md") in hub.state.requests
-    assert ("ERROR The dataset tester/devils-lines has no configuration 'wiki': pass --dataset_config_name one of "
-            "['lines'].") in proc.stdout
+    assert (
+        "ERROR The dataset tester/devils-lines has no configuration 'wiki': pass --dataset_config_name one of "
+        "['lines']."
+    ) in proc.stdout
     assert not (tmp_path / "bad").exists()
 
 
@@ -521,8 +803,20 @@ def test_bf16_trains_on_the_cpu_without_a_flag(tmp_path):
     transformers alone refuses bf16 without a GPU): the run trains and the weights are saved in float32."""
     if torch.cuda.is_available():
         pytest.skip("a GPU machine: Trainer puts the run on the GPU")
-    metrics = run_pretraining.main(FAST + ["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path),
-                                           "--max_steps", "2", "--max_train_samples", "16", "--bf16"])
+    metrics = run_pretraining.main(
+        FAST
+        + [
+            "--preset",
+            "bert-tiny-dot-product",
+            "--output_dir",
+            str(tmp_path),
+            "--max_steps",
+            "2",
+            "--max_train_samples",
+            "16",
+            "--bf16",
+        ]
+    )
     assert math.isfinite(metrics["train_loss"]) and math.isfinite(metrics["eval_mlm_loss"])
     config = json.loads((tmp_path / "config.json").read_text())
     assert config.get("dtype", "float32") == "float32"
@@ -548,8 +842,16 @@ def test_pretraining_from_a_hub_model_by_name(hub, tmp_path):
     from conftest import run_with_hub
 
     tokenizer = train_tokenizer("wordpiece", 8000, corpus=CORPUS)
-    BertForMaskedLM(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               intermediate_size=37, max_position_embeddings=64)).save_pretrained(tmp_path / "bert")
+    BertForMaskedLM(
+        BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+        )
+    ).save_pretrained(tmp_path / "bert")
     tokenizer.save_pretrained(tmp_path / "bert")
     out = tmp_path / "out"
     code = HUB_MODEL.format(examples=str(EXAMPLES), folder=str(tmp_path / "bert"), common=TINY_RUN, out=str(out))
@@ -576,17 +878,42 @@ def test_expected_user_errors_print_one_line(tmp_path, case):
     not a traceback; and no run prints DeepSpeed's "no accelerator" warning (installed or not, no --deepspeed)."""
     argv, expected = {
         "bad flag": (["--preset", "bert-tiny-nope"], "error: Unknown preset 'bert-tiny-nope'. Choose one of:"),
-        "hub unreachable (model)": (["--model_name_or_path", "tester/absent", "--attention_type", "talking_heads"],
-                                    "error: --model_name_or_path tester/absent: no config.json there"),
-        "hub unreachable (push)": (["--preset", "bert-tiny-dot-product", "--push_to_hub", "--hub_model_id",
-                                    "tester/x"], "error: the Hugging Face Hub cannot be reached"),
+        "hub unreachable (model)": (
+            ["--model_name_or_path", "tester/absent", "--attention_type", "talking_heads"],
+            "error: --model_name_or_path tester/absent: no config.json there",
+        ),
+        "hub unreachable (push)": (
+            ["--preset", "bert-tiny-dot-product", "--push_to_hub", "--hub_model_id", "tester/x"],
+            "error: the Hugging Face Hub cannot be reached",
+        ),
     }[case]
-    env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
-           "HF_HOME": str(tmp_path / "hf_home"), "HF_TOKEN": "hf_dummy", "HF_HUB_ETAG_TIMEOUT": "2"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "0",
+        "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "HF_TOKEN": "hf_dummy",
+        "HF_HUB_ETAG_TIMEOUT": "2",
+    }
     env.pop("DS_ACCELERATOR", None)
-    proc = subprocess.run([sys.executable, str(EXAMPLES / "run_pretraining.py"), *FAST, *argv, "--output_dir",
-                           str(tmp_path / "out"), "--max_steps", "1", "--max_train_samples", "8"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLES / "run_pretraining.py"),
+            *FAST,
+            *argv,
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--max_steps",
+            "1",
+            "--max_train_samples",
+            "8",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -603,16 +930,36 @@ def test_pretraining_predicts_sparsely_by_default_with_the_dense_losses(tmp_path
 
     seen = []
     real = modeling_variant_bert.scored_positions
-    monkeypatch.setattr(modeling_variant_bert, "scored_positions",
-                        lambda hidden, labels, sparse: seen.append(sparse) or real(hidden, labels, sparse))
+    monkeypatch.setattr(
+        modeling_variant_bert,
+        "scored_positions",
+        lambda hidden, labels, sparse: seen.append(sparse) or real(hidden, labels, sparse),
+    )
     runs = {}
     for flag in ("true", "false"):
         out = tmp_path / flag
         seen.clear()
-        runs[flag] = run_pretraining.main(FAST + ["--preset", "bert-tiny-talking-heads", "--output_dir", str(out),
-                                                  "--max_steps", "3", "--max_train_samples", "24", "--seed", "3",
-                                                  "--config_overrides", NO_DROPOUT, "--sentence_objective", objective,
-                                                  "--sparse_prediction", flag])
+        runs[flag] = run_pretraining.main(
+            FAST
+            + [
+                "--preset",
+                "bert-tiny-talking-heads",
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "3",
+                "--max_train_samples",
+                "24",
+                "--seed",
+                "3",
+                "--config_overrides",
+                NO_DROPOUT,
+                "--sentence_objective",
+                objective,
+                "--sparse_prediction",
+                flag,
+            ]
+        )
         assert seen and set(seen) == {flag == "true"}, seen  # every training and evaluation call
         assert "sparse_prediction" not in json.loads((out / "config.json").read_text())
     for key in ("train_loss", "eval_loss", "eval_mlm_loss"):
@@ -682,8 +1029,19 @@ def test_a_pretrained_checkpoint_keeps_transformers_logits_contract_in_run_mlm_s
     run_mlm's metrics, as transformers' evaluation code is written: the logits of a labelled call are full
     [batch, seq, vocab], so the accuracy over the labelled positions is the one computed by hand."""
     out = tmp_path / "mlm"
-    run_pretraining.main(FAST + ["--preset", "bert-tiny-talking-heads", "--output_dir", str(out), "--max_steps", "3",
-                                 "--max_train_samples", "24"])
+    run_pretraining.main(
+        FAST
+        + [
+            "--preset",
+            "bert-tiny-talking-heads",
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "3",
+            "--max_train_samples",
+            "24",
+        ]
+    )
     lines = EXAMPLES / "data" / "devils_dictionary.txt"
     proc = run_isolated(RUN_MLM_STYLE_EVAL, [out, lines, tmp_path / "eval"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -709,9 +1067,24 @@ def test_torch_compile_trains_end_to_end_as_the_uncompiled_script(tmp_path, scri
         torch._dynamo.reset()
         torch._dynamo.utils.counters.clear()
         flags = ["--torch_compile", "true", "--torch_compile_backend", "aot_eager"] if compiled else []
-        runs[compiled] = module.main(FAST + ["--preset", preset, "--output_dir", str(tmp_path / str(compiled)),
-                                             "--max_steps", "3", "--max_train_samples", "24", "--seed", "5",
-                                             "--config_overrides", overrides, *flags])
+        runs[compiled] = module.main(
+            FAST
+            + [
+                "--preset",
+                preset,
+                "--output_dir",
+                str(tmp_path / str(compiled)),
+                "--max_steps",
+                "3",
+                "--max_train_samples",
+                "24",
+                "--seed",
+                "5",
+                "--config_overrides",
+                overrides,
+                *flags,
+            ]
+        )
         frames = torch._dynamo.utils.counters["frames"]["ok"]
         assert (frames > 0) is compiled, frames
     for key in ("train_loss", "eval_loss"):

@@ -33,10 +33,35 @@ import runner
 
 ROOT = Path(__file__).resolve().parent.parent
 
-ROW_KEYS = {"id", "claim", "variant", "size", "seed", "config", "steps", "eval_loss", "eval_perplexity", "diverged",
-            "eval_curve", "train_curve", "train_loss", "train_seconds_per_step", "train_runtime", "num_parameters",
-            "wall_seconds", "cpu_seconds", "resumed_from_step", "hardware", "command", "train_command", "git_commit", "finished_at",
-            "tokenizer_sha256", "train_text_sha256", "validation_text_sha256"}
+ROW_KEYS = {
+    "id",
+    "claim",
+    "variant",
+    "size",
+    "seed",
+    "config",
+    "steps",
+    "eval_loss",
+    "eval_perplexity",
+    "diverged",
+    "eval_curve",
+    "train_curve",
+    "train_loss",
+    "train_seconds_per_step",
+    "train_runtime",
+    "num_parameters",
+    "wall_seconds",
+    "cpu_seconds",
+    "resumed_from_step",
+    "hardware",
+    "command",
+    "train_command",
+    "git_commit",
+    "finished_at",
+    "tokenizer_sha256",
+    "train_text_sha256",
+    "validation_text_sha256",
+}
 
 
 # ------------------------------------------------------------------------------------------------------------ corpus
@@ -66,9 +91,20 @@ def test_shipped_corpus_is_the_kjv():
 
 # --------------------------------------------------------------------------------------- cells and tables (cells.py)
 def tiny_cell(seed=0):
-    return cells.cell("test", "tiny", "t", seed, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=2,
-                      eval_steps=1, logging_steps=1, max_seq_length=32, max_eval_samples=8,
-                       per_device_train_batch_size=4)
+    return cells.cell(
+        "test",
+        "tiny",
+        "t",
+        seed,
+        "bert-tiny-dot-product",
+        {"num_attention_heads": 2},
+        max_steps=2,
+        eval_steps=1,
+        logging_steps=1,
+        max_seq_length=32,
+        max_eval_samples=8,
+        per_device_train_batch_size=4,
+    )
 
 
 def test_cells_are_checked():
@@ -78,9 +114,20 @@ def test_cells_are_checked():
         runner.run_cells([tiny_cell(), tiny_cell()], runner.RunnerArguments(), "x.py")
     with pytest.raises(ValueError, match="No cell matches"):
         cells.select([tiny_cell()], ["nothing/*"])
-    twin = cells.cell("test", "other-name", "t", 0, "bert-tiny-dot-product", {"num_attention_heads": 2},
-                      max_steps=2, eval_steps=1, logging_steps=1, max_seq_length=32, max_eval_samples=8,
-                       per_device_train_batch_size=4)
+    twin = cells.cell(
+        "test",
+        "other-name",
+        "t",
+        0,
+        "bert-tiny-dot-product",
+        {"num_attention_heads": 2},
+        max_steps=2,
+        eval_steps=1,
+        logging_steps=1,
+        max_seq_length=32,
+        max_eval_samples=8,
+        per_device_train_batch_size=4,
+    )
     kept, aliases = cells.dedupe([tiny_cell(), twin, tiny_cell(1)])
     assert [c.id for c in kept] == ["test/tiny/t/seed0", "test/tiny/t/seed1"]
     assert aliases == {("test", "other-name", "t"): ("test", "tiny", "t")}
@@ -109,24 +156,35 @@ def test_every_defined_cell_has_a_valid_command():
             for _, variant in table.rows:
                 for _, size in table.columns:  # every entry is filled by some defined cell
                     groups = set(table.groups(variant, size, claim.ALIASES))
-                    assert any((c.claim, c.variant, c.size) in groups for m in claims for c in m.CELLS), \
-                        (table.name, variant, size)
+                    assert any((c.claim, c.variant, c.size) in groups for m in claims for c in m.CELLS), (
+                        table.name,
+                        variant,
+                        size,
+                    )
     cell = claims[0].CELLS[0]
     model, data, training = parser.parse_args_into_dataclasses(
-        cell.flags({"train_file": "t.txt", "validation_file": "v.txt"}, "/tmp/out"))
+        cell.flags({"train_file": "t.txt", "validation_file": "v.txt"}, "/tmp/out")
+    )
     assert (training.max_steps, training.learning_rate, data.max_seq_length) == (400, 5e-4, 128)
     assert json.loads(model.config_overrides)["num_attention_heads"] == 16
     twin = configs[("bert-mini-single-head-admin", (("admin", False), ("num_attention_heads", 8)))]
     assert (twin.num_hidden_layers, twin.num_attention_heads, twin.admin) == (32, 1, False)
-    wider = next(c for claim in claims for c in claim.CELLS
-                 if c.id == "single_head/twin-admin/search-h8-lr1e-3-init0.07/seed0")
+    wider = next(
+        c for claim in claims for c in claim.CELLS if c.id == "single_head/twin-admin/search-h8-lr1e-3-init0.07/seed0"
+    )
     model, _, training = parser.parse_args_into_dataclasses(wider.flags({}, "/tmp/out"))
     assert (training.max_steps, training.learning_rate, model.admin_init) == (400, 1e-3, None)
     assert json.loads(model.config_overrides) == {"initializer_range": 0.07, "num_attention_heads": 8}
-    closed = next(c for claim in claims for c in claim.CELLS if c.id == "single_head/twin-admin-closed/h8-lr1e-3/seed1")
+    closed = next(
+        c for claim in claims for c in claim.CELLS if c.id == "single_head/twin-admin-closed/h8-lr1e-3/seed1"
+    )
     model, _, training = parser.parse_args_into_dataclasses(closed.flags({}, "/tmp/out"))
-    assert (model.preset, model.admin_init, training.learning_rate, training.seed) == \
-        ("bert-mini-single-head-admin", "closed_form", 1e-3, 1)
+    assert (model.preset, model.admin_init, training.learning_rate, training.seed) == (
+        "bert-mini-single-head-admin",
+        "closed_form",
+        1e-3,
+        1,
+    )
 
 
 def test_claims_share_identical_runs():
@@ -140,32 +198,37 @@ def test_claims_share_identical_runs():
     assert "single_head/multi-head/search-h16-lr1e-3/seed0" not in ids
     assert "single_head/multi-head/search-h8-lr3e-3/seed0" in ids  # claim (a) has no run at lr 3e-3
     tables = {t.name: t for t in single_head.TABLES}
-    assert tables["sh-search"].groups("multi-head", "search-h16-lr1e-3", single_head.ALIASES) == \
-        [("single_head", "multi-head", "search-h16-lr1e-3"), ("talking_heads", "dot-product", "lr-init-h16-lr1e-3")]
+    assert tables["sh-search"].groups("multi-head", "search-h16-lr1e-3", single_head.ALIASES) == [
+        ("single_head", "multi-head", "search-h16-lr1e-3"),
+        ("talking_heads", "dot-product", "lr-init-h16-lr1e-3"),
+    ]
     groups = tables["sh-main"].groups("multi-head", "h8-lr1e-3", single_head.ALIASES)
     assert groups == [("single_head", "multi-head", "h8-lr1e-3"), ("talking_heads", "dot-product", "h8-lr1e-3")]
     shared = {c.seed: c for c in talking_heads.CELLS if (c.claim, c.variant, c.size) in groups}
     assert sorted(shared) == [0, 1, 2]
     preset, fields = single_head.VARIANTS["multi-head"]
-    own = cells.cell("single_head", "multi-head", "h8-lr1e-3", 1, preset, {"num_attention_heads": 8, **fields},
-                     learning_rate="1e-3")
+    own = cells.cell(
+        "single_head", "multi-head", "h8-lr1e-3", 1, preset, {"num_attention_heads": 8, **fields}, learning_rate="1e-3"
+    )
     assert (own.preset, own.overrides, own.training) == (shared[1].preset, shared[1].overrides, shared[1].training)
     loop = cells.Table("t", "t", "x", (("A", "a"),), (("s", "s"),))
-    assert loop.groups("a", "s", {("x", "a", "s"): ("y", "b", "s"), ("y", "b", "s"): ("x", "a", "s")}) == \
-        [("x", "a", "s"), ("y", "b", "s")]
+    assert loop.groups("a", "s", {("x", "a", "s"): ("y", "b", "s"), ("y", "b", "s"): ("x", "a", "s")}) == [
+        ("x", "a", "s"),
+        ("y", "b", "s"),
+    ]
 
 
 def test_long_note_says_what_is_pending():
     assert "pending the screen" in cells.long_note({"x": "1e-3"}, {"y": None})
     picked = cells.long_note({"x": "1e-3"}, {"y": "5e-4"})
     assert "pending" not in picked and "y 5e-4" in picked and "y: by the screening rule" in picked
-    assert cells.long_lrs({"x": "1e-3"}, {"y": None, "z": "2e-3"}) == {"x": "1e-3", "y": cells.PENDING_LR,
-                                                                       "z": "2e-3"}
+    assert cells.long_lrs({"x": "1e-3"}, {"y": None, "z": "2e-3"}) == {"x": "1e-3", "y": cells.PENDING_LR, "z": "2e-3"}
 
 
 # ---------------------------------------------------------------------------------------- provenance (provenance.py)
 def test_dirty_counts_code_only(tmp_path, monkeypatch):
     """A row's "+dirty" says the code differs from the commit: results, run folders, docs and Markdown do not."""
+
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
@@ -206,8 +269,17 @@ def tiny_data(tmp_path):
 
 def runner_argv(tmp_path, data, *extra):
     train, validation = data
-    return ["--results", str(tmp_path / "results.jsonl"), "--runs_dir", str(tmp_path / "runs"),
-            "--train_file", str(train), "--validation_file", str(validation), *extra]
+    return [
+        "--results",
+        str(tmp_path / "results.jsonl"),
+        "--runs_dir",
+        str(tmp_path / "runs"),
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(validation),
+        *extra,
+    ]
 
 
 def test_tiny_cell_row_then_skipped(tmp_path, tiny_data, monkeypatch):
@@ -217,8 +289,13 @@ def test_tiny_cell_row_then_skipped(tmp_path, tiny_data, monkeypatch):
     assert counts == {"run": 1, "skipped": 0, "failed": 0, "busy": 0}
     (row,) = results_file.load_results(tmp_path / "results.jsonl")
     assert set(row) == ROW_KEYS
-    assert (row["id"], row["claim"], row["variant"], row["size"], row["seed"]) == ("test/tiny/t/seed0", "test",
-                                                                                   "tiny", "t", 0)
+    assert (row["id"], row["claim"], row["variant"], row["size"], row["seed"]) == (
+        "test/tiny/t/seed0",
+        "test",
+        "tiny",
+        "t",
+        0,
+    )
     assert row["steps"] == 2 and row["diverged"] is False
     assert 0 < row["eval_loss"] < 20 and row["eval_perplexity"] == pytest.approx(2.718281828 ** row["eval_loss"])
     assert [step for step, _ in row["eval_curve"]] == [1, 2]  # the final evaluation is not a second point
@@ -274,9 +351,10 @@ def test_parallel_runs_cells_at_once(tmp_path, tiny_data):
     assert sorted(r["id"] for r in rows) == ["test/tiny/t/seed0", "test/tiny/t/seed1"]
     assert all(r["tokenizer_sha256"] == hashlib.sha256(b"{}").hexdigest() for r in rows)
     assert all(r["wall_seconds"] >= 2 for r in rows)
-    (a_start, a_end), (b_start, b_end) = [map(float, line.split())
-                                          for line in (tmp_path / "runs" / "test" / "tiny" / "t" / "spans.txt")
-                                          .read_text().splitlines()]
+    (a_start, a_end), (b_start, b_end) = [
+        map(float, line.split())
+        for line in (tmp_path / "runs" / "test" / "tiny" / "t" / "spans.txt").read_text().splitlines()
+    ]
     assert max(a_start, b_start) < min(a_end, b_end)  # the two runs overlapped
     assert runner.main([tiny_cell(0), tiny_cell(1)], "experiments/test_claim.py", argv)["skipped"] == 2
 
@@ -340,10 +418,12 @@ def test_killed_runner_takes_its_cell_with_it(tmp_path, tiny_data):
     fake.write_text(f"#!/bin/sh\necho $$ > {tmp_path / 'child.pid'}\nexec sleep 60\n")
     fake.chmod(0o755)
     argv = runner_argv(tmp_path, tiny_data, "--python", str(fake))
-    program = (f"import sys; sys.path.insert(0, {str(ROOT / 'experiments')!r})\n"
-               "import cells, runner\n"
-               "cell = cells.cell('test', 'tiny', 't', 0, 'bert-tiny-dot-product', {}, max_steps=2)\n"
-               f"runner.main([cell], 'experiments/test_claim.py', {argv!r})\n")
+    program = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'experiments')!r})\n"
+        "import cells, runner\n"
+        "cell = cells.cell('test', 'tiny', 't', 0, 'bert-tiny-dot-product', {}, max_steps=2)\n"
+        f"runner.main([cell], 'experiments/test_claim.py', {argv!r})\n"
+    )
     runner_proc = subprocess.Popen([sys.executable, "-c", program], cwd=ROOT)
     try:
         for _ in range(600):  # the cell has started once its process has written its pid
@@ -389,9 +469,21 @@ def test_killed_cell_resumes_as_if_never_killed(tmp_path, tiny_data, monkeypatch
     import reproduce
 
     monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "cache"))
-    cell = cells.cell("test", "tiny", "t", 0, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=8,
-                      eval_steps=2, logging_steps=1, max_seq_length=32, max_eval_samples=8,
-                       per_device_train_batch_size=4, max_train_samples=12)
+    cell = cells.cell(
+        "test",
+        "tiny",
+        "t",
+        0,
+        "bert-tiny-dot-product",
+        {"num_attention_heads": 2},
+        max_steps=8,
+        eval_steps=2,
+        logging_steps=1,
+        max_seq_length=32,
+        max_eval_samples=8,
+        per_device_train_batch_size=4,
+        max_train_samples=12,
+    )
     runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path / "whole", tiny_data))
     (whole,) = results_file.load_results(tmp_path / "whole" / "results.jsonl")
 
@@ -422,15 +514,21 @@ def test_killed_cell_resumes_as_if_never_killed(tmp_path, tiny_data, monkeypatch
     assert [a["from_step"] for a in tried] == [0, 4] and all(a["cpu_seconds"] > 0 for a in tried)
     assert resumed["cpu_seconds"] == pytest.approx(sum(a["cpu_seconds"] for a in tried), abs=0.1)
     assert resumed["wall_seconds"] == pytest.approx(sum(a["wall_seconds"] for a in tried), abs=0.1)
-    assert resumed["train_command"] == whole["train_command"].replace(str(tmp_path / "whole"),
-                                                                      str(tmp_path / "resumed"))
+    assert resumed["train_command"] == whole["train_command"].replace(
+        str(tmp_path / "whole"), str(tmp_path / "resumed")
+    )
     assert "--save_strategy no" in whole["train_command"] and "checkpoint" not in whole["train_command"]
     assert not list(run_dir.glob("checkpoint-*")) and not list(run_dir.rglob("*.safetensors"))
 
     scratch = tmp_path / "from-scratch"
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # `python`: this one
-    subprocess.run(["bash", "-c", reproduce.reproduce_command(whole, scratch)], cwd=ROOT, check=True,
-                   capture_output=True, env={**os.environ, "PATH": path})
+    subprocess.run(
+        ["bash", "-c", reproduce.reproduce_command(whole, scratch)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PATH": path},
+    )
     assert not list(scratch.glob("checkpoint-*"))
     from_scratch = results_file.read_outcome(scratch)
     for key in ("eval_curve", "train_curve"):
@@ -511,13 +609,18 @@ def test_resume_only_the_same_run(tmp_path, tiny_data, monkeypatch):
 def test_reproduce_command_replaces_the_output_folder():
     import reproduce
 
-    row = {"id": "c/v/s/seed0", "train_command": "OMP_NUM_THREADS=1 python examples/run_pretraining.py "
-           '--train_file "$(python experiments/kjv.py --split train)" --output_dir experiments/runs/c/v/s/seed0 '
-           "--seed 0"}
+    row = {
+        "id": "c/v/s/seed0",
+        "train_command": "OMP_NUM_THREADS=1 python examples/run_pretraining.py "
+        '--train_file "$(python experiments/kjv.py --split train)" --output_dir experiments/runs/c/v/s/seed0 '
+        "--seed 0",
+    }
     command = reproduce.reproduce_command(row, "/tmp/scratch dir/output")
-    assert command == ("OMP_NUM_THREADS=1 python examples/run_pretraining.py "
-                       "--train_file \"$(python experiments/kjv.py --split train)\" "
-                       "--output_dir '/tmp/scratch dir/output' --seed 0")
+    assert command == (
+        "OMP_NUM_THREADS=1 python examples/run_pretraining.py "
+        '--train_file "$(python experiments/kjv.py --split train)" '
+        "--output_dir '/tmp/scratch dir/output' --seed 0"
+    )
     assert reproduce.reproduce_command({"train_command": command}, "x").endswith("--output_dir x --seed 0")
     with pytest.raises(ValueError, match="cannot be re-run"):
         reproduce.reproduce_command({"id": "old"}, "x")
@@ -532,14 +635,20 @@ def test_reproduce_reruns_in_a_scratch_cache(tmp_path, capsys, monkeypatch):
     import reproduce
 
     seen = tmp_path / "seen.json"
-    script = ("import json, os, sys; from pathlib import Path; "
-              "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); (out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': 5.25})); "
-              "(out / 'tokenizer.json').write_text('{}'); "
-              f"Path({str(seen)!r}).write_text(json.dumps([os.getcwd(), os.environ['HF_ATTN_VARIANTS_CACHE'], "
-              "os.environ['HF_DATASETS_CACHE']]))")
-    row = {"id": "c/v/s/seed0", "eval_loss": 5.5, "tokenizer_sha256": hashlib.sha256(b"{}").hexdigest(),
-           "hardware": {"cpu": "a CPU"},
-           "train_command": f"OMP_NUM_THREADS=1 python -c {shlex.quote(script)} --output_dir recorded/out --seed 0"}
+    script = (
+        "import json, os, sys; from pathlib import Path; "
+        "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); (out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': 5.25})); "
+        "(out / 'tokenizer.json').write_text('{}'); "
+        f"Path({str(seen)!r}).write_text(json.dumps([os.getcwd(), os.environ['HF_ATTN_VARIANTS_CACHE'], "
+        "os.environ['HF_DATASETS_CACHE']]))"
+    )
+    row = {
+        "id": "c/v/s/seed0",
+        "eval_loss": 5.5,
+        "tokenizer_sha256": hashlib.sha256(b"{}").hexdigest(),
+        "hardware": {"cpu": "a CPU"},
+        "train_command": f"OMP_NUM_THREADS=1 python -c {shlex.quote(script)} --output_dir recorded/out --seed 0",
+    }
     results = tmp_path / "results.jsonl"
     results_file.append_row(results, row)
     monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "my-cache"))
@@ -559,19 +668,28 @@ def test_reproduce_reads_the_metric_of_the_rows_script(tmp_path, monkeypatch):
     eval_mlm_loss."""
     import reproduce
 
-    script = ("import json, sys; from pathlib import Path; "
-              "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); "
-              "(out / 'all_results.json').write_text(json.dumps({'eval_loss': 1.0, 'eval_target_loss': 4.5, "
-              "'eval_mlm_loss': 6.5}))")
+    script = (
+        "import json, sys; from pathlib import Path; "
+        "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); "
+        "(out / 'all_results.json').write_text(json.dumps({'eval_loss': 1.0, 'eval_target_loss': 4.5, "
+        "'eval_mlm_loss': 6.5}))"
+    )
     command = f"python -c {shlex.quote(script)} --output_dir recorded/out"
     results = tmp_path / "results.jsonl"
-    results_file.append_row(results, {"id": "t5/v/s/seed0", "eval_loss": 4.75, "train_command": command,
-                                      "config": {"script": "examples/run_t5_pretraining.py"}})
-    results_file.append_row(results, {"id": "mlm/v/s/seed0", "eval_loss": 6.0, "train_command": command,
-                                      "config": {}})
+    results_file.append_row(
+        results,
+        {
+            "id": "t5/v/s/seed0",
+            "eval_loss": 4.75,
+            "train_command": command,
+            "config": {"script": "examples/run_t5_pretraining.py"},
+        },
+    )
+    results_file.append_row(results, {"id": "mlm/v/s/seed0", "eval_loss": 6.0, "train_command": command, "config": {}})
     monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "my-cache"))
     assert reproduce.main(["t5/v/s/seed0", "--results", str(results)])["new_eval_loss"] == 4.5
     assert reproduce.main(["mlm/v/s/seed0", "--results", str(results)])["new_eval_loss"] == 6.5
+
 
 def test_reproduce_at_the_rows_commit(tmp_path, capsys, monkeypatch):
     """--at_row_commit runs the row's command in a worktree of the commit the row records, first on PYTHONPATH:
@@ -590,13 +708,20 @@ def test_reproduce_at_the_rows_commit(tmp_path, capsys, monkeypatch):
     (repo / "loss.txt").write_text("9.0")
     subprocess.run([*git, "commit", "-qam", "two"], check=True)
     monkeypatch.setattr(reproduce, "ROOT", repo)
-    script = ("import json, os, sys; from pathlib import Path; "
-              "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); "
-              "first = os.environ['PYTHONPATH'].split(os.pathsep)[0]; "
-              "assert Path(first).resolve() == Path.cwd().resolve(), (first, os.getcwd()); "
-              "(out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': float(Path('loss.txt').read_text())}))")
-    row = {"id": "c/v/s/seed0", "eval_loss": 5.5, "hardware": {"cpu": "a CPU"}, "git_commit": first,
-           "train_command": f"python -c {shlex.quote(script)} --output_dir recorded/out"}
+    script = (
+        "import json, os, sys; from pathlib import Path; "
+        "out = Path(sys.argv[sys.argv.index('--output_dir') + 1]); out.mkdir(parents=True); "
+        "first = os.environ['PYTHONPATH'].split(os.pathsep)[0]; "
+        "assert Path(first).resolve() == Path.cwd().resolve(), (first, os.getcwd()); "
+        "(out / 'all_results.json').write_text(json.dumps({'eval_mlm_loss': float(Path('loss.txt').read_text())}))"
+    )
+    row = {
+        "id": "c/v/s/seed0",
+        "eval_loss": 5.5,
+        "hardware": {"cpu": "a CPU"},
+        "git_commit": first,
+        "train_command": f"python -c {shlex.quote(script)} --output_dir recorded/out",
+    }
     results = tmp_path / "results.jsonl"
     results_file.append_row(results, row)
     assert reproduce.main(["c/v/s/seed0", "--results", str(results)])["new_eval_loss"] == 9.0  # this checkout
@@ -605,8 +730,11 @@ def test_reproduce_at_the_rows_commit(tmp_path, capsys, monkeypatch):
     assert f"at commit {first}; re-run with the code of {first}" in capsys.readouterr().out
     listed = subprocess.run([*git, "worktree", "list"], check=True, capture_output=True, text=True).stdout
     assert len(listed.splitlines()) == 1  # the temporary worktree is gone
-    for commit, message in ((None, "records no git_commit"), (first + "+dirty", "uncommitted code"),
-                            ("0" * 40, "git cannot check out the row's commit")):
+    for commit, message in (
+        (None, "records no git_commit"),
+        (first + "+dirty", "uncommitted code"),
+        ("0" * 40, "git cannot check out the row's commit"),
+    ):
         results_file.append_row(results, {**row, "git_commit": commit})
         with pytest.raises(ValueError, match=message):
             reproduce.main(["c/v/s/seed0", "--results", str(results), "--at_row_commit"])
@@ -625,27 +753,50 @@ def test_unigram_reference_point():
 
 
 def fake_row(variant, size, seed, loss, diverged=False, claim="fake"):
-    return {"id": f"{claim}/{variant}/{size}/seed{seed}", "claim": claim, "variant": variant, "size": size,
-            "seed": seed, "eval_loss": None if diverged else loss, "diverged": diverged, "cpu_seconds": 60.0,
-            "eval_curve": [[1, loss + 1 if loss else None], [2, loss]]}
+    return {
+        "id": f"{claim}/{variant}/{size}/seed{seed}",
+        "claim": claim,
+        "variant": variant,
+        "size": size,
+        "seed": seed,
+        "eval_loss": None if diverged else loss,
+        "diverged": diverged,
+        "cpu_seconds": 60.0,
+        "eval_curve": [[1, loss + 1 if loss else None], [2, loss]],
+    }
 
 
 @pytest.fixture
 def fake_claim():
-    table = cells.Table("fake-table", "A fake table", "fake", (("A", "a"), ("B", "b"), ("C", "c"), ("D", "d")),
-                        (("small", "s"), ("large", "l")), seeds=(0, 1, 2))
-    defined = [cells.cell("fake", v, s, seed, "bert-tiny-dot-product") for v in "abcd" for s in "sl"
-               for seed in range(3)]
-    return types.SimpleNamespace(CLAIM="fake", CELLS=defined, TABLES=[table],
-                                 ALIASES={("fake", "d", "s"): ("other", "base", "s")})
+    table = cells.Table(
+        "fake-table",
+        "A fake table",
+        "fake",
+        (("A", "a"), ("B", "b"), ("C", "c"), ("D", "d")),
+        (("small", "s"), ("large", "l")),
+        seeds=(0, 1, 2),
+    )
+    defined = [
+        cells.cell("fake", v, s, seed, "bert-tiny-dot-product") for v in "abcd" for s in "sl" for seed in range(3)
+    ]
+    return types.SimpleNamespace(
+        CLAIM="fake", CELLS=defined, TABLES=[table], ALIASES={("fake", "d", "s"): ("other", "base", "s")}
+    )
 
 
 def test_report_aggregates_seeds(fake_claim):
-    rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "s", 1, 5.2), fake_row("a", "s", 2, 5.4),
-            fake_row("a", "s", 3, 9.0),  # a seed the table does not ask for: not counted
-            fake_row("b", "s", 0, 4.6), fake_row("b", "l", 0, 4.9), fake_row("b", "l", 1, 0.0, diverged=True),
-            fake_row("c", "s", 0, 0.0, diverged=True),
-            fake_row("base", "s", 0, 4.0, claim="other"), fake_row("base", "s", 1, 4.5, claim="other")]
+    rows = [
+        fake_row("a", "s", 0, 5.0),
+        fake_row("a", "s", 1, 5.2),
+        fake_row("a", "s", 2, 5.4),
+        fake_row("a", "s", 3, 9.0),  # a seed the table does not ask for: not counted
+        fake_row("b", "s", 0, 4.6),
+        fake_row("b", "l", 0, 4.9),
+        fake_row("b", "l", 1, 0.0, diverged=True),
+        fake_row("c", "s", 0, 0.0, diverged=True),
+        fake_row("base", "s", 0, 4.0, claim="other"),
+        fake_row("base", "s", 1, 4.5, claim="other"),
+    ]
     (table,) = fake_claim.TABLES
     text = report.render_table(rows, table, fake_claim.ALIASES)
     lines = text.splitlines()
@@ -667,8 +818,10 @@ def test_every_experiment_file_stays_within_450_lines():
 
 
 def test_report_renders_page_blocks_and_curves(tmp_path, fake_claim):
-    page = ("intro\n<!-- BEGIN summary -->\nold\n<!-- END summary -->\nhand-written text\n"
-            "<!-- BEGIN fake-table -->\nold table\n<!-- END fake-table -->\nend\n")
+    page = (
+        "intro\n<!-- BEGIN summary -->\nold\n<!-- END summary -->\nhand-written text\n"
+        "<!-- BEGIN fake-table -->\nold table\n<!-- END fake-table -->\nend\n"
+    )
     rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "s", 1, 5.1)]
     out = report.render_page(page, rows, [fake_claim], tmp_path / "research")
     assert out.startswith("intro\n<!-- BEGIN summary -->\nCells defined: 24 (fake 24); run: 2; pending: 22.")
@@ -690,9 +843,11 @@ def committed_claims():
     import synthesizer
     import talking_heads
 
-    return {"talking_heads": (talking_heads, talking_heads.COMMITTED_CELLS),
-            "single_head": (single_head, [c for c in single_head.CELLS if "steps" in c.size]),
-            "synthesizer": (synthesizer, synthesizer.COMMITTED_CELLS)}
+    return {
+        "talking_heads": (talking_heads, talking_heads.COMMITTED_CELLS),
+        "single_head": (single_head, [c for c in single_head.CELLS if "steps" in c.size]),
+        "synthesizer": (synthesizer, synthesizer.COMMITTED_CELLS),
+    }
 
 
 def test_long_cells_and_screens():
@@ -722,27 +877,35 @@ def test_long_cells_and_screens():
                 long_ids.add(c.id)
         assert kinds == sorted(kinds), name  # screens, then seed 0 of every long cell, then seed 1, ...
         assert sorted({seed for seed, kind in kinds if kind}) == [0, 1, 2]
-    assert {"talking_heads/dot-product/h16-lr1e-3-steps1600/seed2",
-            "talking_heads/talking-heads/h32-lr1e-3-steps1600/seed0",
-            "talking_heads/th-hk8-h16-hv8/h16-lr1e-3-steps1600/seed1", "single_head/twin/h8-lr1e-3-steps1600/seed0",
-            "single_head/multi-head/h8-lr1e-3-steps1600/seed1",
-            "single_head/twin-admin-closed/h8-lr1e-3-steps1600/seed2",
-            "synthesizer/mixture-random-dot/h4-lr1e-3-steps1600/seed0"} <= long_ids
+    assert {
+        "talking_heads/dot-product/h16-lr1e-3-steps1600/seed2",
+        "talking_heads/talking-heads/h32-lr1e-3-steps1600/seed0",
+        "talking_heads/th-hk8-h16-hv8/h16-lr1e-3-steps1600/seed1",
+        "single_head/twin/h8-lr1e-3-steps1600/seed0",
+        "single_head/multi-head/h8-lr1e-3-steps1600/seed1",
+        "single_head/twin-admin-closed/h8-lr1e-3-steps1600/seed2",
+        "synthesizer/mixture-random-dot/h4-lr1e-3-steps1600/seed0",
+    } <= long_ids
     assert len(long_ids) == 3 * (5 + 3 + 4)
     import synthesizer
     import talking_heads
 
     by_id = {c.id: c for m in (talking_heads, synthesizer) for c in m.CELLS}
-    for new, old in (("synthesizer/dense/screen-h4-lr1e-3/seed0", "synthesizer/dense/h4-lr1e-3/seed0"),
-                     ("synthesizer/dot-product/screen-h4-lr1e-3/seed0", "talking_heads/dot-product/h4-lr1e-3/seed0"),
-                     ("talking_heads/th-hk8-h16-hv8/screen-h16-lr1e-3/seed0",
-                      "talking_heads/th-hk8-h16-hv8/h16-lr1e-3/seed0")):
+    for new, old in (
+        ("synthesizer/dense/screen-h4-lr1e-3/seed0", "synthesizer/dense/h4-lr1e-3/seed0"),
+        ("synthesizer/dot-product/screen-h4-lr1e-3/seed0", "talking_heads/dot-product/h4-lr1e-3/seed0"),
+        ("talking_heads/th-hk8-h16-hv8/screen-h16-lr1e-3/seed0", "talking_heads/th-hk8-h16-hv8/h16-lr1e-3/seed0"),
+    ):
         a, b = by_id[new], by_id[old]
         assert (a.preset, a.overrides, a.training, a.seed) == (b.preset, b.overrides, b.training, b.seed)
     ablation = by_id["talking_heads/th-hk8-h16-hv8/h16-lr1e-3-steps1600/seed1"]
     model, _, training = parser.parse_args_into_dataclasses(ablation.flags({}, "/tmp/out"))
-    assert (training.max_steps, training.eval_steps, training.learning_rate, training.logging_steps) == \
-        (1600, 200, 1e-3, 25)
+    assert (training.max_steps, training.eval_steps, training.learning_rate, training.logging_steps) == (
+        1600,
+        200,
+        1e-3,
+        25,
+    )
     assert json.loads(model.config_overrides)["talking_heads_num_key_heads"] == 8
 
 
@@ -760,20 +923,24 @@ def test_screen_picks_follow_the_rule():
             rule = report.screen_pick(rows, table, variant, sizes, module.ALIASES, cells.PENDING_LR)
             assert picked == rule, (name, variant)
             assert module.LONG_LR[variant] == (cells.PENDING_LR if picked is None else picked)
-            assert any(c.variant == variant and c.size.endswith(f"-lr{module.LONG_LR[variant]}-steps1600")
-                       for c in module.CELLS)
+            assert any(
+                c.variant == variant and c.size.endswith(f"-lr{module.LONG_LR[variant]}-steps1600")
+                for c in module.CELLS
+            )
             note = next(t for t in module.TABLES if t.train_loss and any(v == variant for _, v in t.rows)).note
             assert ("pending the screen" in note) == (picked is None)
 
 
 def test_screen_pick_rule():
-    table = cells.Table("s", "s", "fake", (("A", "a"),), tuple((lr, f"lr{lr}") for lr in cells.SCREEN_LRS),
-                        seeds=(0,))
+    table = cells.Table("s", "s", "fake", (("A", "a"),), tuple((lr, f"lr{lr}") for lr in cells.SCREEN_LRS), seeds=(0,))
     sizes = {lr: f"lr{lr}" for lr in cells.SCREEN_LRS}
 
     def pick(*losses):
-        rows = [fake_row("a", f"lr{lr}", 0, loss, diverged=loss is None)
-                for lr, loss in zip(cells.SCREEN_LRS, losses) if loss != "missing"]
+        rows = [
+            fake_row("a", f"lr{lr}", 0, loss, diverged=loss is None)
+            for lr, loss in zip(cells.SCREEN_LRS, losses)
+            if loss != "missing"
+        ]
         return report.screen_pick(rows, table, "a", sizes, {}, "fallback")
 
     assert pick(5.60, 5.55, 5.58) == "1e-3" and pick(5.54, 5.55, 5.85) == "5e-4"
@@ -781,22 +948,30 @@ def test_screen_pick_rule():
     assert pick(None, report.UNIGRAM_LOSS - 0.01, 5.90) == "fallback"  # nor a stalled one
     assert pick(5.60, "missing", 5.58) is None  # the screen has not finished
     rows = [fake_row("a", f"lr{lr}", 0, loss) for lr, loss in zip(cells.SCREEN_LRS, (5.60, 5.55, 5.58))]
-    block = report.render_block(rows, cells.Table("s", "s", "fake", (("A", "a"), ("B", "b")), table.columns,
-                                                  seeds=(0,), screen=True), {}, None)
+    block = report.render_block(
+        rows, cells.Table("s", "s", "fake", (("A", "a"), ("B", "b")), table.columns, seeds=(0,), screen=True), {}, None
+    )
     assert "The rule's pick: A lr 1e-3; B pending." in block
 
 
 def test_table_patterns_select_the_tables_cells_and_no_other():
     """A table's command (`--only` globs, matched as the runner does) selects its cells and no other of its claim:
     where other variants or seeds share a column's size, the globs name the table's; else they read "*"."""
-    every = [cells.cell("fake", v, size, seed, "bert-mini-dot-product") for v in "abc" for size in "st"
-             for seed in (0, 1, 2) if (v, size) != ("c", "t")]  # c has no cells of size t
+    every = [
+        cells.cell("fake", v, size, seed, "bert-mini-dot-product")
+        for v in "abc"
+        for size in "st"
+        for seed in (0, 1, 2)
+        if (v, size) != ("c", "t")
+    ]  # c has no cells of size t
     for variants, seeds in (("ab", (0, 1, 2)), ("abc", (0, 1, 2)), ("a", (0,)), ("bc", (1, 2))):
-        table = cells.Table("x", "x", "fake", tuple((v.upper(), v) for v in variants), (("S", "s"), ("T", "t")),
-                            seeds=seeds)
+        table = cells.Table(
+            "x", "x", "fake", tuple((v.upper(), v) for v in variants), (("S", "s"), ("T", "t")), seeds=seeds
+        )
         (patterns,) = report.table_patterns(table, {}, every).values()
-        assert {c.id for c in cells.select(every, patterns)} == \
-            {c.id for c in every if c.variant in variants and c.seed in seeds}, (variants, seeds)
+        assert {c.id for c in cells.select(every, patterns)} == {
+            c.id for c in every if c.variant in variants and c.seed in seeds
+        }, (variants, seeds)
         if (variants, seeds) == ("ab", (0, 1, 2)):
             assert patterns == ["fake/a/s/*", "fake/b/s/*", "fake/*/t/*"]
     table = cells.Table("x", "x", "fake", (("A", "a"),), (("S", "s"),))
@@ -804,18 +979,27 @@ def test_table_patterns_select_the_tables_cells_and_no_other():
 
 
 def test_long_table_shows_train_loss_and_rising_runs():
-    table = cells.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1),
-                        train_loss=True)
-    rising = {**fake_row("a", "s", 0, 5.0), "eval_curve": [[200, 5.2], [400, 4.9], [600, 5.0]],
-              "train_curve": [[25 * i, 9.0 - 0.1 * i] for i in range(1, 25)]}  # last 100 steps: 21..24
-    flat = {**fake_row("a", "s", 1, 4.8), "eval_curve": [[200, 5.1], [400, 4.805], [600, 4.8]],
-            "train_curve": [[600, 4.0]]}
+    table = cells.Table(
+        "long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1), train_loss=True
+    )
+    rising = {
+        **fake_row("a", "s", 0, 5.0),
+        "eval_curve": [[200, 5.2], [400, 4.9], [600, 5.0]],
+        "train_curve": [[25 * i, 9.0 - 0.1 * i] for i in range(1, 25)],
+    }  # last 100 steps: 21..24
+    flat = {
+        **fake_row("a", "s", 1, 4.8),
+        "eval_curve": [[200, 5.1], [400, 4.805], [600, 4.8]],
+        "train_curve": [[600, 4.0]],
+    }
     text = report.render_table([rising, flat], table, {})
     lines = text.splitlines()
     assert lines[0] == "| variant | small: held-out | small: train |" and lines[1] == "|---|---:|---:|"
     train = [statistics.fmean(9.0 - 0.1 * i for i in range(21, 25)), 4.0]
-    assert lines[2] == (f"| A | 4.900 ± {statistics.stdev([5.0, 4.8]):.3f} (n=2, 1 rising) | "
-                        f"{statistics.fmean(train):.3f} ± {statistics.stdev(train):.3f} |")
+    assert lines[2] == (
+        f"| A | 4.900 ± {statistics.stdev([5.0, 4.8]):.3f} (n=2, 1 rising) | "
+        f"{statistics.fmean(train):.3f} ± {statistics.stdev(train):.3f} |"
+    )
     assert lines[3] == "| B | pending | pending |"
     assert report.final_train_loss(rising) == pytest.approx(train[0])
     short = cells.Table("short", "t", "fake", (("A", "a"),), (("small", "s"),), seeds=(0, 1))
@@ -825,14 +1009,28 @@ def test_long_table_shows_train_loss_and_rising_runs():
 def test_paired_table_gives_each_variant_minus_the_baseline_by_seed():
     """A `paired` table's block has, under the table, each later row's final held-out loss minus the first row's of
     the same seed (a seed without a finished baseline makes no pair); a table without it has none."""
-    table = cells.Table("long", "A long table", "fake", (("A", "a"), ("B", "b"), ("C", "c")), (("small", "s"),),
-                        seeds=(0, 1, 2), train_loss=True, paired=True)
-    rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "s", 1, 5.2), fake_row("b", "s", 0, 5.1),
-            fake_row("b", "s", 1, 5.0), fake_row("b", "s", 2, 4.0)]  # b's seed 2: no baseline to pair with
+    table = cells.Table(
+        "long",
+        "A long table",
+        "fake",
+        (("A", "a"), ("B", "b"), ("C", "c")),
+        (("small", "s"),),
+        seeds=(0, 1, 2),
+        train_loss=True,
+        paired=True,
+    )
+    rows = [
+        fake_row("a", "s", 0, 5.0),
+        fake_row("a", "s", 1, 5.2),
+        fake_row("b", "s", 0, 5.1),
+        fake_row("b", "s", 1, 5.0),
+        fake_row("b", "s", 2, 4.0),
+    ]  # b's seed 2: no baseline to pair with
     lines = report.render_block(rows, table, {}, None).splitlines()
     start = lines.index("| paired difference | small |")
-    assert lines[start + 2] == (f"| B minus A | -0.050 ± {statistics.stdev([0.1, -0.2]):.3f} (seeds 0, 1: +0.100, "
-                                "-0.200) |")
+    assert lines[start + 2] == (
+        f"| B minus A | -0.050 ± {statistics.stdev([0.1, -0.2]):.3f} (seeds 0, 1: +0.100, -0.200) |"
+    )
     assert lines[start + 3] == "| C minus A | pending |"
     assert start > lines.index("| variant | small: held-out | small: train |")
     unpaired = cells.Table("long", "A long table", "fake", table.rows, table.columns, seeds=(0, 1, 2))
@@ -841,19 +1039,25 @@ def test_paired_table_gives_each_variant_minus_the_baseline_by_seed():
 
 def test_long_curves_pair_each_variant_with_the_baseline_by_seed(tmp_path):
     def run(variant, seed, losses):
-        return {**fake_row(variant, "s", seed, losses[-1]), "eval_curve": [[200 * (i + 1), v]
-                                                                          for i, v in enumerate(losses)],
-                "train_curve": [[100, 7.0], [200, 6.0]]}
+        return {
+            **fake_row(variant, "s", seed, losses[-1]),
+            "eval_curve": [[200 * (i + 1), v] for i, v in enumerate(losses)],
+            "train_curve": [[100, 7.0], [200, 6.0]],
+        }
 
     base = [run("a", 0, [6.0, 5.5, 5.2]), run("a", 1, [6.1, 5.6, 5.3])]
-    other = [run("b", 1, [6.0, 5.65, 5.4]), run("b", 2, [5.0, 4.0, 3.0]),  # seed 2: no baseline to pair with
-             {**run("b", 0, [5.9, 5.5, 5.1]), "eval_curve": [[200, 5.9], [400, None], [600, 5.1]]}]
+    other = [
+        run("b", 1, [6.0, 5.65, 5.4]),
+        run("b", 2, [5.0, 4.0, 3.0]),  # seed 2: no baseline to pair with
+        {**run("b", 0, [5.9, 5.5, 5.1]), "eval_curve": [[200, 5.9], [400, None], [600, 5.1]]},
+    ]
     differences = figures.paired_differences(base, other)
     assert list(differences) == [200, 600]  # the steps every pair has
     assert differences[200] == pytest.approx([-0.1, -0.1]) and differences[600] == pytest.approx([0.1, -0.1])
     assert figures.paired_differences(base, [run("b", 5, [5.0])]) == {}
-    table = cells.Table("long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1, 2),
-                        train_loss=True)
+    table = cells.Table(
+        "long", "A long table", "fake", (("A", "a"), ("B", "b")), (("small", "s"),), seeds=(0, 1, 2), train_loss=True
+    )
     assert figures.plot_curves(report.curve_panels(base + other, table, {}), table, tmp_path / "long.png")
     assert (tmp_path / "long.png").stat().st_size > 1000
 
@@ -866,10 +1070,18 @@ def test_trend_pairs_final_losses_by_seed_across_columns(tmp_path):
     first = cells.Table("one", "t", "fake", (("base", "a"), ("B", "b"), ("C", "c")), (("small", "s"), ("large", "l")))
     second = cells.Table("two", "t", "fake", (("base", "d"), ("E", "e")), (("small", "s2"), ("large", "l2")))
     trend = cells.Trend("fake-trend", "A fake trend", (("(1) ", first), ("(2) ", second)), (1, 2), "size")
-    rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "s", 1, 5.2), fake_row("a", "s", 2, 0.0, diverged=True),
-            fake_row("b", "s", 0, 5.1), fake_row("b", "s", 1, 5.0), fake_row("b", "s", 2, 4.0),
-            fake_row("a", "l", 0, 4.0), fake_row("b", "l", 1, 3.0),  # no pair: seed 1 has no baseline
-            fake_row("d", "l2", 2, report.UNIGRAM_LOSS), fake_row("e", "l2", 2, report.UNIGRAM_LOSS - 0.25)]
+    rows = [
+        fake_row("a", "s", 0, 5.0),
+        fake_row("a", "s", 1, 5.2),
+        fake_row("a", "s", 2, 0.0, diverged=True),
+        fake_row("b", "s", 0, 5.1),
+        fake_row("b", "s", 1, 5.0),
+        fake_row("b", "s", 2, 4.0),
+        fake_row("a", "l", 0, 4.0),
+        fake_row("b", "l", 1, 3.0),  # no pair: seed 1 has no baseline
+        fake_row("d", "l2", 2, report.UNIGRAM_LOSS),
+        fake_row("e", "l2", 2, report.UNIGRAM_LOSS - 0.25),
+    ]
     series = report.trend_series(rows, trend, {})
     assert [label for label, _ in series] == ["(1) B minus base", "(1) C minus base", "(2) E minus base"]
     (_, b), (_, c), (_, e) = series
@@ -878,8 +1090,9 @@ def test_trend_pairs_final_losses_by_seed_across_columns(tmp_path):
     assert e[1][0][1] == pytest.approx(-0.25) and not any(stall for _, _, stall in b[0])
     lines = report.render_trend_table(series, trend).splitlines()
     assert lines[0] == "| paired difference | size 1 | size 2 |"
-    assert lines[2] == (f"| (1) B minus base | -0.050 ± {statistics.stdev([0.1, -0.2]):.3f} (seeds 0, 1: +0.100, "
-                        "-0.200) | pending |")
+    assert lines[2] == (
+        f"| (1) B minus base | -0.050 ± {statistics.stdev([0.1, -0.2]):.3f} (seeds 0, 1: +0.100, -0.200) | pending |"
+    )
     assert lines[4] == "| (2) E minus base | pending | -0.250 (seed 2: -0.250; 1 with a stalled run) |"
     block = report.render_trend(rows, trend, {}, tmp_path / "research")
     assert block.endswith("![A fake trend](research/fake-trend.png)")
@@ -898,8 +1111,10 @@ def test_pending_cost_is_per_step_of_the_same_model():
     own = cells.cell("fake", "a", "s", 0, "bert-tiny-dot-product", {"num_attention_heads": 2}, max_steps=1600)
     other = cells.cell("fake", "b", "s", 0, "bert-mini-dot-product", max_steps=400)
     config = json.loads(json.dumps(own.config))
-    rows = [{"config": config, "cpu_seconds": 400.0, "steps": 400},
-            {"config": {**other.config, "preset": "bert-tiny-dot-product"}, "cpu_seconds": 1200.0, "steps": 400}]
+    rows = [
+        {"config": config, "cpu_seconds": 400.0, "steps": 400},
+        {"config": {**other.config, "preset": "bert-tiny-dot-product"}, "cpu_seconds": 1200.0, "steps": 400},
+    ]
     assert report.estimate_cpu_seconds([own], rows) == (pytest.approx(1600.0), 1)
     assert report.estimate_cpu_seconds([other], rows) == (pytest.approx(400 * 2.0), 1)  # mean of 1 and 3 s/step
     newer = {"config": config, "cpu_seconds": 200.0, "steps": 400, "tokenizer_sha256": "x"}  # sparse prediction
@@ -946,29 +1161,41 @@ def test_width_trend_cells():
     assert dict(th.overrides)["hidden_size"] // 16 == 24
     import talking_heads
 
-    assert {k: v for k, v in th.overrides if k not in ("hidden_size", "num_hidden_layers", "intermediate_size")} == \
-        dict(next(c for c in talking_heads.CELLS if c.id == "talking_heads/talking-heads/h16-lr1e-3-steps1600/seed0")
-             .overrides)
+    assert {
+        k: v for k, v in th.overrides if k not in ("hidden_size", "num_hidden_layers", "intermediate_size")
+    } == dict(
+        next(
+            c for c in talking_heads.CELLS if c.id == "talking_heads/talking-heads/h16-lr1e-3-steps1600/seed0"
+        ).overrides
+    )
     tables = {t.name: t for t in width_trend.TABLES}
-    assert tables["width-long-a"].groups("talking-heads", "w256-h16-steps1600", width_trend.ALIASES)[-1] == \
-        ("talking_heads", "talking-heads", "h16-lr1e-3-steps1600")
-    assert tables["width-long-c"].groups("dot-product", "w256-h4-steps1600", width_trend.ALIASES)[-1] == \
-        ("synthesizer", "dot-product", "h4-lr5e-4-steps1600")
+    assert tables["width-long-a"].groups("talking-heads", "w256-h16-steps1600", width_trend.ALIASES)[-1] == (
+        "talking_heads",
+        "talking-heads",
+        "h16-lr1e-3-steps1600",
+    )
+    assert tables["width-long-c"].groups("dot-product", "w256-h4-steps1600", width_trend.ALIASES)[-1] == (
+        "synthesizer",
+        "dot-product",
+        "h4-lr5e-4-steps1600",
+    )
     # the control: (a)'s dot product at width 384 as the rule's cell, but at talking heads' rate there, seed 0
     lrs = width_trend.LONG_LR[(384, "a")]
     rule_dot = by_id[f"width_trend/dot-product/{width_trend.long_size(384, 'a', lrs['dot-product'])}/seed0"]
     th_lr = lrs["talking-heads"]
     assert (control.variant, control.seed, control.config["training"]["learning_rate"]) == ("dot-product", 0, th_lr)
     assert control.overrides == rule_dot.overrides and th_lr != rule_dot.config["training"]["learning_rate"]
-    assert {k: v for k, v in control.config["training"].items() if k != "learning_rate"} == \
-        {k: v for k, v in rule_dot.config["training"].items() if k != "learning_rate"}
+    assert {k: v for k, v in control.config["training"].items() if k != "learning_rate"} == {
+        k: v for k, v in rule_dot.config["training"].items() if k != "learning_rate"
+    }
     assert [size for _, size in tables["width-control-a-w384"].columns] == [rule_dot.size, control.size]
     others = [size for name, t in tables.items() if name != "width-control-a-w384" for _, size in t.columns]
     assert control.size not in others  # the long table and the figure keep the rule's cells
     (trend,) = width_trend.TRENDS  # the page's figure: both long tables, against the widths
     assert trend.tables == (("(a) ", tables["width-long-a"]), ("(c) ", tables["width-long-c"]))
-    assert trend.xs == (128, 256, 384) and [label for label, _ in tables["width-long-a"].columns] == \
-        [f"width {w} ({w // 64} layers)" for w in trend.xs]
+    assert trend.xs == (128, 256, 384) and [label for label, _ in tables["width-long-a"].columns] == [
+        f"width {w} ({w // 64} layers)" for w in trend.xs
+    ]
 
 
 def test_width_trend_screen_picks_follow_the_rule():
@@ -984,8 +1211,9 @@ def test_width_trend_screen_picks_follow_the_rule():
             rule = report.screen_pick(rows, table, variant, sizes, width_trend.ALIASES, cells.PENDING_LR)
             assert picked == rule, (width, claim, variant)
             lr = cells.PENDING_LR if picked is None else picked
-            assert any(c.variant == variant and c.size == width_trend.long_size(width, claim, lr)
-                       for c in width_trend.CELLS)
+            assert any(
+                c.variant == variant and c.size == width_trend.long_size(width, claim, lr) for c in width_trend.CELLS
+            )
 
 
 def test_length_cells_repeat_the_long_cells_at_four_times_the_steps():
@@ -1001,8 +1229,14 @@ def test_length_cells_repeat_the_long_cells_at_four_times_the_steps():
         training = c.config["training"]
         assert training["max_steps"] == 6400 and training["eval_steps"] == 400
         claim = talking_heads if c.size.startswith("h16") else synthesizer
-        long_cell = next(x for x in claim.CELLS if x.variant == c.variant and x.seed == c.seed
-                         and x.size.endswith("steps1600") and x.size.startswith(c.size.split("-")[0]))
+        long_cell = next(
+            x
+            for x in claim.CELLS
+            if x.variant == c.variant
+            and x.seed == c.seed
+            and x.size.endswith("steps1600")
+            and x.size.startswith(c.size.split("-")[0])
+        )
         assert dict(c.overrides) == dict(long_cell.overrides) and c.preset == long_cell.preset
         assert training["learning_rate"] == long_cell.config["training"]["learning_rate"]
         expected_warmup = 160 if c.size.endswith("warmup160") else cells.TRAINING["warmup_steps"]

@@ -19,10 +19,17 @@ import t5_unigram
 
 ROOT = Path(__file__).resolve().parent.parent
 
-PLACES = {"encoder": "encoder.block.0.layer.0.SelfAttention", "decoder": "decoder.block.0.layer.0.SelfAttention",
-          "cross": "decoder.block.0.layer.1.EncDecAttention"}
-TALKING = {"dot-product": set(), "th-encoder": {"encoder"}, "th-decoder": {"decoder"},
-           "th-everywhere": {"encoder", "decoder", "cross"}}
+PLACES = {
+    "encoder": "encoder.block.0.layer.0.SelfAttention",
+    "decoder": "decoder.block.0.layer.0.SelfAttention",
+    "cross": "decoder.block.0.layer.1.EncDecAttention",
+}
+TALKING = {
+    "dot-product": set(),
+    "th-encoder": {"encoder"},
+    "th-decoder": {"decoder"},
+    "th-everywhere": {"encoder", "decoder", "cross"},
+}
 
 
 def t5_parser():
@@ -42,7 +49,7 @@ def test_t5_cells_order_and_settings():
     defined = t5_places.CELLS
     screens = [c for c in defined if c.size.startswith("screen-")]
     long = [c for c in defined if c.size.endswith("-steps1600")]
-    assert defined[:len(screens)] == screens and len(screens) == 3 * 4 and len(long) >= 3 * 4
+    assert defined[: len(screens)] == screens and len(screens) == 3 * 4 and len(long) >= 3 * 4
     assert [c.variant for c in screens] == list(t5_places.VARIANTS) * 3
     assert [c.config["training"]["learning_rate"] for c in screens] == [lr for lr in cells.SCREEN_LRS for _ in "abcd"]
     rule_long = long[:12]
@@ -53,8 +60,12 @@ def test_t5_cells_order_and_settings():
         assert c.eval_metric == "eval_target_loss" and c.preset == "t5-mini-dot-product"
         assert f"-lr{training['learning_rate']}" in c.size, c.id
         if c in screens:
-            assert (c.seed, training["max_steps"], training["eval_steps"], training["warmup_steps"]) == \
-                (0, 400, 100, 160), c.id
+            assert (c.seed, training["max_steps"], training["eval_steps"], training["warmup_steps"]) == (
+                0,
+                400,
+                100,
+                160,
+            ), c.id
             assert c.size == f"screen-h16-lr{training['learning_rate']}-warmup160"
         else:
             assert (training["max_steps"], training["eval_steps"], training["warmup_steps"]) == (1600, 200, 0.1)
@@ -73,9 +84,13 @@ def test_t5_cells_parse_with_the_t5_script_and_build_their_places():
     built = {}
     for c in t5_places.CELLS:
         model_args, data_args, training = parser.parse_args_into_dataclasses(
-            c.flags({"train_file": "t.txt", "validation_file": "v.txt"}, "/tmp/out"))
-        assert (model_args.preset, data_args.max_seq_length, data_args.noise_density) == ("t5-mini-dot-product", 128,
-                                                                                         0.15)
+            c.flags({"train_file": "t.txt", "validation_file": "v.txt"}, "/tmp/out")
+        )
+        assert (model_args.preset, data_args.max_seq_length, data_args.noise_density) == (
+            "t5-mini-dot-product",
+            128,
+            0.15,
+        )
         assert (training.per_device_train_batch_size, training.weight_decay, training.seed) == (16, 0.01, c.seed)
         assert training.learning_rate == float(c.config["training"]["learning_rate"])
         overrides = json.loads(model_args.config_overrides)
@@ -136,9 +151,19 @@ def test_t5_tables_stall_against_the_targets_unigram():
     assert report.is_stalled(loss, t5_unigram.UNIGRAM_TARGET_LOSS) and not report.is_stalled(loss)
     screen = tables["t5-screen"]
     sizes = dict(zip(cells.SCREEN_LRS, (size for _, size in screen.columns)))
-    rows = [{"id": f"t5_places/dot-product/{size}/seed0", "claim": "t5_places", "variant": "dot-product",
-             "size": size, "seed": 0, "eval_loss": value, "diverged": False, "eval_curve": [[400, value]]}
-            for size, value in zip(sizes.values(), (5.40, 5.47, 5.30))]
+    rows = [
+        {
+            "id": f"t5_places/dot-product/{size}/seed0",
+            "claim": "t5_places",
+            "variant": "dot-product",
+            "size": size,
+            "seed": 0,
+            "eval_loss": value,
+            "diverged": False,
+            "eval_curve": [[400, value]],
+        }
+        for size, value in zip(sizes.values(), (5.40, 5.47, 5.30))
+    ]
     assert report.screen_pick(rows, screen, "dot-product", sizes, {}, "fallback") == "2e-3"
     rows[2]["eval_loss"] = 5.48  # stalled: never wins
     assert report.screen_pick(rows, screen, "dot-product", sizes, {}, "fallback") == "5e-4"
@@ -152,16 +177,21 @@ def test_t5_screen_picks_follow_the_rule():
     screen = next(t for t in t5_places.TABLES if t.screen)
     sizes = dict(zip(cells.SCREEN_LRS, (size for _, size in screen.columns)))
     for variant, picked in t5_places.SCREEN_PICK.items():
-        assert picked == report.screen_pick(rows, screen, variant, sizes, t5_places.ALIASES, cells.PENDING_LR), \
-            variant
+        assert picked == report.screen_pick(rows, screen, variant, sizes, t5_places.ALIASES, cells.PENDING_LR), variant
         lr = cells.PENDING_LR if picked is None else picked
-        assert {c.seed for c in t5_places.CELLS if c.variant == variant and c.size == t5_places.long_size(lr)} == \
-            {0, 1, 2}
+        assert {c.seed for c in t5_places.CELLS if c.variant == variant and c.size == t5_places.long_size(lr)} == {
+            0,
+            1,
+            2,
+        }
 
 
 def test_t5_control_where_the_rates_differ(monkeypatch):
-    monkeypatch.setattr(t5_places, "SCREEN_PICK", {"dot-product": "1e-3", "th-encoder": "5e-4", "th-decoder": "1e-3",
-                                                   "th-everywhere": "5e-4"})
+    monkeypatch.setattr(
+        t5_places,
+        "SCREEN_PICK",
+        {"dot-product": "1e-3", "th-encoder": "5e-4", "th-decoder": "1e-3", "th-everywhere": "5e-4"},
+    )
     (control,) = t5_places.control_cells()
     assert (control.variant, control.seed, control.size) == ("dot-product", 0, "h16-lr5e-4-steps1600")
     assert control.config["training"]["max_steps"] == 1600
@@ -204,12 +234,31 @@ def test_tiny_t5_cell_through_the_runner(tmp_path, monkeypatch):
     train, validation = tmp_path / "train.txt", tmp_path / "validation.txt"
     train.write_text("\n\n".join(chapters[:12]) + "\n")
     validation.write_text("\n\n".join(chapters[12:15]) + "\n")
-    tiny = cells.cell("test", "tiny-t5", "t", 0, "t5-tiny-dot-product",
-                      {"num_heads": 2, "decoder_attention_type": "talking_heads"}, script=cells.T5_SCRIPT,
-                      max_steps=2, eval_steps=1, logging_steps=1, max_seq_length=32, max_eval_samples=8,
-                      per_device_train_batch_size=4)
-    argv = ["--results", str(tmp_path / "results.jsonl"), "--runs_dir", str(tmp_path / "runs"), "--train_file",
-            str(train), "--validation_file", str(validation)]
+    tiny = cells.cell(
+        "test",
+        "tiny-t5",
+        "t",
+        0,
+        "t5-tiny-dot-product",
+        {"num_heads": 2, "decoder_attention_type": "talking_heads"},
+        script=cells.T5_SCRIPT,
+        max_steps=2,
+        eval_steps=1,
+        logging_steps=1,
+        max_seq_length=32,
+        max_eval_samples=8,
+        per_device_train_batch_size=4,
+    )
+    argv = [
+        "--results",
+        str(tmp_path / "results.jsonl"),
+        "--runs_dir",
+        str(tmp_path / "runs"),
+        "--train_file",
+        str(train),
+        "--validation_file",
+        str(validation),
+    ]
     assert runner.main([tiny], "experiments/test_claim.py", argv)["run"] == 1
     (row,) = results_file.load_results(tmp_path / "results.jsonl")
     outcome = json.loads((tmp_path / "runs" / "test" / "tiny-t5" / "t" / "seed0" / "all_results.json").read_text())

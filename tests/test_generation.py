@@ -51,14 +51,26 @@ class Decoder:
 
 
 DECODERS = {
-    "bert": Decoder("VariantBertLMHeadModel", _sharpen_lm_head, _lm_prompt, new_tokens=10,
-                    generate=dict(pad_token_id=0, eos_token_id=None)),
+    "bert": Decoder(
+        "VariantBertLMHeadModel",
+        _sharpen_lm_head,
+        _lm_prompt,
+        new_tokens=10,
+        generate=dict(pad_token_id=0, eos_token_id=None),
+    ),
     # a random T5 repeats one token (or <pad>/</s>) forever: suppress those and forbid repeats. In float64: T5's
     # unscaled logits amplify float32 rounding of the two summation orders to ~1e-4, while a wrong row, mask or cached
     # projection shows at any precision.
-    "t5": Decoder("VariantT5ForConditionalGeneration", sharpen_t5, encoder_inputs, new_tokens=8,
-                  generate=dict(suppress_tokens=[0, 1], no_repeat_ngram_size=1), first_id=2, dtype=torch.float64,
-                  atol=1e-10),
+    "t5": Decoder(
+        "VariantT5ForConditionalGeneration",
+        sharpen_t5,
+        encoder_inputs,
+        new_tokens=8,
+        generate=dict(suppress_tokens=[0, 1], no_repeat_ngram_size=1),
+        first_id=2,
+        dtype=torch.float64,
+        atol=1e-10,
+    ),
 }
 
 
@@ -75,8 +87,9 @@ def _decoder_call(family, model):
 
 def _decoder_ids(family, length, seed):
     g = torch.Generator().manual_seed(seed)
-    return on_device(torch.randint(DECODERS[family].first_id, TINY_CONFIGS[family]["vocab_size"], (2, length),
-                                   generator=g))
+    return on_device(
+        torch.randint(DECODERS[family].first_id, TINY_CONFIGS[family]["vocab_size"], (2, length), generator=g)
+    )
 
 
 @pytest.mark.parametrize("family", list(DECODERS))
@@ -86,8 +99,13 @@ def test_generate_with_cache_equals_without(variant, num_beams, family):
     model = build(decoder.head, variant, seed=2)
     decoder.sharpen(model)
     ids, mask = decoder.prompt()
-    kwargs = dict(max_new_tokens=decoder.new_tokens, do_sample=False, num_beams=num_beams, attention_mask=mask,
-                  **decoder.generate)
+    kwargs = dict(
+        max_new_tokens=decoder.new_tokens,
+        do_sample=False,
+        num_beams=num_beams,
+        attention_mask=mask,
+        **decoder.generate,
+    )
     with torch.no_grad():
         cached = model.generate(ids, use_cache=True, **kwargs)
         uncached = model.generate(ids, use_cache=False, **kwargs)
@@ -124,8 +142,9 @@ def test_causal_decoder_does_not_look_ahead(variant, family):
     changed[:, 5:] = (changed[:, 5:] + 1) % TINY_CONFIGS[family]["vocab_size"]
     name, context = _decoder_call(family, model)
     with torch.no_grad():
-        torch.testing.assert_close(model(**{name: ids}, **context).logits[:, :5],
-                                   model(**{name: changed}, **context).logits[:, :5])
+        torch.testing.assert_close(
+            model(**{name: ids}, **context).logits[:, :5], model(**{name: changed}, **context).logits[:, :5]
+        )
 
 
 def test_cross_attention_decoder_with_cache():
@@ -146,8 +165,9 @@ def test_cross_attention_decoder_with_cache():
     assert attn.cross_attentions[0].shape == (2, TINY["num_attention_heads"], 7, 6)
 
 
-@pytest.mark.parametrize("head", ["VariantBertModel", "VariantBertLMHeadModel", "VariantT5Model",
-                                  "VariantT5ForConditionalGeneration"])
+@pytest.mark.parametrize(
+    "head", ["VariantBertModel", "VariantBertLMHeadModel", "VariantT5Model", "VariantT5ForConditionalGeneration"]
+)
 def test_old_cache_name_warns_as_transformers_does(head):
     """transformers >= 5.24 renamed `past_key_values` to `cache`: the old name still works and warns as transformers'
     own forwards do (its common test `test_bc_cache_name_forward` looks for this message); both at once is refused;
@@ -234,8 +254,9 @@ def test_left_padding_leaves_logits_unchanged(variant, head, implementation, mon
             # of the padded batch (packed, ALBERT's default, a token's index in its sequence is the count of real
             # tokens before it, which the position ids give: tests/test_unpadding.py)
             model.config.unpad = False
-            monkeypatch.setattr(attention_variants, "synthesizer_positions",
-                                lambda key_positions, n, m: (slice(m - n, m), slice(0, m)))
+            monkeypatch.setattr(
+                attention_variants, "synthesizer_positions", lambda key_positions, n, m: (slice(m - n, m), slice(0, m))
+            )
             misread = _read(head, model, padded_ids, padded_mask, padded_mask)
             assert (misread - plain).abs().max() > 1e-4
 
@@ -252,13 +273,21 @@ def test_left_padded_generate_equals_each_prompt_alone(variant, use_cache):
     mask = torch.ones_like(ids)
     mask[1, :PADS] = 0  # the second prompt is PADS tokens shorter
     ids = ids.masked_fill(mask == 0, 0)
-    kwargs = dict(max_new_tokens=6, do_sample=False, use_cache=use_cache, pad_token_id=0, eos_token_id=None,
-                  return_dict_in_generate=True, output_logits=True)
+    kwargs = dict(
+        max_new_tokens=6,
+        do_sample=False,
+        use_cache=use_cache,
+        pad_token_id=0,
+        eos_token_id=None,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
     with torch.no_grad():
         batched = model.generate(ids, attention_mask=mask, **kwargs)
         for row in range(2):
             prompt = ids[row : row + 1][mask[row : row + 1].bool()][None]
             alone = model.generate(prompt, attention_mask=torch.ones_like(prompt), **kwargs)
-            assert torch.equal(batched.sequences[row, ids.shape[1]:], alone.sequences[0, prompt.shape[1]:])
-            torch.testing.assert_close(torch.stack(batched.logits)[:, row], torch.stack(alone.logits)[:, 0],
-                                       atol=1e-5, rtol=1e-5)
+            assert torch.equal(batched.sequences[row, ids.shape[1] :], alone.sequences[0, prompt.shape[1] :])
+            torch.testing.assert_close(
+                torch.stack(batched.logits)[:, row], torch.stack(alone.logits)[:, 0], atol=1e-5, rtol=1e-5
+            )

@@ -25,22 +25,38 @@ def test_dry_run_lists_every_stage_within_ten_minutes(tmp_path, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: gpu_check would run")
 def test_without_a_gpu_it_says_so_and_runs_nothing(tmp_path):
-    proc = subprocess.run([sys.executable, str(gpu_check.ROOT / "benchmarks" / "gpu_check.py"), "--output-dir",
-                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(gpu_check.ROOT / "benchmarks" / "gpu_check.py"), "--output-dir", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "no CUDA device visible" in proc.stdout and "nothing to check" in proc.stdout
     assert not (tmp_path / "out").exists()
 
 
 def test_stage_runner_reports_failure_and_timeout(tmp_path):
-    failing = dict(name="tests", limit=60, env={}, command=[sys.executable, "-c", "print('1 failed, 2 passed'); "
-                                                            "import sys; sys.exit(3)"])
+    failing = dict(
+        name="tests",
+        limit=60,
+        env={},
+        command=[sys.executable, "-c", "print('1 failed, 2 passed'); import sys; sys.exit(3)"],
+    )
     status, _, result = gpu_check.run_stage(failing, tmp_path / "failing.log")
     assert status == "FAILED (3)" and "failed" in result
     # a child that outlives its parent is stopped with the group (torchrun and accelerate start workers)
-    hanging = dict(name="zero2", limit=2, env={}, command=[
-        sys.executable, "-c", "import subprocess, sys, time; "
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"])
+    hanging = dict(
+        name="zero2",
+        limit=2,
+        env={},
+        command=[
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; "
+            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)",
+        ],
+    )
     start = time.perf_counter()
     status, seconds, result = gpu_check.run_stage(hanging, tmp_path / "hanging.log")
     assert status == "timeout" and seconds < 30 and time.perf_counter() - start < 30
@@ -66,7 +82,8 @@ def test_research_stage_runs_two_cells_on_the_gpu_through_the_runner(tmp_path, c
     assert stage["limit"] <= 590
     (tmp_path / "research").mkdir()
     (tmp_path / "research" / "results.jsonl").write_text(
-        '{"id": "talking_heads/dot-product/h16-lr1e-3/seed0", "eval_loss": 5.5, "wall_seconds": 40.2}\n')
+        '{"id": "talking_heads/dot-product/h16-lr1e-3/seed0", "eval_loss": 5.5, "wall_seconds": 40.2}\n'
+    )
     finding = gpu_check.finding(stage, "")
     assert finding.startswith("dot-product 5.5000 (CPU row ") and finding.endswith(", 40 s)")
 
@@ -100,9 +117,11 @@ def test_kernel_mode_runs_the_triton_kernel_tests_and_benchmark(tmp_path, capsys
     assert sum(s["limit"] for s in gpu_check.stages(tmp_path, 1, kernel=True)) <= 590
     (tests_stage,) = [s for s in gpu_check.stages(tmp_path, 1) if s["name"] == "tests"]
     assert "tests/test_talking_heads_triton.py" in tests_stage["command"]  # after --ignore
-    log = ('{"dtype": "bfloat16", "n": 512, "method": "triton", "ms": 12.5, "peak_mb": 40.0}\n'
-           '{"dtype": "bfloat16", "n": 512, "method": "sdpa", "ms": 3.1, "peak_mb": 20.0}\n'
-           '{"dtype": "bfloat16", "n": 512, "method": "max |triton - eager fp32|", "out": 0.002, "dq": 0.01}\n')
+    log = (
+        '{"dtype": "bfloat16", "n": 512, "method": "triton", "ms": 12.5, "peak_mb": 40.0}\n'
+        '{"dtype": "bfloat16", "n": 512, "method": "sdpa", "ms": 3.1, "peak_mb": 20.0}\n'
+        '{"dtype": "bfloat16", "n": 512, "method": "max |triton - eager fp32|", "out": 0.002, "dq": 0.01}\n'
+    )
     assert gpu_check.finding({"name": "kernel"}, log) == "1 kernel timings; bfloat16 max diff 1.0e-02"
     assert gpu_check.finding({"name": "kernel-tests"}, "29 passed in 80.1s\n") == "29 passed"
 
@@ -110,9 +129,19 @@ def test_kernel_mode_runs_the_triton_kernel_tests_and_benchmark(tmp_path, capsys
 def test_bench_kernel_smoke_test_through_the_interpreter(tmp_path):
     """benchmarks/bench_kernel.py --interpret: the whole script at a tiny shape on the CPU."""
     pytest.importorskip("triton")
-    proc = subprocess.run([sys.executable, str(gpu_check.ROOT / "benchmarks" / "bench_kernel.py"), "--interpret",
-                           "--json", str(tmp_path / "rows.jsonl")], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(gpu_check.ROOT / "benchmarks" / "bench_kernel.py"),
+            "--interpret",
+            "--json",
+            str(tmp_path / "rows.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
     assert {r["method"] for r in rows} == {"triton", "eager", "max |triton - eager fp32|"}

@@ -21,8 +21,11 @@ from hf_attn_variants.families import FAMILIES
 
 EVERY_COMPONENT = ["dot_product", "dense", "random", "factorized_dense", "factorized_random"]
 # variant -> its fields: talking heads' static maps (the dynamic ones take the autograd core), every synthesizer
-TYPES = {name: VARIANTS[name] for name in VARIANTS
-         if name.startswith("synth") or name in ("talking_heads", "talking_heads_hk_hv", "talking_heads_pre_only")}
+TYPES = {
+    name: VARIANTS[name]
+    for name in VARIANTS
+    if name.startswith("synth") or name in ("talking_heads", "talking_heads_hk_hv", "talking_heads_pre_only")
+}
 TYPES["synth_every_component"] = dict(attention_type="synthesizer", synthesizer_components=EVERY_COMPONENT)
 CASES = [(name, per_row) for name in TYPES for per_row in ((False, True) if name.startswith("synth") else (False,))]
 CLOSE = dict(atol=1e-5, rtol=1e-5)
@@ -37,6 +40,7 @@ def fast_and_eager(head: str, variant: str, family: str = "bert", **overrides):
     torch.manual_seed(0)
     if family != "t5":  # the padded layout: the packed one (unpad) is checked against it in tests/test_unpadding.py
         overrides = dict(initializer_range=0.2, unpad=False, **overrides)
+
     def config(**fields):
         return FAMILIES[family].config_class(**{**TINY_CONFIGS[family], **TYPES[variant], **overrides, **fields})
 

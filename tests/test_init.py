@@ -7,21 +7,52 @@ import transformers
 
 import hf_attn_variants as hav
 
-WIDE = dict(vocab_size=300, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
-            max_position_embeddings=64)
+WIDE = dict(
+    vocab_size=300, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, max_position_embeddings=64
+)
 PAIRS = [
-    ("BertForMaskedLM", "VariantBertForMaskedLM", transformers.BertConfig, hav.VariantBertConfig,
-     dict(WIDE, hidden_size=128)),
-    ("BertForQuestionAnswering", "VariantBertForQuestionAnswering", transformers.BertConfig, hav.VariantBertConfig,
-     dict(WIDE, hidden_size=128)),
-    ("AlbertForPreTraining", "VariantAlbertForPreTraining", transformers.AlbertConfig, hav.VariantAlbertConfig,
-     dict(WIDE, hidden_size=128, embedding_size=32)),
-    ("T5ForConditionalGeneration", "VariantT5ForConditionalGeneration", transformers.T5Config, hav.VariantT5Config,
-     dict(vocab_size=300, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)),
-    ("T5ForQuestionAnswering", "VariantT5ForQuestionAnswering", transformers.T5Config, hav.VariantT5Config,
-     dict(vocab_size=300, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)),
-    ("T5ForSequenceClassification", "VariantT5ForSequenceClassification", transformers.T5Config,
-     hav.VariantT5Config, dict(vocab_size=300, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4)),
+    (
+        "BertForMaskedLM",
+        "VariantBertForMaskedLM",
+        transformers.BertConfig,
+        hav.VariantBertConfig,
+        dict(WIDE, hidden_size=128),
+    ),
+    (
+        "BertForQuestionAnswering",
+        "VariantBertForQuestionAnswering",
+        transformers.BertConfig,
+        hav.VariantBertConfig,
+        dict(WIDE, hidden_size=128),
+    ),
+    (
+        "AlbertForPreTraining",
+        "VariantAlbertForPreTraining",
+        transformers.AlbertConfig,
+        hav.VariantAlbertConfig,
+        dict(WIDE, hidden_size=128, embedding_size=32),
+    ),
+    (
+        "T5ForConditionalGeneration",
+        "VariantT5ForConditionalGeneration",
+        transformers.T5Config,
+        hav.VariantT5Config,
+        dict(vocab_size=300, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4),
+    ),
+    (
+        "T5ForQuestionAnswering",
+        "VariantT5ForQuestionAnswering",
+        transformers.T5Config,
+        hav.VariantT5Config,
+        dict(vocab_size=300, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4),
+    ),
+    (
+        "T5ForSequenceClassification",
+        "VariantT5ForSequenceClassification",
+        transformers.T5Config,
+        hav.VariantT5Config,
+        dict(vocab_size=300, d_model=128, d_kv=32, d_ff=256, num_layers=2, num_heads=4),
+    ),
 ]
 
 

@@ -12,8 +12,11 @@ import hf_attn_variants as hav
 from conftest import at_real_tokens
 
 LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
-HEADS = {"variant_bert": hav.VariantBertForMaskedLM, "variant_albert": hav.VariantAlbertForMaskedLM,
-         "variant_t5": hav.VariantT5ForConditionalGeneration}
+HEADS = {
+    "variant_bert": hav.VariantBertForMaskedLM,
+    "variant_albert": hav.VariantAlbertForMaskedLM,
+    "variant_t5": hav.VariantT5ForConditionalGeneration,
+}
 
 
 @pytest.mark.parametrize("folder", sorted(p.name for p in LEGACY.iterdir()))
@@ -27,7 +30,8 @@ def test_legacy_checkpoint_loads_with_the_same_outputs(folder):
     with torch.no_grad():
         logits = model.eval()(**inputs).logits
     real = inputs["attention_mask"]  # saved from the padded batch; a BERT/ALBERT encoder leaves zeros at its pads
-    torch.testing.assert_close(at_real_tokens(logits, real), at_real_tokens(expected["logits"], real), atol=1e-5,
-                               rtol=1e-5)
+    torch.testing.assert_close(
+        at_real_tokens(logits, real), at_real_tokens(expected["logits"], real), atol=1e-5, rtol=1e-5
+    )
     if "random_frozen" in folder:
         assert any(not p.requires_grad for p in model.parameters())

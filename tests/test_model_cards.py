@@ -45,8 +45,13 @@ def released():
 def test_committed_cards_equal_what_the_command_renders(tmp_path):
     """The command as the index gives it, run from another folder: its sources are the checkout's, wherever it runs."""
     out = tmp_path / "cards"
-    proc = subprocess.run([sys.executable, str(ROOT / "utils/release.py"), "cards", "--out", str(out)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "utils/release.py"), "cards", "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     committed, rendered = _texts(CARDS), _texts(out)
     assert set(committed) == set(rendered), "run `python utils/release.py cards` and commit the result"
@@ -64,17 +69,24 @@ RAW_SETUPS = {
     "bert-mini-kjv-dot-product": lambda p, o, t: p == "bert-mini-dot-product" and o["attention_type"] == "dot_product",
     "bert-mini-kjv-talking-heads": lambda p, o, t: o.get("attention_type") == "talking_heads",
     "bert-mini-kjv-synthesizer-mixture": lambda p, o, t: o.get("synthesizer_components") == ["dot_product", "random"],
-    "bert-mini-kjv-single-head-admin": lambda p, o, t: p == "bert-mini-single-head-admin" and o.get("admin", True)
-    and t.get("admin_init") == "closed_form",
+    "bert-mini-kjv-single-head-admin": lambda p, o, t: (
+        p == "bert-mini-single-head-admin" and o.get("admin", True) and t.get("admin_init") == "closed_form"
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(RAW_SETUPS))
 def test_each_research_card_is_the_best_long_row_of_its_setup_and_carries_its_record(released, name):
-    rows = [r for r in _raw_rows() if r["steps"] == 1600 and not r["diverged"] and r.get("tokenizer_sha256")
-            and r["config"]["preset"].startswith("bert-")  # the cards are masked LM's; T5's span rows are not
-            and "hidden_size" not in r["config"]["overrides"]
-            and RAW_SETUPS[name](r["config"]["preset"], r["config"]["overrides"], r["config"]["training"])]
+    rows = [
+        r
+        for r in _raw_rows()
+        if r["steps"] == 1600
+        and not r["diverged"]
+        and r.get("tokenizer_sha256")
+        and r["config"]["preset"].startswith("bert-")  # the cards are masked LM's; T5's span rows are not
+        and "hidden_size" not in r["config"]["overrides"]
+        and RAW_SETUPS[name](r["config"]["preset"], r["config"]["overrides"], r["config"]["training"])
+    ]
     best = min(rows, key=lambda r: r["eval_loss"])
     assert len(rows) >= 3 and released[name].run == f"`{best['id']}`"
 
@@ -101,8 +113,15 @@ def test_main_job_card_comes_from_its_committed_record(released):
 def test_t5_card_is_the_rules_pick_of_the_long_span_corruption_rows(released):
     """The T5 rule read off the raw rows (not through the release code): claim (d)'s long cells, the variant of lowest
     mean held-out loss over its seeds, then its best seed."""
-    rows = [r for r in _raw_rows() if r["claim"] == "t5_places" and r["size"] == "h16-lr2e-3-steps1600"
-            and r["steps"] == 1600 and not r["diverged"] and r.get("tokenizer_sha256")]
+    rows = [
+        r
+        for r in _raw_rows()
+        if r["claim"] == "t5_places"
+        and r["size"] == "h16-lr2e-3-steps1600"
+        and r["steps"] == 1600
+        and not r["diverged"]
+        and r.get("tokenizer_sha256")
+    ]
     by_variant = {}
     for row in rows:
         by_variant.setdefault(row["variant"], []).append(row)
@@ -116,25 +135,33 @@ def test_t5_card_is_the_rules_pick_of_the_long_span_corruption_rows(released):
 
     text = (CARDS / "t5-mini-kjv-talking-heads/README.md").read_text()
     assert card_metadata_errors(text) == [] and "pipeline_tag: text2text-generation" in text
-    assert f"| target_loss | {best['eval_loss']:.4g} |" in text and f"| perplexity | {best['eval_perplexity']:.4g} |" in (
-        text)
+    assert (
+        f"| target_loss | {best['eval_loss']:.4g} |" in text
+        and f"| perplexity | {best['eval_perplexity']:.4g} |" in (text)
+    )
     assert "`target_token_accuracy`" in text and "is not given" in text  # the rows keep no token accuracy: said
     assert f"| train_loss | {best['train_loss']:.4g} |" in text and f"git checkout {best['git_commit']}" in text
-    command = best["train_command"].replace(re.search(r"--output_dir \S+", best["train_command"]).group(0),
-                                            f"--output_dir experiments/runs/{best['id']}")
+    command = best["train_command"].replace(
+        re.search(r"--output_dir \S+", best["train_command"]).group(0), f"--output_dir experiments/runs/{best['id']}"
+    )
     assert f"\n{command}\n```" in text and "--output_dir /" not in text  # the runner's absolute folder: not shown
     for digest in (best["tokenizer_sha256"], best["train_text_sha256"], best["validation_text_sha256"]):
         assert f"`{digest}`" in text
     assert f"{best['num_parameters'] / 1e6:.1f}M parameters" in text and T5_RULE in text
     index = (CARDS / "README.md").read_text()
-    assert f"| T5 | talking heads | {best['eval_loss']:.4f} | `{best['id']}` | [card](t5-mini-kjv-talking-heads/" in index
+    assert (
+        f"| T5 | talking heads | {best['eval_loss']:.4f} | `{best['id']}` | [card](t5-mini-kjv-talking-heads/" in index
+    )
     assert T5_RULE in index and "not yet" not in index
 
 
 def test_every_card_names_its_preset_and_the_overrides_of_its_run(released):
     for name, entry in released.items():
-        summary = next(line for line in (CARDS / name / "README.md").read_text().splitlines()
-                       if line.startswith("A ") and "built with hf-attn-variants" in line)
+        summary = next(
+            line
+            for line in (CARDS / name / "README.md").read_text().splitlines()
+            if line.startswith("A ") and "built with hf-attn-variants" in line
+        )
         if entry.release.record:  # the main job: the preset as it is (its command passes no overrides)
             assert "--config_overrides" not in entry.record.reproduce["command"]
             assert summary.endswith(f"from the preset `{entry.record.info['preset']}` as it is (no config overrides).")
@@ -168,29 +195,55 @@ def test_each_cards_example_is_a_sentence_of_its_own_training_text(released, rel
 def test_example_input_masks_the_braced_words():
     assert example_input_of("the {earth}.", "fill-mask", "[MASK]") == '"the [MASK]."'
     assert example_input_of("God {created} the {earth}.", "text2text-generation", None) == (
-        "God <extra_id_0> the <extra_id_1>.")
+        "God <extra_id_0> the <extra_id_1>."
+    )
     with pytest.raises(ValueError, match="masks one word"):
         example_input_of("{God} created the {earth}.", "fill-mask", "[MASK]")
 
 
 def _row(**changes):
-    base = {"id": "c/v/s/seed0", "seed": 0, "steps": 1600, "diverged": False, "eval_loss": 5.3,
-            "tokenizer_sha256": "t", "train_text_sha256": "d", "git_commit": "abc",
-            "config": {"preset": "bert-mini-dot-product", "overrides": {"attention_type": "talking_heads"},
-                       "training": {}}}
+    base = {
+        "id": "c/v/s/seed0",
+        "seed": 0,
+        "steps": 1600,
+        "diverged": False,
+        "eval_loss": 5.3,
+        "tokenizer_sha256": "t",
+        "train_text_sha256": "d",
+        "git_commit": "abc",
+        "config": {
+            "preset": "bert-mini-dot-product",
+            "overrides": {"attention_type": "talking_heads"},
+            "training": {},
+        },
+    }
     return {**base, **changes}
 
 
 def test_rule_picks_the_lowest_long_committed_width_256_row_of_the_setup():
     release = next(r for r in RELEASES if r.name == "bert-mini-kjv-talking-heads")
-    rows = [_row(id="ok-high", eval_loss=5.25), _row(id="ok-low", eval_loss=5.22),
-            _row(id="short", eval_loss=5.0, steps=400), _row(id="diverged", eval_loss=5.0, diverged=True),
-            _row(id="dirty", eval_loss=5.0, git_commit="abc+dirty"), _row(id="no-hash", eval_loss=5.0,
-                                                                         tokenizer_sha256=None),
-            _row(id="wide", eval_loss=5.0, config={"preset": "bert-mini-dot-product", "training": {}, "overrides": {
-                "attention_type": "talking_heads", "hidden_size": 384, "intermediate_size": 1536}}),
-            _row(id="dot", eval_loss=5.0, config={"preset": "bert-mini-dot-product", "training": {},
-                                                  "overrides": {"attention_type": "dot_product"}})]
+    rows = [
+        _row(id="ok-high", eval_loss=5.25),
+        _row(id="ok-low", eval_loss=5.22),
+        _row(id="short", eval_loss=5.0, steps=400),
+        _row(id="diverged", eval_loss=5.0, diverged=True),
+        _row(id="dirty", eval_loss=5.0, git_commit="abc+dirty"),
+        _row(id="no-hash", eval_loss=5.0, tokenizer_sha256=None),
+        _row(
+            id="wide",
+            eval_loss=5.0,
+            config={
+                "preset": "bert-mini-dot-product",
+                "training": {},
+                "overrides": {"attention_type": "talking_heads", "hidden_size": 384, "intermediate_size": 1536},
+            },
+        ),
+        _row(
+            id="dot",
+            eval_loss=5.0,
+            config={"preset": "bert-mini-dot-product", "training": {}, "overrides": {"attention_type": "dot_product"}},
+        ),
+    ]
     assert pick(release, rows)["id"] == "ok-low"
     assert pick(release, rows[2:]) is None
 
@@ -200,15 +253,33 @@ def test_t5_rule_takes_the_best_seed_of_the_variant_of_lowest_mean():
     t5 = {"preset": "t5-mini-dot-product", "training": {}, "script": "examples/run_t5_pretraining.py"}
 
     def row(variant, seed, loss, **changes):
-        overrides = {"attention_type": "talking_heads" if variant != "dp" else "dot_product", "num_heads": 16,
-                     "d_kv": 16}
-        return _row(**{"id": f"{variant}/{seed}", "variant": variant, "seed": seed, "eval_loss": loss,
-                       "claim": "t5_places", "size": "h16-lr2e-3-steps1600",
-                       "config": {**t5, "overrides": overrides}, **changes})
+        overrides = {
+            "attention_type": "talking_heads" if variant != "dp" else "dot_product",
+            "num_heads": 16,
+            "d_kv": 16,
+        }
+        return _row(
+            **{
+                "id": f"{variant}/{seed}",
+                "variant": variant,
+                "seed": seed,
+                "eval_loss": loss,
+                "claim": "t5_places",
+                "size": "h16-lr2e-3-steps1600",
+                "config": {**t5, "overrides": overrides},
+                **changes,
+            }
+        )
 
-    rows = [row("dp", 0, 4.30), row("dp", 1, 4.50), row("th", 0, 4.36), row("th", 1, 4.37),
-            row("th", 2, 4.20, diverged=True), row("dp", 2, 4.0, size="h16-lr1e-3-steps1600"),
-            row("dp", 3, 4.0, config={**t5, "script": "examples/run_pretraining.py", "overrides": {}})]
+    rows = [
+        row("dp", 0, 4.30),
+        row("dp", 1, 4.50),
+        row("th", 0, 4.36),
+        row("th", 1, 4.37),
+        row("th", 2, 4.20, diverged=True),
+        row("dp", 2, 4.0, size="h16-lr1e-3-steps1600"),
+        row("dp", 3, 4.0, config={**t5, "script": "examples/run_pretraining.py", "overrides": {}}),
+    ]
     assert pick(release, rows)["id"] == "th/0"  # dp has the lowest row (4.30) but the higher mean (4.40 > 4.365)
     assert pick(release, [r for r in rows if r["variant"] == "dp"])["id"] == "dp/0"
     assert pick(release, rows[4:]) is None  # a diverged row, another size, a masked-LM row: nothing fits
@@ -226,8 +297,9 @@ def test_a_record_renders_the_card_of_its_folder(tmp_path):
     the section on reproducing the weights."""
     build("VariantBertForMaskedLM", "talking_heads").save_pretrained(tmp_path)
     (tmp_path / "all_results.json").write_text(json.dumps({"eval_mlm_loss": 6.5, "train_loss": 7.0}))
-    (tmp_path / "training_info.json").write_text(json.dumps({"script": "examples/run_pretraining.py",
-                                                             "task": "fill-mask", "training": {"steps": 3}}))
+    (tmp_path / "training_info.json").write_text(
+        json.dumps({"script": "examples/run_pretraining.py", "task": "fill-mask", "training": {"steps": 3}})
+    )
     data = json.loads(json.dumps(record_run(tmp_path, "python train.py", "0123abc", [tmp_path / "config.json"])))
     from_record = str(render_record(record_from_json(data), "me/model", None))
     own = str(render_card(tmp_path, "me/model", None))

@@ -2,7 +2,6 @@
 transformers' Adafactor with T5's settings, the parameter groups the flags say, the parameter-scaled first step, and
 clear errors for values that would do nothing or something else."""
 
-
 import pytest
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments
@@ -17,20 +16,26 @@ DYNAMIC = ["x2l", "m2l", "x2w", "m2w"]
 
 def tiny_model(dynamic=DYNAMIC):
     torch.manual_seed(0)
-    config = preset_config("bert-tiny-dot-product", attention_type="talking_heads", num_attention_heads=4,
-                           talking_heads_dynamic=dynamic, vocab_size=120)
+    config = preset_config(
+        "bert-tiny-dot-product",
+        attention_type="talking_heads",
+        num_attention_heads=4,
+        talking_heads_dynamic=dynamic,
+        vocab_size=120,
+    )
     return VariantBertForMaskedLM(config)
 
 
 def optimizer_for(model, tmp_path, *flags):
-    parser = HfArgumentParser((run_pretraining.PretrainingModelArguments, run_pretraining.PretrainingDataArguments,
-                               TrainingArguments))
+    parser = HfArgumentParser(
+        (run_pretraining.PretrainingModelArguments, run_pretraining.PretrainingDataArguments, TrainingArguments)
+    )
     parser.set_defaults(**run_pretraining.DEFAULTS)
-    model_args, _, training_args = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path),
-                                                                      "--eval_strategy", "no", *flags])
+    model_args, _, training_args = parser.parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--eval_strategy", "no", *flags]
+    )
     trainer = Trainer(model=model, args=training_args)
-    return run_pretraining.build_optimizer(model, model_args, training_args,
-                                           trainer.get_decay_parameter_names(model))
+    return run_pretraining.build_optimizer(model, model_args, training_args, trainer.get_decay_parameter_names(model))
 
 
 def group_of(optimizer):
@@ -43,8 +48,17 @@ def test_no_flag_leaves_the_optimizer_to_trainer(tmp_path):
 
 def test_t5_adafactor_settings_and_dynamic_group(tmp_path):
     model = tiny_model()
-    optimizer = optimizer_for(model, tmp_path, "--t5_adafactor", "--weight_decay", "0", "--learning_rate", "1e-2",
-                              "--dynamic_lr_scale", "0.1")
+    optimizer = optimizer_for(
+        model,
+        tmp_path,
+        "--t5_adafactor",
+        "--weight_decay",
+        "0",
+        "--learning_rate",
+        "1e-2",
+        "--dynamic_lr_scale",
+        "0.1",
+    )
     assert type(optimizer) is Adafactor
     for group in optimizer.param_groups:  # T5 / mesh-tensorflow: parameter-scaled steps, epsilon2 1e-3, no decay
         assert (group["scale_parameter"], group["relative_step"], group["warmup_init"]) == (True, False, False)
@@ -83,12 +97,15 @@ def test_dynamic_scale_with_trainers_own_optimizer(tmp_path):
         assert groups[id(param)]["weight_decay"] == (0.0 if bias_or_norm else 0.01), name
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--dynamic_lr_scale", "0"], "positive number"),
-    (["--dynamic_lr_scale", "-1"], "positive number"),
-    (["--dynamic_lr_scale", "nan"], "positive number"),
-    (["--t5_adafactor"], "--weight_decay 0"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--dynamic_lr_scale", "0"], "positive number"),
+        (["--dynamic_lr_scale", "-1"], "positive number"),
+        (["--dynamic_lr_scale", "nan"], "positive number"),
+        (["--t5_adafactor"], "--weight_decay 0"),
+    ],
+)
 def test_bad_values_are_refused(tmp_path, flags, message):
     with pytest.raises(ValueError, match=message):
         optimizer_for(tiny_model(), tmp_path, *flags)

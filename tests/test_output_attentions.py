@@ -14,8 +14,11 @@ import hf_attn_variants as hav
 from conftest import FAMILIES, head_inputs, make_config
 
 # the weights a base model returns, by family: encoder-decoders give three kinds
-ATTENTION_FIELDS = {"bert": ("attentions",), "albert": ("attentions",),
-                    "t5": ("encoder_attentions", "decoder_attentions", "cross_attentions")}
+ATTENTION_FIELDS = {
+    "bert": ("attentions",),
+    "albert": ("attentions",),
+    "t5": ("encoder_attentions", "decoder_attentions", "cross_attentions"),
+}
 ROUTES = ("argument", "config", "from_pretrained")
 # (training mode, gradients recorded): eval without gradients is inference, eval with them is what saliency tools do
 MODES = {"train": (True, True), "eval_grad": (False, True), "eval_no_grad": (False, False)}
@@ -61,8 +64,9 @@ def test_attention_weights_come_back_however_asked_for(fam, variant, route, tmp_
 
 
 @pytest.mark.parametrize("fam", list(FAMILIES))
-@pytest.mark.parametrize("variant", ["dot_product", "talking_heads", "talking_heads_dynamic", "synth_mixture",
-                                     "general_bilinear"])
+@pytest.mark.parametrize(
+    "variant", ["dot_product", "talking_heads", "talking_heads_dynamic", "synth_mixture", "general_bilinear"]
+)
 def test_gradients_reach_the_returned_weights_from_the_config_route(fam, variant, tmp_path):
     """transformers' `test_retain_grad_hidden_states_attentions`: the config asks, the model trains, and the loss's
     gradient reaches the first layer's weights (they are the tensors the output was computed from, not a copy)."""

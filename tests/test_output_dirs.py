@@ -21,16 +21,34 @@ from hf_attn_variants.presets import preset_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SCRIPTS = {module.__name__: module
-           for module in (run_pretraining, run_t5_pretraining, run_classification, run_qa, run_text_to_text)}
+SCRIPTS = {
+    module.__name__: module
+    for module in (run_pretraining, run_t5_pretraining, run_classification, run_qa, run_text_to_text)
+}
 # A couple of steps on a few examples; pretraining saves a checkpoint-2 folder as well as the final model.
-COMMON = ["--max_steps", "2", "--per_device_train_batch_size", "4", "--max_train_samples", "16",
-          "--max_eval_samples", "8", "--eval_strategy", "no", "--logging_steps", "1", "--disable_tqdm", "true"]
-TINY = {"run_pretraining": [*COMMON, "--max_seq_length", "32", "--save_steps", "2"],
-        "run_t5_pretraining": [*COMMON, "--max_seq_length", "32", "--save_steps", "2"],
-        "run_classification": [*COMMON, "--save_strategy", "no", "--max_seq_length", "32"],
-        "run_qa": [*COMMON, "--save_strategy", "no", "--max_seq_length", "96", "--doc_stride", "32"],
-        "run_text_to_text": [*COMMON, "--save_strategy", "no", "--max_source_length", "32"]}
+COMMON = [
+    "--max_steps",
+    "2",
+    "--per_device_train_batch_size",
+    "4",
+    "--max_train_samples",
+    "16",
+    "--max_eval_samples",
+    "8",
+    "--eval_strategy",
+    "no",
+    "--logging_steps",
+    "1",
+    "--disable_tqdm",
+    "true",
+]
+TINY = {
+    "run_pretraining": [*COMMON, "--max_seq_length", "32", "--save_steps", "2"],
+    "run_t5_pretraining": [*COMMON, "--max_seq_length", "32", "--save_steps", "2"],
+    "run_classification": [*COMMON, "--save_strategy", "no", "--max_seq_length", "32"],
+    "run_qa": [*COMMON, "--save_strategy", "no", "--max_seq_length", "96", "--doc_stride", "32"],
+    "run_text_to_text": [*COMMON, "--save_strategy", "no", "--max_source_length", "32"],
+}
 
 
 def readme_commands() -> list[tuple[str, list[str]]]:
@@ -38,8 +56,11 @@ def readme_commands() -> list[tuple[str, list[str]]]:
     sections, in the README's order, but those with a placeholder path (path/to/...)."""
     text = (ROOT / "README.md").read_text()
     sections = re.findall(r"^## (Quick start|Training)\n(.*?)(?=^## )", text, flags=re.MULTILINE | re.DOTALL)
-    found = (re.match(r"HF_HUB_OFFLINE=1 python examples/(run_\w+)\.py(.*)$", line)
-             for _, body in sections for line in body.splitlines())
+    found = (
+        re.match(r"HF_HUB_OFFLINE=1 python examples/(run_\w+)\.py(.*)$", line)
+        for _, body in sections
+        for line in body.splitlines()
+    )
     commands = [(m.group(1), shlex.split(m.group(2))) for m in found if m]
     return [(script, argv) for script, argv in commands if not any("path/to/" in a for a in argv)]
 
@@ -50,8 +71,11 @@ def config_of(folder: Path) -> dict:
 
 def digests(folder: Path) -> dict[str, str]:
     """SHA-256 of every file under `folder`, by relative path."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_the_readme_commands_in_order_keep_every_checkpoint(tmp_path, monkeypatch):
@@ -60,8 +84,13 @@ def test_the_readme_commands_in_order_keep_every_checkpoint(tmp_path, monkeypatc
     folders the README loads from are there."""
     monkeypatch.chdir(tmp_path)
     commands = readme_commands()
-    assert [s for s, _ in commands][:5] == ["run_pretraining", "run_pretraining", "run_t5_pretraining",
-                                            "run_classification", "run_qa"], commands
+    assert [s for s, _ in commands][:5] == [
+        "run_pretraining",
+        "run_pretraining",
+        "run_t5_pretraining",
+        "run_classification",
+        "run_qa",
+    ], commands
     main_job = tmp_path / "outputs" / "bert-mini-talking-heads"
     before = None
     for script, argv in commands:
@@ -71,15 +100,27 @@ def test_the_readme_commands_in_order_keep_every_checkpoint(tmp_path, monkeypatc
     assert digests(main_job) == before
     expected = {  # folder: (architecture, attention type, what the run started from)
         "bert-mini-talking-heads": ("VariantBertForMaskedLM", "talking_heads", "bert-mini-talking-heads"),
-        "albert-mini-synthesizer-random": ("VariantAlbertForPreTraining", "synthesizer",
-                                           "albert-mini-synthesizer-random"),
-        "t5-mini-synthesizer-random": ("VariantT5ForConditionalGeneration", "synthesizer",
-                                       "t5-mini-synthesizer-random"),
-        "classification-bert-mini-talking-heads": ("VariantBertForSequenceClassification", "talking_heads",
-                                                   "outputs/bert-mini-talking-heads"),
+        "albert-mini-synthesizer-random": (
+            "VariantAlbertForPreTraining",
+            "synthesizer",
+            "albert-mini-synthesizer-random",
+        ),
+        "t5-mini-synthesizer-random": (
+            "VariantT5ForConditionalGeneration",
+            "synthesizer",
+            "t5-mini-synthesizer-random",
+        ),
+        "classification-bert-mini-talking-heads": (
+            "VariantBertForSequenceClassification",
+            "talking_heads",
+            "outputs/bert-mini-talking-heads",
+        ),
         "qa-bert-tiny-talking-heads": ("VariantBertForQuestionAnswering", "talking_heads", "bert-tiny-talking-heads"),
-        "text-to-text-t5-tiny-talking-heads": ("VariantT5ForConditionalGeneration", "talking_heads",
-                                               "t5-tiny-talking-heads"),
+        "text-to-text-t5-tiny-talking-heads": (
+            "VariantT5ForConditionalGeneration",
+            "talking_heads",
+            "t5-tiny-talking-heads",
+        ),
     }
     assert sorted(p.name for p in (tmp_path / "outputs").iterdir()) == sorted(expected)
     for name, (architecture, attention, source) in expected.items():
@@ -95,9 +136,24 @@ def test_the_readme_commands_in_order_keep_every_checkpoint(tmp_path, monkeypatc
     assert loaded_in_readme and all((tmp_path / folder / "config.json").is_file() for folder in loaded_in_readme)
 
 
-BERT = ["--max_seq_length", "32", "--per_device_train_batch_size", "4", "--max_train_samples", "8",
-        "--max_eval_samples", "8", "--eval_strategy", "no", "--disable_tqdm", "true", "--max_steps", "2",
-        "--save_steps", "1"]
+BERT = [
+    "--max_seq_length",
+    "32",
+    "--per_device_train_batch_size",
+    "4",
+    "--max_train_samples",
+    "8",
+    "--max_eval_samples",
+    "8",
+    "--eval_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--max_steps",
+    "2",
+    "--save_steps",
+    "1",
+]
 
 
 def test_a_run_into_another_runs_folder_stops_unless_told(tmp_path):
@@ -110,10 +166,16 @@ def test_a_run_into_another_runs_folder_stops_unless_told(tmp_path):
     kept = digests(out)
     others = [
         (run_pretraining, ["--preset", "bert-tiny-synthesizer-random"], "synthesizer"),
-        (run_pretraining, ["--preset", "bert-tiny-talking-heads", "--sentence_objective", "nsp"],
-         "VariantBertForPreTraining"),
-        (run_pretraining, ["--preset", "bert-tiny-talking-heads", "--config_overrides", '{"num_hidden_layers": 1}'],
-         "num_hidden_layers"),
+        (
+            run_pretraining,
+            ["--preset", "bert-tiny-talking-heads", "--sentence_objective", "nsp"],
+            "VariantBertForPreTraining",
+        ),
+        (
+            run_pretraining,
+            ["--preset", "bert-tiny-talking-heads", "--config_overrides", '{"num_hidden_layers": 1}'],
+            "num_hidden_layers",
+        ),
         (run_classification, ["--model_name_or_path", str(out)], "VariantBertForSequenceClassification"),
     ]
     for script, argv, differs in others:
@@ -121,8 +183,13 @@ def test_a_run_into_another_runs_folder_stops_unless_told(tmp_path):
             script.main([*BERT, "--output_dir", str(out), *argv])
         message = str(error.value)
         assert f"--output_dir {out} holds a checkpoint" in message, message
-        assert "VariantBertForMaskedLM (variant_bert, talking-heads; examples/run_pretraining.py, preset " \
-               "bert-tiny-talking-heads)" in message and differs in message and "--overwrite_output_dir" in message
+        assert (
+            "VariantBertForMaskedLM (variant_bert, talking-heads; examples/run_pretraining.py, preset "
+            "bert-tiny-talking-heads)"
+            in message
+            and differs in message
+            and "--overwrite_output_dir" in message
+        )
     assert digests(out) == kept
     (out / "config.json").unlink()  # a run that stopped before its final save leaves only checkpoint-N folders
     (out / "training_info.json").unlink()
@@ -134,8 +201,9 @@ def test_a_run_into_another_runs_folder_stops_unless_told(tmp_path):
     run_pretraining.main([*first, "--max_steps", "3", "--resume_from_checkpoint", "last"])
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 3
 
-    run_pretraining.main([*BERT, "--output_dir", str(out), "--preset", "bert-tiny-synthesizer-random",
-                          "--overwrite_output_dir"])
+    run_pretraining.main(
+        [*BERT, "--output_dir", str(out), "--preset", "bert-tiny-synthesizer-random", "--overwrite_output_dir"]
+    )
     assert config_of(out)["synthesizer_components"] == ["random"]
     assert json.loads((out / "training_info.json").read_text())["preset"] == "bert-tiny-synthesizer-random"
 
@@ -148,17 +216,35 @@ def test_a_folder_without_a_checkpoint_is_fine(tmp_path):
     assert config_of(out)["model_type"] == "variant_t5" and (out / "notes.txt").is_file()
 
 
-@pytest.mark.parametrize("preset, source, attention_type, task, expected", [
-    ("bert-mini-talking-heads", None, None, None, "outputs/bert-mini-talking-heads"),
-    ("bert-mini-talking-heads", None, "synthesizer", None, "outputs/bert-mini-synthesizer-dense"),
-    ("bert-tiny-single-head-admin", None, None, "qa", "outputs/qa-bert-tiny-single-head-admin"),
-    ("bert-mini-dot-product", "google-bert/bert-base-uncased", "talking_heads", None,
-     "outputs/bert-base-uncased-talking-heads"),
-    ("bert-mini-dot-product", "google-bert/bert-base-uncased", None, "mnli",
-     "outputs/mnli-bert-base-uncased-dot-product"),
-    ("bert-mini-talking-heads", "runs/bert-mini-talking-heads/", None, "classification",
-     "outputs/classification-bert-mini-talking-heads"),
-])
+@pytest.mark.parametrize(
+    "preset, source, attention_type, task, expected",
+    [
+        ("bert-mini-talking-heads", None, None, None, "outputs/bert-mini-talking-heads"),
+        ("bert-mini-talking-heads", None, "synthesizer", None, "outputs/bert-mini-synthesizer-dense"),
+        ("bert-tiny-single-head-admin", None, None, "qa", "outputs/qa-bert-tiny-single-head-admin"),
+        (
+            "bert-mini-dot-product",
+            "google-bert/bert-base-uncased",
+            "talking_heads",
+            None,
+            "outputs/bert-base-uncased-talking-heads",
+        ),
+        (
+            "bert-mini-dot-product",
+            "google-bert/bert-base-uncased",
+            None,
+            "mnli",
+            "outputs/mnli-bert-base-uncased-dot-product",
+        ),
+        (
+            "bert-mini-talking-heads",
+            "runs/bert-mini-talking-heads/",
+            None,
+            "classification",
+            "outputs/classification-bert-mini-talking-heads",
+        ),
+    ],
+)
 def test_the_default_folder_is_named_after_the_run(preset, source, attention_type, task, expected):
     """The preset's family and size with the model's attention; a checkpoint's name with the attention, not
     repeated; the fine-tuning task first."""
@@ -171,5 +257,7 @@ def test_continuing_a_checkpoint_never_defaults_to_its_own_folder(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs" / "bert-mini-talking-heads").mkdir(parents=True)
     model_args = SimpleNamespace(preset=None, model_name_or_path="outputs/bert-mini-talking-heads")
-    assert default_output_dir(model_args, preset_config("bert-mini-talking-heads")) == \
-        "outputs/bert-mini-talking-heads-continued"
+    assert (
+        default_output_dir(model_args, preset_config("bert-mini-talking-heads"))
+        == "outputs/bert-mini-talking-heads-continued"
+    )

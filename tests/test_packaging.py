@@ -28,13 +28,18 @@ def test_version_has_one_source_that_pyproject_and_the_installed_metadata_read()
     # a string literal at the top level of __init__.py: setuptools reads it without importing the package (so building
     # needs neither torch nor transformers)
     init = ast.parse((ROOT / "hf_attn_variants" / "__init__.py").read_text())
-    literals = [node.value.value for node in init.body if isinstance(node, ast.Assign)
-                and any(getattr(target, "id", None) == "__version__" for target in node.targets)
-                and isinstance(node.value, ast.Constant)]
+    literals = [
+        node.value.value
+        for node in init.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(target, "id", None) == "__version__" for target in node.targets)
+        and isinstance(node.value, ast.Constant)
+    ]
     assert literals == [hf_attn_variants.__version__]
     assert str(Version(hf_attn_variants.__version__)) == hf_attn_variants.__version__  # canonical PEP 440
     assert importlib.metadata.version("hf-attn-variants") == hf_attn_variants.__version__, (
-        "the installed distribution has another version than the checkout: reinstall (pip install -e .)")
+        "the installed distribution has another version than the checkout: reinstall (pip install -e .)"
+    )
 
 
 def test_pyproject_has_project_urls_classifiers_and_a_license_expression():
@@ -43,12 +48,19 @@ def test_pyproject_has_project_urls_classifiers_and_a_license_expression():
     assert all(url.startswith("https://") for url in project["urls"].values())
     assert project["urls"]["Changelog"].endswith("/CHANGELOG.md")
     classifiers = project["classifiers"]
-    for prefix in ("Development Status :: ", "Intended Audience :: ", "Operating System :: ",
-                   "Topic :: Scientific/Engineering :: Artificial Intelligence"):
+    for prefix in (
+        "Development Status :: ",
+        "Intended Audience :: ",
+        "Operating System :: ",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ):
         assert any(c.startswith(prefix) for c in classifiers), prefix
     # the Python versions listed are the ones requires-python admits, from its floor up
-    listed = sorted(Version(c.rsplit(" ", 1)[1]) for c in classifiers
-                    if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c))
+    listed = sorted(
+        Version(c.rsplit(" ", 1)[1])
+        for c in classifiers
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    )
     assert [str(v) for v in listed] == ["3.10", "3.11", "3.12", "3.13"]
     assert all(v in SpecifierSet(project["requires-python"]) for v in listed)
     assert Version("3.9") not in SpecifierSet(project["requires-python"])

@@ -57,10 +57,14 @@ REFERENCES = [
     pytest.param("AlbertModel", TINY_ALBERT, id="AlbertModel"),
     pytest.param("AlbertForPreTraining", TINY_ALBERT, id="AlbertForPreTraining"),
     pytest.param("AlbertForMaskedLM", TINY_ALBERT, id="AlbertForMaskedLM"),
-    pytest.param("T5ForConditionalGeneration", dict(TINY_T5, feed_forward_proj="relu"),
-                 id="T5ForConditionalGeneration"),
-    pytest.param("T5ForConditionalGeneration", dict(TINY_T5, feed_forward_proj="gated-gelu", tie_word_embeddings=False),
-                 id="T5v1_1ForConditionalGeneration"),
+    pytest.param(
+        "T5ForConditionalGeneration", dict(TINY_T5, feed_forward_proj="relu"), id="T5ForConditionalGeneration"
+    ),
+    pytest.param(
+        "T5ForConditionalGeneration",
+        dict(TINY_T5, feed_forward_proj="gated-gelu", tie_word_embeddings=False),
+        id="T5v1_1ForConditionalGeneration",
+    ),
     pytest.param("T5EncoderModel", dict(TINY_T5, feed_forward_proj="relu"), id="T5EncoderModel"),
 ]
 WARM_START_CASES = [
@@ -132,7 +136,9 @@ def _max_diffs(ref_out, out, skip=(), real=None):
 
 def _stacks(output):
     """The per-layer outputs given (name -> how many tensors); transformers gives the ones not asked for empty."""
-    return {key: len(value) for key, value in output.items() if key.endswith(("hidden_states", "attentions")) and value}
+    return {
+        key: len(value) for key, value in output.items() if key.endswith(("hidden_states", "attentions")) and value
+    }
 
 
 @pytest.mark.parametrize("ref_name,fields,warm", WARM_START_CASES)
@@ -158,8 +164,9 @@ def test_warm_start_equals_transformers(tmp_path, ref_name, fields, warm):
     if isinstance(ref, transformers.T5ForConditionalGeneration):
         # a random model repeats one token (or pad/<eos>) forever: suppress those and forbid repeats, so that the
         # comparison runs over a varied sequence
-        gen = dict(max_new_tokens=8, do_sample=False, decoder_start_token_id=0, suppress_tokens=[0, 1],
-                   no_repeat_ngram_size=1)
+        gen = dict(
+            max_new_tokens=8, do_sample=False, decoder_start_token_id=0, suppress_tokens=[0, 1], no_repeat_ngram_size=1
+        )
         ids, mask = inputs["input_ids"], inputs["attention_mask"]
         for beams in (1, 3):
             expected_ids = ref.generate(ids, attention_mask=mask, num_beams=beams, **gen)
@@ -190,17 +197,23 @@ def test_dot_product_sdpa_equals_transformers_sdpa(tmp_path, ref_name, fields):
     assert ours.config._attn_implementation == "sdpa"
     inputs = _inputs(ref_name)
     with torch.no_grad():
-        diffs = _max_diffs(ref(**inputs, output_hidden_states=True), ours(**inputs, output_hidden_states=True),
-                           skip=("attentions",))
+        diffs = _max_diffs(
+            ref(**inputs, output_hidden_states=True), ours(**inputs, output_hidden_states=True), skip=("attentions",)
+        )
     assert max(diffs.values()) < 1e-5, diffs
 
 
 def test_identity_talking_heads_grad_equals_transformers(tmp_path):
     """Training step parity: the gradients of the shared parameters equal BERT's (the maps are in the graph)."""
     ref = _reference(tmp_path, "BertForMaskedLM", TINY, "eager").train()
-    ours = on_device(hav.VariantBertForMaskedLM.from_pretrained(
-        tmp_path / "ref", attention_type="talking_heads", talking_heads_init="identity", attn_implementation="eager"
-    ).train())
+    ours = on_device(
+        hav.VariantBertForMaskedLM.from_pretrained(
+            tmp_path / "ref",
+            attention_type="talking_heads",
+            talking_heads_init="identity",
+            attn_implementation="eager",
+        ).train()
+    )
     inputs = _inputs("BertForMaskedLM")
     inputs["labels"] = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, -100)
     ref(**inputs).loss.backward()
@@ -232,7 +245,8 @@ def test_sparse_prediction_equals_transformers(tmp_path, warm, ref_name, fields)
     assert max(diffs.values()) < 1e-5, diffs
 
     labels = inputs["input_ids"].masked_fill(
-        on_device(torch.rand(3, 9, generator=torch.Generator().manual_seed(2)) > 0.4), -100)
+        on_device(torch.rand(3, 9, generator=torch.Generator().manual_seed(2)) > 0.4), -100
+    )
     inputs["labels"] = labels = labels.masked_fill(inputs["attention_mask"] == 0, -100)
     if ref_name == "AlbertForPreTraining":
         inputs["sentence_order_label"] = on_device(torch.tensor([0, 1, 1]))
@@ -250,10 +264,16 @@ def test_sparse_prediction_equals_transformers(tmp_path, warm, ref_name, fields)
 DEFAULT_WARM_STARTS = {
     "talking_heads": (dict(attention_type="talking_heads"), True, None),
     "mixture": (dict(attention_type="synthesizer", synthesizer_components=["dot_product", "random"]), True, None),
-    "talking_heads_paper": (dict(attention_type="talking_heads", talking_heads_init="paper"), False,
-                            "with talking_heads_init='paper' (not 'identity') the model's outputs differ"),
-    "dense_synthesizer": (dict(attention_type="synthesizer"), False,
-                          "cannot start as it without 'dot_product' among synthesizer_components"),
+    "talking_heads_paper": (
+        dict(attention_type="talking_heads", talking_heads_init="paper"),
+        False,
+        "with talking_heads_init='paper' (not 'identity') the model's outputs differ",
+    ),
+    "dense_synthesizer": (
+        dict(attention_type="synthesizer"),
+        False,
+        "cannot start as it without 'dot_product' among synthesizer_components",
+    ),
     "general_bilinear": (dict(attention_type="general_bilinear"), False, "cannot start as it"),
 }
 
@@ -271,8 +291,9 @@ def test_a_vanilla_checkpoint_with_an_attention_type_starts_as_the_checkpoint(tm
     warm, preserving, warning = DEFAULT_WARM_STARTS[case]
     ref = _reference(tmp_path, ref_name, fields, "eager")
     with CaptureLogger(modeling_variant_utils.logger) as captured:
-        ours = getattr(hav, f"Variant{ref_name}").from_pretrained(tmp_path / "ref", attn_implementation="eager",
-                                                                  ignore_mismatched_sizes=True, **warm)
+        ours = getattr(hav, f"Variant{ref_name}").from_pretrained(
+            tmp_path / "ref", attn_implementation="eager", ignore_mismatched_sizes=True, **warm
+        )
     ours = on_device(ours.eval())
     inputs = _inputs(ref_name)
     with torch.no_grad():

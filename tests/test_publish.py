@@ -23,8 +23,13 @@ from hub_server import card_metadata_errors
 from release import RELEASES, record_from_json
 from release import main as release_main
 
-CODE = {"attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
-        "configuration_variant_bert.py", "modeling_variant_bert.py"}
+CODE = {
+    "attention_variants.py",
+    "configuration_variant_attention.py",
+    "modeling_variant_utils.py",
+    "configuration_variant_bert.py",
+    "modeling_variant_bert.py",
+}
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,8 +105,14 @@ PULL = textwrap.dedent(
 
 
 def _run(hub, tmp_path, *command):
-    proc = subprocess.run([sys.executable, *map(str, command)], env=hub.env(tmp_path / "hf_home"), cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, *map(str, command)],
+        env=hub.env(tmp_path / "hf_home"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc.stdout
 
@@ -116,11 +127,36 @@ def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_
     # a release of model_cards/ (the repository's tool, utils/release.py): the run's record (no weights), its card,
     # then `publish --release` with that card
     sources = ["--results", tmp_path / "no-results.jsonl", "--records", tmp_path / "records"]
-    assert release_main(["record", str(tmp_path / "run"), "bert-mini-talking-heads", "--train-command",
-                         "python train.py", "--commit", "0123abc", "--records", str(tmp_path / "records")]) == 0
+    assert (
+        release_main(
+            [
+                "record",
+                str(tmp_path / "run"),
+                "bert-mini-talking-heads",
+                "--train-command",
+                "python train.py",
+                "--commit",
+                "0123abc",
+                "--records",
+                str(tmp_path / "records"),
+            ]
+        )
+        == 0
+    )
     assert release_main(["cards", "--out", str(tmp_path / "cards"), *map(str, sources)]) == 0
-    _run(hub, tmp_path, ROOT / "utils/release.py", "publish", tmp_path / "run", "tester/release-path", "--release",
-         "bert-mini-talking-heads", "--cards", tmp_path / "cards", *sources)
+    _run(
+        hub,
+        tmp_path,
+        ROOT / "utils/release.py",
+        "publish",
+        tmp_path / "run",
+        "tester/release-path",
+        "--release",
+        "bert-mini-talking-heads",
+        "--cards",
+        tmp_path / "cards",
+        *sources,
+    )
     trainer_commit = json.loads(out.strip().splitlines()[-1])["trainer_model_commit"]
     state = hub.state
     trainer_files, cli_files = state.files("tester/trainer-path"), state.files("tester/cli-path", "dev")
@@ -128,8 +164,15 @@ def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_
     # one layout, whichever path pushed: the checkpoint, its code, the tokenizer, the run's records and the card
     assert set(trainer_files) == set(cli_files)
     assert all(is_published(name) for name in cli_files)
-    assert {"README.md", "config.json", "model.safetensors", "tokenizer.json", "all_results.json", "training_info.json",
-            *CODE} <= set(cli_files)
+    assert {
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "all_results.json",
+        "training_info.json",
+        *CODE,
+    } <= set(cli_files)
     assert "training_args.bin" in state.files("tester/trainer-path", trainer_commit)  # Trainer pushed it ...
     assert "training_args.bin" not in trainer_files  # ... and upload_card removed it with the card commit
     for name in set(cli_files) - {"README.md", "all_results.json", "train_results.json", "eval_results.json"}:
@@ -153,8 +196,10 @@ def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_
         assert "| loss | " in text and "| random-words, split validation |" in text
         assert f'revision = "{commit}"' in text and f'from_pretrained("tester/{name}"' in text
         assert CODE <= set(state.files(f"tester/{name}", commit))
-    texts = [_card(f)[0].replace(n, "REPO").replace(c, "SHA") for n, f, c in
-             (("trainer-path", trainer_files, trainer_commit), ("cli-path", cli_files, cli_commit))]
+    texts = [
+        _card(f)[0].replace(n, "REPO").replace(c, "SHA")
+        for n, f, c in (("trainer-path", trainer_files, trainer_commit), ("cli-path", cli_files, cli_commit))
+    ]
     assert texts[0] == texts[1]
 
     # publish --release: the same files, and the card of model_cards/ with its reproduction section and the
@@ -174,10 +219,13 @@ def test_trainer_push_and_publish_give_the_same_repository_and_it_loads_without_
     assert committed == str(render_record(record, "hf-attn-variants/bert-mini-talking-heads", None))
 
     # pull both at their pinned revisions where the package cannot be imported: identical outputs
-    jobs = [["tester/trainer-path", trainer_commit, str(tmp_path / "a.pt")],
-            ["tester/cli-path", cli_commit, str(tmp_path / "b.pt")]]
-    proc = run_isolated(PULL, [tmp_path / "expected.pt", json.dumps(jobs)], env=hub.env(tmp_path / "hf_home"),
-                        cwd=tmp_path)
+    jobs = [
+        ["tester/trainer-path", trainer_commit, str(tmp_path / "a.pt")],
+        ["tester/cli-path", cli_commit, str(tmp_path / "b.pt")],
+    ]
+    proc = run_isolated(
+        PULL, [tmp_path / "expected.pt", json.dumps(jobs)], env=hub.env(tmp_path / "hf_home"), cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     expected = torch.load(tmp_path / "expected.pt")["logits"]
     for _, _, path in jobs:
@@ -227,18 +275,28 @@ def test_metadata_check_rejects_what_the_hub_would():
     good = "---\nlibrary_name: transformers\nlicense: apache-2.0\ntags: [a]\n---\n"
     assert card_metadata_errors(good) == []
     assert card_metadata_errors(good.replace("apache-2.0", "my-own")) == ["license 'my-own' is not a Hub license id"]
-    bad_index = good.replace("tags: [a]\n", "tags: [a]\nmodel-index:\n- name: x\n  results:\n"
-                                           "  - task: {type: fill-mask}\n    dataset: {name: d, type: d}\n"
-                                           "    metrics: [{type: loss, value: high}]\n")
+    bad_index = good.replace(
+        "tags: [a]\n",
+        "tags: [a]\nmodel-index:\n- name: x\n  results:\n"
+        "  - task: {type: fill-mask}\n    dataset: {name: d, type: d}\n"
+        "    metrics: [{type: loss, value: high}]\n",
+    )
     assert any("non-numeric" in e for e in card_metadata_errors(bad_index))
     assert card_metadata_errors("# no metadata") == ["the card has no YAML front matter"]
 
 
 @pytest.mark.parametrize(
     "path,published",
-    [("model.safetensors", True), ("modeling_variant_t5.py", True), ("spiece.model", True),
-     ("all_results.json", True), ("training_args.bin", False), ("trainer_state.json", False),
-     ("runs/events.out", False), ("checkpoint-10/model.safetensors", False)],
+    [
+        ("model.safetensors", True),
+        ("modeling_variant_t5.py", True),
+        ("spiece.model", True),
+        ("all_results.json", True),
+        ("training_args.bin", False),
+        ("trainer_state.json", False),
+        ("runs/events.out", False),
+        ("checkpoint-10/model.safetensors", False),
+    ],
 )
 def test_is_published(path, published):
     assert is_published(path) == published
@@ -250,24 +308,53 @@ def test_card_names_the_data_of_each_number_and_lists_only_hub_datasets(tmp_path
     ids only (not local files, not a local folder recorded as a name)."""
     build("VariantBertForSequenceClassification", "talking_heads").save_pretrained(tmp_path)
     glue = {"name": "nyu-mll/glue (mnli)", "hub_id": "nyu-mll/glue", "config": "mnli"}
-    (tmp_path / "training_info.json").write_text(json.dumps({
-        "script": "examples/run_classification.py", "task": "text-classification", "preset": None,
-        "base_model": None, "dataset": {**glue, "split": "train"},
-        "training": {"max_steps": -1, "steps": 12},
-        "evaluation": [{"metric_prefix": "eval_", "metric_suffix": "", **glue, "split": "validation_matched"},
-                       {"metric_prefix": "eval_", "metric_suffix": "_mm", **glue, "split": "validation_mismatched"},
-                       {"metric_prefix": "predict_", "metric_suffix": "", "name": "test.csv",
-                        "hub_id": "/tmp/local/test.csv", "split": "test"}]}))
-    (tmp_path / "all_results.json").write_text(json.dumps({
-        "train_loss": 0.5, "eval_accuracy": 0.75, "eval_loss": 0.6, "eval_samples": 8, "eval_accuracy_mm": 0.7,
-        "eval_samples_mm": 10, "predict_accuracy": 0.5, "predict_runtime": 0.1, "epoch": 3.0}))
+    (tmp_path / "training_info.json").write_text(
+        json.dumps(
+            {
+                "script": "examples/run_classification.py",
+                "task": "text-classification",
+                "preset": None,
+                "base_model": None,
+                "dataset": {**glue, "split": "train"},
+                "training": {"max_steps": -1, "steps": 12},
+                "evaluation": [
+                    {"metric_prefix": "eval_", "metric_suffix": "", **glue, "split": "validation_matched"},
+                    {"metric_prefix": "eval_", "metric_suffix": "_mm", **glue, "split": "validation_mismatched"},
+                    {
+                        "metric_prefix": "predict_",
+                        "metric_suffix": "",
+                        "name": "test.csv",
+                        "hub_id": "/tmp/local/test.csv",
+                        "split": "test",
+                    },
+                ],
+            }
+        )
+    )
+    (tmp_path / "all_results.json").write_text(
+        json.dumps(
+            {
+                "train_loss": 0.5,
+                "eval_accuracy": 0.75,
+                "eval_loss": 0.6,
+                "eval_samples": 8,
+                "eval_accuracy_mm": 0.7,
+                "eval_samples_mm": 10,
+                "predict_accuracy": 0.5,
+                "predict_runtime": 0.1,
+                "epoch": 3.0,
+            }
+        )
+    )
     text = str(render_card(tmp_path, "me/model", REVISION))
     assert card_metadata_errors(text) == []
     data = ModelCard(text).data
     assert data.datasets == ["nyu-mll/glue"]
     assert sorted((r.metric_type, r.metric_name, r.dataset_split, r.metric_value) for r in data.eval_results) == [
-        ("accuracy", "accuracy", "validation_matched", 0.75), ("accuracy", "accuracy_mm", "validation_mismatched", 0.7),
-        ("loss", "loss", "validation_matched", 0.6)]
+        ("accuracy", "accuracy", "validation_matched", 0.75),
+        ("accuracy", "accuracy_mm", "validation_mismatched", 0.7),
+        ("loss", "loss", "validation_matched", 0.6),
+    ]
     assert "| accuracy_mm | 0.7 | nyu-mll/glue (mnli), split validation_mismatched |" in text
     assert "| predict_accuracy | 0.5 | test.csv, split test |" in text
     assert "samples" not in text.split("## Evaluation results")[1].split("## Limitations")[0]

@@ -10,7 +10,6 @@ Every variant parameter is re-drawn at a scale where it matters, and each case c
 when those parameters move, so agreement to 1e-10 is not agreement between two things that ignore them.
 """
 
-
 import pytest
 import torch
 
@@ -21,25 +20,38 @@ TALKING_HEADS = dict(attention_type="talking_heads", talking_heads_num_key_heads
 CASES = {
     "talking_heads": TALKING_HEADS,
     "talking_heads_square": dict(attention_type="talking_heads"),
-    "talking_heads_pre_only": dict(TALKING_HEADS, talking_heads_num_value_heads=None, talking_heads_post_softmax=False),
+    "talking_heads_pre_only": dict(
+        TALKING_HEADS, talking_heads_num_value_heads=None, talking_heads_post_softmax=False
+    ),
     "talking_heads_post_only": dict(TALKING_HEADS, talking_heads_num_key_heads=None, talking_heads_pre_softmax=False),
     **{f"talking_heads_{d}": dict(TALKING_HEADS, talking_heads_dynamic=[d]) for d in ("x2l", "m2l", "x2w", "m2w")},
     "talking_heads_dynamic": dict(TALKING_HEADS, talking_heads_dynamic=["x2l", "m2l", "x2w", "m2w"]),
     # projections narrower than the input (8 + 8 + 8 <= 32), as in the deep single-head twins
     "talking_heads_narrow": dict(TALKING_HEADS, talking_heads_num_value_heads=2, attention_head_size=4),
-    "talking_heads_dynamic_post_only": dict(TALKING_HEADS, talking_heads_num_key_heads=None,
-                                            talking_heads_pre_softmax=False, talking_heads_dynamic=["x2w", "m2w"]),
+    "talking_heads_dynamic_post_only": dict(
+        TALKING_HEADS,
+        talking_heads_num_key_heads=None,
+        talking_heads_pre_softmax=False,
+        talking_heads_dynamic=["x2w", "m2w"],
+    ),
     "synth_dense": dict(attention_type="synthesizer", synthesizer_components=["dense"]),
     "synth_random": dict(attention_type="synthesizer", synthesizer_components=["random"]),
-    "synth_factorized_dense": dict(attention_type="synthesizer", synthesizer_components=["factorized_dense"],
-                                   synthesizer_dense_factors=[4, 16]),
-    "synth_factorized_random": dict(attention_type="synthesizer", synthesizer_components=["factorized_random"],
-                                    synthesizer_factorized_rank=3),
-    "synth_mixture": dict(attention_type="synthesizer", synthesizer_dense_factors=[4, 16],
-                          synthesizer_components=["dot_product", "dense", "random", "factorized_random",
-                                                  "factorized_dense"]),
-    "synth_mixture_unnormalized": dict(attention_type="synthesizer", synthesizer_mixture_normalize=False,
-                                       synthesizer_components=["dot_product", "dense", "random"]),
+    "synth_factorized_dense": dict(
+        attention_type="synthesizer", synthesizer_components=["factorized_dense"], synthesizer_dense_factors=[4, 16]
+    ),
+    "synth_factorized_random": dict(
+        attention_type="synthesizer", synthesizer_components=["factorized_random"], synthesizer_factorized_rank=3
+    ),
+    "synth_mixture": dict(
+        attention_type="synthesizer",
+        synthesizer_dense_factors=[4, 16],
+        synthesizer_components=["dot_product", "dense", "random", "factorized_random", "factorized_dense"],
+    ),
+    "synth_mixture_unnormalized": dict(
+        attention_type="synthesizer",
+        synthesizer_mixture_normalize=False,
+        synthesizer_components=["dot_product", "dense", "random"],
+    ),
     "general_bilinear": dict(attention_type="general_bilinear"),
 }
 BATCH, SEQ = 3, 9
@@ -141,16 +153,23 @@ def reference_general_bilinear(layer, p, x, mask):
     return torch.einsum("bhij,bjd->bihd", torch.softmax(logits, dim=-1), x).reshape(b, n, -1)
 
 
-REFERENCES = {"talking_heads": reference_talking_heads, "synthesizer": reference_synthesizer,
-              "general_bilinear": reference_general_bilinear}
+REFERENCES = {
+    "talking_heads": reference_talking_heads,
+    "synthesizer": reference_synthesizer,
+    "general_bilinear": reference_general_bilinear,
+}
 
 
 def _model(case, implementation, causal):
     torch.manual_seed(0)
     # unpad=False: the layer sees the padded batch the transcriptions take (tests/test_unpadding.py shows that the
     # real tokens' outputs of the packed layout equal it)
-    config = hav.VariantBertConfig(**{**TINY, **CASES[case], "num_hidden_layers": 1}, is_decoder=causal,
-                                   attn_implementation=implementation, unpad=False)
+    config = hav.VariantBertConfig(
+        **{**TINY, **CASES[case], "num_hidden_layers": 1},
+        is_decoder=causal,
+        attn_implementation=implementation,
+        unpad=False,
+    )
     model = hav.VariantBertModel(config).double().eval()
     layer = model.encoder.layer[0].attention.self
     with torch.no_grad():  # every parameter at a scale where it matters: O(1) logits, dynamic maps no longer ~0
@@ -246,6 +265,7 @@ def test_talking_heads_gradients_equal_paper_transcription(case):
         if name != "key.bias":  # without m2l a key bias shifts every logit of a query alike: softmax ignores it
             assert e.abs().max() > 1e-6, f"{name}: the reference gradient is ~0, the comparison would be vacuous"
 
+
 def test_general_bilinear_layout_and_size():
     """No key or value projection (the memory is both), a query of h full-width heads, an output projection from
     h*d: 2 h d^2 weights per layer, in BERT, ALBERT and T5 (without biases)."""
@@ -257,8 +277,11 @@ def test_general_bilinear_layout_and_size():
     albert = hav.VariantAlbertModel(hav.VariantAlbertConfig(**TINY, attention_type="general_bilinear"))
     layer = albert.encoder.albert_layer_groups[0].albert_layers[0].attention
     assert layer.key is None and layer.value is None and layer.dense.weight.shape == (d, h * d)
-    t5 = hav.VariantT5Model(hav.VariantT5Config(d_model=d, num_heads=h, d_kv=8, num_layers=1, vocab_size=99,
-                                                attention_type="general_bilinear"))
+    t5 = hav.VariantT5Model(
+        hav.VariantT5Config(
+            d_model=d, num_heads=h, d_kv=8, num_layers=1, vocab_size=99, attention_type="general_bilinear"
+        )
+    )
     for attn in (t5.encoder.block[0].layer[0].SelfAttention, t5.decoder.block[0].layer[1].EncDecAttention):
         assert attn.k is None and attn.v is None
         assert sum(p.numel() for n, p in attn.named_parameters() if n in ("q.weight", "o.weight")) == 2 * h * d * d

@@ -15,9 +15,17 @@ from hf_attn_variants.isolation import blocker, run_isolated
 
 PACKAGE = Path(hav.__file__).parent
 REMOTE_FILES = {  # what a saved checkpoint of each family carries
-    fam: sorted(["attention_variants.py", "configuration_variant_attention.py", "modeling_variant_utils.py",
-                 "talking_heads_blockwise.py", "talking_heads_triton.py",
-                 f"configuration_variant_{fam}.py", f"modeling_variant_{fam}.py"])
+    fam: sorted(
+        [
+            "attention_variants.py",
+            "configuration_variant_attention.py",
+            "modeling_variant_utils.py",
+            "talking_heads_blockwise.py",
+            "talking_heads_triton.py",
+            f"configuration_variant_{fam}.py",
+            f"modeling_variant_{fam}.py",
+        ]
+    )
     for fam in FAMILIES
 }
 SCANNED = sorted({name for files in REMOTE_FILES.values() for name in files})
@@ -87,9 +95,14 @@ def _save(tmp_path, head, variant, model=None):
     torch.save(inputs, path / "inputs.pt")
     with torch.no_grad():
         expected = {k: v for k, v in model(**inputs).items() if isinstance(v, torch.Tensor)}
-    job = dict(path=str(path), auto=_auto_class(head), cls=head, config=FAMILIES[family(head)].config_class.__name__,
-               inputs=str(path / "inputs.pt"),
-               out=str(path / "out.pt"))
+    job = dict(
+        path=str(path),
+        auto=_auto_class(head),
+        cls=head,
+        config=FAMILIES[family(head)].config_class.__name__,
+        inputs=str(path / "inputs.pt"),
+        out=str(path / "out.pt"),
+    )
     return job, expected
 
 
@@ -116,7 +129,11 @@ def test_every_head_and_every_variant_loads_without_the_package(tmp_path):
 
 @pytest.mark.parametrize(
     "head",
-    ["VariantBertForSequenceClassification", "VariantAlbertForSequenceClassification", "VariantT5ForConditionalGeneration"],
+    [
+        "VariantBertForSequenceClassification",
+        "VariantAlbertForSequenceClassification",
+        "VariantT5ForConditionalGeneration",
+    ],
 )
 def test_saved_folder_holds_the_code_and_a_full_auto_map(tmp_path, head):
     fam = family(head)
@@ -163,7 +180,8 @@ def test_remote_files_import_only_stdlib_torch_transformers_and_siblings(name):
             for alias in node.names:
                 top = alias.name.split(".")[0]
                 assert top in allowed_top or (top in OPTIONAL_IMPORTS and id(node) in optional), (
-                    f"{name}: import {alias.name}")
+                    f"{name}: import {alias.name}"
+                )
         elif isinstance(node, ast.ImportFrom):
             if node.level == 0:
                 assert node.module.split(".")[0] in allowed_top, f"{name}: from {node.module}"

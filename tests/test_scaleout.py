@@ -37,10 +37,33 @@ EXAMPLES = ROOT / "examples"
 
 NO_DROPOUT = '{"hidden_dropout_prob": 0, "attention_probs_dropout_prob": 0}'
 # 3 steps of 8 sequences (16 training sequences: 2 steps per epoch), every process on the CPU.
-COMMON = ["--preset", "bert-tiny-talking-heads", "--max_steps", "3", "--max_train_samples", "16",
-          "--max_eval_samples", "8", "--max_seq_length", "32", "--use_cpu", "--eval_strategy", "no",
-          "--disable_tqdm", "true", "--warmup_steps", "0", "--learning_rate", "1e-2", "--logging_steps", "1",
-          "--config_overrides", NO_DROPOUT, "--report_to", "none"]
+COMMON = [
+    "--preset",
+    "bert-tiny-talking-heads",
+    "--max_steps",
+    "3",
+    "--max_train_samples",
+    "16",
+    "--max_eval_samples",
+    "8",
+    "--max_seq_length",
+    "32",
+    "--use_cpu",
+    "--eval_strategy",
+    "no",
+    "--disable_tqdm",
+    "true",
+    "--warmup_steps",
+    "0",
+    "--learning_rate",
+    "1e-2",
+    "--logging_steps",
+    "1",
+    "--config_overrides",
+    NO_DROPOUT,
+    "--report_to",
+    "none",
+]
 TWO_PROCESSES = ["--per_device_train_batch_size", "4", "--ddp_backend", "gloo"]
 # Weights after 3 AdamW steps at lr 1e-2 on 2 processes against 1. Adam moves a weight by up to lr per step (exactly
 # lr * sign(g) at the first step), so one weight that missed an update or got another process's is off by 1e-3 to
@@ -59,8 +82,14 @@ def _free_port() -> str:
 
 def _env() -> dict:
     # CPU processes whatever the machine has: DeepSpeed on its CPU accelerator, no GPU visible.
-    return {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "DS_ACCELERATOR": "cpu",
-            "CUDA_VISIBLE_DEVICES": "", "TOKENIZERS_PARALLELISM": "false"}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "DS_ACCELERATOR": "cpu",
+        "CUDA_VISIBLE_DEVICES": "",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 def _launch(command: list[str]) -> None:
@@ -70,8 +99,19 @@ def _launch(command: list[str]) -> None:
 
 def _torchrun(*args) -> None:
     torchrun = Path(sys.executable).parent / "torchrun"
-    _launch([str(torchrun), "--nproc_per_node", "2", "--master_port", _free_port(),
-             str(EXAMPLES / "run_pretraining.py"), *COMMON, *TWO_PROCESSES, *args])
+    _launch(
+        [
+            str(torchrun),
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            _free_port(),
+            str(EXAMPLES / "run_pretraining.py"),
+            *COMMON,
+            *TWO_PROCESSES,
+            *args,
+        ]
+    )
 
 
 _BUILD_DEEPSPEED_OPS = (
@@ -94,8 +134,14 @@ def _needs_deepspeed():
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("DeepSpeed is not installed: pip install -e '.[test,deepspeed]'")
     if not _deepspeed_ops:
-        proc = subprocess.run([sys.executable, "-c", _BUILD_DEEPSPEED_OPS], env=_env(), capture_output=True,
-                              text=True, timeout=900, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, "-c", _BUILD_DEEPSPEED_OPS],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=ROOT,
+        )
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
         _deepspeed_ops.append(True)
 
@@ -129,8 +175,9 @@ def _assert_same_run(one, two):
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
     out = tmp_path_factory.mktemp("one")
-    run_pretraining.main(COMMON + ["--per_device_train_batch_size", "8", "--save_strategy", "no",
-                                   "--output_dir", str(out)])
+    run_pretraining.main(
+        COMMON + ["--per_device_train_batch_size", "8", "--save_strategy", "no", "--output_dir", str(out)]
+    )
     return out
 
 
@@ -138,8 +185,9 @@ def one_process(tmp_path_factory):
 def zero2(tmp_path_factory):
     _needs_deepspeed()
     out = tmp_path_factory.mktemp("zero2")
-    _torchrun("--deepspeed", str(EXAMPLES / "deepspeed" / "zero2.json"), "--save_strategy", "no",
-              "--output_dir", str(out))
+    _torchrun(
+        "--deepspeed", str(EXAMPLES / "deepspeed" / "zero2.json"), "--save_strategy", "no", "--output_dir", str(out)
+    )
     return out
 
 
@@ -148,8 +196,18 @@ def zero3(tmp_path_factory):
     """ZeRO-3, saving a checkpoint at step 2 (and Trainer's last one at step 3)."""
     _needs_deepspeed()
     out = tmp_path_factory.mktemp("zero3")
-    _torchrun("--deepspeed", str(EXAMPLES / "deepspeed" / "zero3.json"), "--save_strategy", "steps",
-              "--save_steps", "2", "--save_total_limit", "2", "--output_dir", str(out))
+    _torchrun(
+        "--deepspeed",
+        str(EXAMPLES / "deepspeed" / "zero3.json"),
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "2",
+        "--save_total_limit",
+        "2",
+        "--output_dir",
+        str(out),
+    )
     return out
 
 
@@ -159,9 +217,22 @@ def fsdp(tmp_path_factory):
     one, two = tmp_path_factory.mktemp("fsdp_one"), tmp_path_factory.mktemp("fsdp_two")
     fsdp_worker.main(str(one))
     accelerate = Path(sys.executable).parent / "accelerate"
-    _launch([str(accelerate), "launch", "--config_file", str(EXAMPLES / "accelerate" / "fsdp.yaml"),
-             "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", _free_port(),
-             str(Path(__file__).resolve().parent / "fsdp_worker.py"), str(two)])
+    _launch(
+        [
+            str(accelerate),
+            "launch",
+            "--config_file",
+            str(EXAMPLES / "accelerate" / "fsdp.yaml"),
+            "--num_processes",
+            "2",
+            "--mixed_precision",
+            "no",
+            "--main_process_port",
+            _free_port(),
+            str(Path(__file__).resolve().parent / "fsdp_worker.py"),
+            str(two),
+        ]
+    )
     return one, two
 
 
@@ -170,9 +241,23 @@ def test_torchrun_on_cpu_trains_data_parallel_as_documented(one_process, tmp_pat
     nor --ddp_backend (the scripts choose the CPU and gloo themselves): DDP over 2 processes, equal to one process
     on the same global batch (without the scripts' choice each rank would train alone: epoch 0.75, other weights)."""
     torchrun = Path(sys.executable).parent / "torchrun"
-    _launch([str(torchrun), "--nproc_per_node", "2", "--master_port", _free_port(), str(EXAMPLES / "run_pretraining.py"),
-             *[arg for arg in COMMON if arg != "--use_cpu"], "--per_device_train_batch_size", "4",
-             "--save_strategy", "no", "--output_dir", str(tmp_path)])
+    _launch(
+        [
+            str(torchrun),
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            _free_port(),
+            str(EXAMPLES / "run_pretraining.py"),
+            *[arg for arg in COMMON if arg != "--use_cpu"],
+            "--per_device_train_batch_size",
+            "4",
+            "--save_strategy",
+            "no",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     _assert_same_run(one_process, tmp_path)
 
 
@@ -193,8 +278,16 @@ def test_zero3_equals_one_process(one_process, zero3):
 def test_zero3_resumes_from_the_last_checkpoint(tmp_path, zero3):
     """A copy of the run stopped after step 2 continues with `--resume_from_checkpoint last` to the same step 3."""
     shutil.copytree(zero3 / "checkpoint-2", tmp_path / "checkpoint-2")
-    _torchrun("--deepspeed", str(EXAMPLES / "deepspeed" / "zero3.json"), "--save_strategy", "no",
-              "--output_dir", str(tmp_path), "--resume_from_checkpoint", "last")
+    _torchrun(
+        "--deepspeed",
+        str(EXAMPLES / "deepspeed" / "zero3.json"),
+        "--save_strategy",
+        "no",
+        "--output_dir",
+        str(tmp_path),
+        "--resume_from_checkpoint",
+        "last",
+    )
     assert _state(tmp_path)["global_step"] == 3
     assert _logged(tmp_path, "loss") == pytest.approx(_logged(zero3, "loss"), rel=1e-5)
     _assert_same_weights(zero3, tmp_path)
@@ -206,9 +299,10 @@ def test_zero3_resumes_from_the_last_checkpoint(tmp_path, zero3):
 
 # what accelerate's fsdp2_prepare_model makes a shard unit of, per model: each layer (`_no_split_modules`), the tied
 # input embedding and LM head decoder together (FSDPEmbedding, FSDPLinear), and the root with the rest
-FSDP_UNITS = {name: sorted(["FSDPEmbedding", "FSDPLinear", f"FSDP{layer}", f"FSDP{fsdp_worker.MODELS[name][0]}"])
-              for name, layer in [("bert", "VariantBertLayer"), ("albert", "VariantAlbertLayer"),
-                                  ("t5", "VariantT5Block")]}
+FSDP_UNITS = {
+    name: sorted(["FSDPEmbedding", "FSDPLinear", f"FSDP{layer}", f"FSDP{fsdp_worker.MODELS[name][0]}"])
+    for name, layer in [("bert", "VariantBertLayer"), ("albert", "VariantAlbertLayer"), ("t5", "VariantT5Block")]
+}
 
 
 @pytest.mark.parametrize("name", list(fsdp_worker.MODELS))
@@ -234,8 +328,16 @@ def test_accelerate_fsdp2_folders_load_as_remote_code(tmp_path, fsdp):
         folder = fsdp[1] / name
         inputs = head_inputs(head, seq=12)
         torch.save(inputs, tmp_path / f"{name}-inputs.pt")
-        jobs.append(dict(path=str(folder), auto=_auto_class(head), cls=head, config=FAMILIES[family].config_class.__name__,
-                         inputs=str(tmp_path / f"{name}-inputs.pt"), out=str(tmp_path / f"{name}.pt")))
+        jobs.append(
+            dict(
+                path=str(folder),
+                auto=_auto_class(head),
+                cls=head,
+                config=FAMILIES[family].config_class.__name__,
+                inputs=str(tmp_path / f"{name}-inputs.pt"),
+                out=str(tmp_path / f"{name}.pt"),
+            )
+        )
         model = getattr(hav, head).from_pretrained(folder).eval()
         assert model.get_output_embeddings().weight is model.get_input_embeddings().weight, name
         if family == "t5":  # both stacks read the shared embedding module itself
@@ -255,9 +357,17 @@ def test_zero_folders_load_as_remote_code(tmp_path, zero2, zero3):
     inputs["input_ids"] = inputs["input_ids"] * 5 + 4  # spread over the tiny preset's vocabulary
     torch.save(inputs, tmp_path / "inputs.pt")
     folders = {"zero2": zero2, "zero3": zero3}
-    jobs = [dict(path=str(folder), auto="AutoModelForMaskedLM", cls="VariantBertForMaskedLM",
-                 config="VariantBertConfig", inputs=str(tmp_path / "inputs.pt"), out=str(tmp_path / f"{name}.pt"))
-            for name, folder in folders.items()]
+    jobs = [
+        dict(
+            path=str(folder),
+            auto="AutoModelForMaskedLM",
+            cls="VariantBertForMaskedLM",
+            config="VariantBertConfig",
+            inputs=str(tmp_path / "inputs.pt"),
+            out=str(tmp_path / f"{name}.pt"),
+        )
+        for name, folder in folders.items()
+    ]
     _run_isolated(tmp_path, jobs)
     for job in jobs:
         model = hav.VariantBertForMaskedLM.from_pretrained(job["path"]).eval()
@@ -268,8 +378,14 @@ def test_zero_folders_load_as_remote_code(tmp_path, zero2, zero3):
         torch.testing.assert_close(got["loss"], expected.loss, **SAME_WEIGHTS, msg=job["path"])
 
 
-TIED_HEADS = ["VariantBertForMaskedLM", "VariantBertForPreTraining", "VariantBertLMHeadModel",
-              "VariantAlbertForMaskedLM", "VariantAlbertForPreTraining", "VariantT5ForConditionalGeneration"]
+TIED_HEADS = [
+    "VariantBertForMaskedLM",
+    "VariantBertForPreTraining",
+    "VariantBertLMHeadModel",
+    "VariantAlbertForMaskedLM",
+    "VariantAlbertForPreTraining",
+    "VariantT5ForConditionalGeneration",
+]
 
 
 @pytest.mark.parametrize("head", TIED_HEADS)

@@ -38,8 +38,12 @@ def test_every_config_has_every_field_with_its_default_and_round_trips(config_cl
         if config_class is hav.VariantT5Config and name in ("attention_head_size", "synthesizer_max_position"):
             expected = {"attention_head_size": config.d_kv, "synthesizer_max_position": 512}[name]
         assert getattr(config, name) == expected, name
-    changed = config_class(attention_type="talking_heads", talking_heads_dynamic=["x2l"], admin=False,
-                           synthesizer_components=["random", "dot_product"])
+    changed = config_class(
+        attention_type="talking_heads",
+        talking_heads_dynamic=["x2l"],
+        admin=False,
+        synthesizer_components=["random", "dot_product"],
+    )
     changed.save_pretrained(tmp_path)
     loaded = config_class.from_pretrained(tmp_path)
     for name in FIELDS:
@@ -53,8 +57,12 @@ def test_every_config_has_every_field_with_its_default_and_round_trips(config_cl
 # ------------------------------------------------------------------------------- the attention types, registered once
 REGISTRY = hav.ATTENTION_REGISTRY
 # what a cross-attention layer of a model of each type is (a new type must say: the test fails until it is here)
-CROSS = {"dot_product": "dot_product", "talking_heads": "talking_heads", "synthesizer": "dot_product",
-         "general_bilinear": "general_bilinear"}
+CROSS = {
+    "dot_product": "dot_product",
+    "talking_heads": "talking_heads",
+    "synthesizer": "dot_product",
+    "general_bilinear": "general_bilinear",
+}
 
 
 def test_the_tools_read_every_attention_type_from_the_registry():
@@ -71,12 +79,15 @@ def test_the_tools_read_every_attention_type_from_the_registry():
         assert entry.card_section({"attention_type": name}) in cards
         assert set(entry.config_fields) <= set(FIELDS) and set(entry.exclusive_fields) <= set(entry.config_fields)
     assert convert.FUNCTION_PRESERVING == {n: e.warm_start for n, e in REGISTRY.items() if e.warm_start is not None}
-    choices = next(a for a in cli._parser()._subparsers._group_actions[0].choices["convert"]._actions
-                   if a.dest == "attention").choices
+    choices = next(
+        a for a in cli._parser()._subparsers._group_actions[0].choices["convert"]._actions if a.dest == "attention"
+    ).choices
     assert set(choices) == set(convert.FUNCTION_PRESERVING) == {"dot_product", "talking_heads", "synthesizer"}
     assert hav.describe_attention_types().count(": ") == len(REGISTRY)
-    assert all(f'`"{name}"`: {entry.help}' in VariantAttentionFields.__doc__.replace("\n              ", " ")
-               for name, entry in REGISTRY.items())
+    assert all(
+        f'`"{name}"`: {entry.help}' in VariantAttentionFields.__doc__.replace("\n              ", " ")
+        for name, entry in REGISTRY.items()
+    )
 
 
 @pytest.mark.parametrize("name", [n for n, e in REGISTRY.items() if e.warm_start is not None])
@@ -116,11 +127,14 @@ def test_cross_attention_follows_the_registry_in_bert_and_t5():
     assert set(CROSS) == set(REGISTRY)
     for name, across in CROSS.items():
         assert hav.configuration_variant_attention.cross_attention_type(name) == across
-        bert = hav.VariantBertLMHeadModel(hav.VariantBertConfig(**TINY, attention_type=name, is_decoder=True,
-                                                                add_cross_attention=True))
+        bert = hav.VariantBertLMHeadModel(
+            hav.VariantBertConfig(**TINY, attention_type=name, is_decoder=True, add_cross_attention=True)
+        )
         layer = bert.bert.encoder.layer[0]
-        assert (layer.attention.self.spec.attention_type, layer.crossattention.self.spec.attention_type) == (name,
-                                                                                                              across)
+        assert (layer.attention.self.spec.attention_type, layer.crossattention.self.spec.attention_type) == (
+            name,
+            across,
+        )
         t5 = hav.VariantT5Model(hav.VariantT5Config(**TINY_T5, attention_type=name))
         assert t5.decoder.block[0].layer[1].EncDecAttention.spec.attention_type == across
         assert t5.config.attention_type_of("cross") == across

@@ -19,7 +19,10 @@ from conftest import TINY, build, on_device
 pytestmark = pytest.mark.device
 
 HEADS = [
-    "VariantBertForMaskedLM", "VariantBertForPreTraining", "VariantAlbertForMaskedLM", "VariantAlbertForPreTraining"
+    "VariantBertForMaskedLM",
+    "VariantBertForPreTraining",
+    "VariantAlbertForMaskedLM",
+    "VariantAlbertForPreTraining",
 ]
 VARIANTS = ["dot_product", "talking_heads", "synth_mixture", "general_bilinear"]
 CLOSE = dict(atol=1e-6, rtol=1e-5)  # two computations of one function on the same weights (float32)
@@ -88,8 +91,9 @@ def test_without_labels_the_logits_are_full(head):
     inputs = _mlm_inputs(head)
     with torch.no_grad():
         dense = _logits(head, model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]))
-        sparse = _logits(head, model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                                     sparse_prediction=True))
+        sparse = _logits(
+            head, model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], sparse_prediction=True)
+        )
     assert sparse.shape == (3, 9, TINY["vocab_size"])
     torch.testing.assert_close(sparse, dense, **CLOSE)
 

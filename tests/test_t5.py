@@ -17,8 +17,9 @@ def test_untied_lm_head_v1_1(tmp_path):
     """tie_word_embeddings=False: a separate LM head (v1.1) that survives save/load; tied by default."""
     tied = build("VariantT5ForConditionalGeneration", "talking_heads")
     assert tied.lm_head.weight is tied.shared.weight
-    model = build("VariantT5ForConditionalGeneration", "talking_heads", feed_forward_proj="gated-gelu",
-                  tie_word_embeddings=False)
+    model = build(
+        "VariantT5ForConditionalGeneration", "talking_heads", feed_forward_proj="gated-gelu", tie_word_embeddings=False
+    )
     assert model.lm_head.weight is not model.shared.weight
     assert model.encoder.embed_tokens.weight is model.shared.weight
     assert not model.config.scale_decoder_outputs

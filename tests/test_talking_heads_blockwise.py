@@ -184,8 +184,13 @@ def test_dropout_masks_are_reproducible_and_match_the_reference():
     torch.manual_seed(5)
     seed = int(torch.randint(0, 2**62, ()))  # what talking_heads_blockwise draws first after manual_seed(5)
     b, h_v, n, m = args["value"].shape[0], args["value"].shape[1], args["query"].shape[2], args["key"].shape[2]
-    keep = torch.cat([_dropout_keep((b, h_v, min(block, n - start), m), p, seed, i, "cpu")
-                      for i, start in enumerate(range(0, n, block))], dim=2)
+    keep = torch.cat(
+        [
+            _dropout_keep((b, h_v, min(block, n - start), m), p, seed, i, "cpu")
+            for i, start in enumerate(range(0, n, block))
+        ],
+        dim=2,
+    )
     assert 0.2 < (keep == 0).double().mean() < 0.4 and torch.all((keep == 0) | (keep == 1))
     mask = keep.double() / (1 - p)
     expected = outputs_and_grads(talking_heads_reference, args, False, dropout_mask=mask)
@@ -220,8 +225,14 @@ def test_block_rows_keep_a_block_near_the_budget():
 
 def test_backward_is_once_differentiable():
     args = formula_inputs(CASES["both_maps"])
-    out = BlockwiseTalkingHeads.apply(*(args[k] for k in ("query", "key", "value", "bias", "pre_proj", "post_proj",
-                                                           "x2l", "m2l", "x2w", "m2w")), 0.4, False, 0.0, 0, 4)
+    out = BlockwiseTalkingHeads.apply(
+        *(args[k] for k in ("query", "key", "value", "bias", "pre_proj", "post_proj", "x2l", "m2l", "x2w", "m2w")),
+        0.4,
+        False,
+        0.0,
+        0,
+        4,
+    )
     (grad,) = torch.autograd.grad(out.sum(), args["query"], create_graph=True)
     with pytest.raises(RuntimeError):
         grad.sum().backward()
@@ -229,8 +240,12 @@ def test_backward_is_once_differentiable():
 
 # ------------------------------------------------------------------------------------------------------ model level
 TH_VARIANTS = ["talking_heads", "talking_heads_hk_hv", "talking_heads_pre_only", "talking_heads_dynamic"]
-HEADS = ["VariantBertForMaskedLM", "VariantBertLMHeadModel", "VariantAlbertForMaskedLM",
-         "VariantT5ForConditionalGeneration"]
+HEADS = [
+    "VariantBertForMaskedLM",
+    "VariantBertLMHeadModel",
+    "VariantAlbertForMaskedLM",
+    "VariantT5ForConditionalGeneration",
+]
 
 
 def sharpened(model):
@@ -265,8 +280,9 @@ def test_models_train_the_same_with_the_blockwise_core(head, variant):
     expected, actual = loss_and_grads(eager, inputs), loss_and_grads(blockwise, inputs)
     torch.testing.assert_close(actual[0], expected[0], atol=1e-10, rtol=1e-10)
     assert actual[1].keys() == expected[1].keys()
-    tolerance = {name: dict(atol=1e-10 * max(1.0, grad.abs().max().item()), rtol=1e-8)
-                 for name, grad in expected[1].items()}
+    tolerance = {
+        name: dict(atol=1e-10 * max(1.0, grad.abs().max().item()), rtol=1e-8) for name, grad in expected[1].items()
+    }
     for name, grad in expected[1].items():
         torch.testing.assert_close(actual[1][name], grad, **tolerance[name], msg=name)
     proj = next(p for name, p in blockwise.named_parameters() if name.endswith("pre_softmax_proj"))
@@ -280,10 +296,16 @@ def test_auto_takes_the_blockwise_core_to_train_and_for_inference_on_the_cpu(mon
     from hf_attn_variants import attention_variants
 
     calls, cores = [], []
-    monkeypatch.setitem(attention_variants.TALKING_HEADS_ALGORITHMS, "blockwise",
-                        lambda *args, **kwargs: calls.append(1) or talking_heads_blockwise(*args, **kwargs))
-    monkeypatch.setattr(talking_heads_blockwise_module, "talking_heads_inference",
-                        lambda *args, **kwargs: cores.append(1) or talking_heads_inference(*args, **kwargs))
+    monkeypatch.setitem(
+        attention_variants.TALKING_HEADS_ALGORITHMS,
+        "blockwise",
+        lambda *args, **kwargs: calls.append(1) or talking_heads_blockwise(*args, **kwargs),
+    )
+    monkeypatch.setattr(
+        talking_heads_blockwise_module,
+        "talking_heads_inference",
+        lambda *args, **kwargs: cores.append(1) or talking_heads_inference(*args, **kwargs),
+    )
     # attention_algorithm="auto", the default; the padded batch: one attention call per layer (packed, one per length)
     model = build("VariantBertModel", "talking_heads", unpad=False)
     inputs = head_inputs("VariantBertModel")
@@ -304,8 +326,9 @@ def test_an_algorithm_for_a_type_that_has_none_is_refused_by_name():
     with pytest.raises(ValueError, match="attention_algorithm.*'fast'"):
         hav.VariantBertModel(make_config("talking_heads", attention_algorithm="fast"))
     # T5 with talking heads in the encoder only: the field applies there
-    hav.VariantT5Model(make_config("dot_product", "t5", encoder_attention_type="talking_heads",
-                                   attention_algorithm="blockwise"))
+    hav.VariantT5Model(
+        make_config("dot_product", "t5", encoder_attention_type="talking_heads", attention_algorithm="blockwise")
+    )
 
 
 def test_t5_with_talking_heads_trains_at_4096_tokens():
@@ -313,9 +336,19 @@ def test_t5_with_talking_heads_trains_at_4096_tokens():
     blockwise core (the eager core would keep four [1, 4, 4096, 4096] float32 tensors per layer, 1 GiB): the loss is
     finite, the position bias gets its gradient and two steps of SGD lower the loss on the same batch."""
     torch.manual_seed(0)
-    config = make_config("talking_heads", "t5", num_layers=1, num_decoder_layers=1, d_model=16, d_kv=4, d_ff=32,
-                         num_heads=4, attention_algorithm="blockwise", relative_attention_max_distance=128,
-                         relative_attention_num_buckets=16)
+    config = make_config(
+        "talking_heads",
+        "t5",
+        num_layers=1,
+        num_decoder_layers=1,
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_heads=4,
+        attention_algorithm="blockwise",
+        relative_attention_max_distance=128,
+        relative_attention_num_buckets=16,
+    )
     model = hav.VariantT5ForConditionalGeneration(config).train()
     ids = torch.randint(2, config.vocab_size, (1, 4096))
     labels = torch.randint(2, config.vocab_size, (1, 64))

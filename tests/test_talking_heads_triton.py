@@ -40,8 +40,12 @@ def results():
     cuda = torch.cuda.is_available() and os.environ.get("HAV_TEST_DEVICE", "").strip() != "cpu"
     names = list(CASES)
     shares = [names[i::8] for i in range(8)] if cuda else [names]
-    procs = [subprocess.Popen([sys.executable, str(WORKER), *share], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for share in shares]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), *share], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for share in shares
+    ]
     rows = {}
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=900)

@@ -41,8 +41,14 @@ def train_in_fresh_process(tmp_path: Path, corpus: Path, kind: str, name: str, *
     """The files of the project tokenizer `kind` trained on `corpus` by a new interpreter with its own empty cache."""
     cache = tmp_path / name
     environment = {**os.environ, "HF_ATTN_VARIANTS_CACHE": str(cache), "PYTHONPATH": str(ROOT), **env}
-    subprocess.run([sys.executable, "-c", TRAIN, str(corpus), kind], cwd=ROOT, env=environment, check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-c", TRAIN, str(corpus), kind],
+        cwd=ROOT,
+        env=environment,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (folder,) = (cache / "tokenizers").iterdir()
     return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
 
@@ -51,10 +57,12 @@ def train_in_fresh_process(tmp_path: Path, corpus: Path, kind: str, name: str, *
 def test_train_tokenizer_is_byte_identical_in_two_fresh_processes(tmp_path, kind):
     corpus = tmp_path / "text.txt"
     corpus.write_text("\n".join(kjv_lines(2000)) + "\n")
-    first = train_in_fresh_process(tmp_path, corpus, kind, "a", PYTHONHASHSEED="1", RAYON_NUM_THREADS="1",
-                                   TOKENIZERS_PARALLELISM="false")
-    second = train_in_fresh_process(tmp_path, corpus, kind, "b", PYTHONHASHSEED="2", RAYON_NUM_THREADS="3",
-                                    TOKENIZERS_PARALLELISM="true")
+    first = train_in_fresh_process(
+        tmp_path, corpus, kind, "a", PYTHONHASHSEED="1", RAYON_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false"
+    )
+    second = train_in_fresh_process(
+        tmp_path, corpus, kind, "b", PYTHONHASHSEED="2", RAYON_NUM_THREADS="3", TOKENIZERS_PARALLELISM="true"
+    )
     assert set(first) == {"tokenizer.json", "tokenizer_config.json"}
     assert first == second
 
@@ -69,11 +77,15 @@ def test_merges_are_those_of_tokenizers_bpe_trainer():
     theirs = Tokenizer(models.BPE())
     theirs.normalizer = normalizers.BertNormalizer(lowercase=True)
     theirs.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    theirs.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=2500, special_tokens=["[PAD]", "[UNK]"],
-                                                          show_progress=False))
+    theirs.train_from_iterator(
+        lines, trainers.BpeTrainer(vocab_size=2500, special_tokens=["[PAD]", "[UNK]"], show_progress=False)
+    )
     vocab = theirs.get_vocab()
-    words = Counter(word for line in lines
-                    for word, _ in theirs.pre_tokenizer.pre_tokenize_str(theirs.normalizer.normalize_str(line)))
+    words = Counter(
+        word
+        for line in lines
+        for word, _ in theirs.pre_tokenizer.pre_tokenize_str(theirs.normalizer.normalize_str(line))
+    )
     ours = wordpiece_vocabulary(words, 2500, ["[PAD]", "[UNK]"], prefix="")
     assert len(ours) == 2500
     assert ours == sorted(vocab, key=vocab.get)
@@ -90,8 +102,11 @@ def test_wordpiece_vocabulary_continuation_tokens():
 def unigram_words(tokenizer, lines: list[str]) -> Counter:
     """The words the project Unigram is trained on: the lines normalised, then pre-tokenized."""
     backend = tokenizer.backend_tokenizer
-    return Counter(word for line in lines
-                   for word, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(line)))
+    return Counter(
+        word
+        for line in lines
+        for word, _ in backend.pre_tokenizer.pre_tokenize_str(backend.normalizer.normalize_str(line))
+    )
 
 
 def test_unigram_tokenizer_layout(tmp_path, monkeypatch):
@@ -111,7 +126,8 @@ def test_unigram_tokenizer_layout(tmp_path, monkeypatch):
     assert 2 not in {i for line in lines for i in tokenizer(line)["input_ids"]}
     assert tokenizer("In the beginning")["input_ids"][-1] == 1  # </s> closes each sequence
     assert tokenizer.decode(tokenizer("In the  beginning God")["input_ids"], skip_special_tokens=True) == (
-        "In the beginning God")
+        "In the beginning God"
+    )
 
 
 def test_unigram_em_by_hand():
@@ -139,8 +155,12 @@ def test_unigram_em_by_hand():
 def all_segmentations(word: str, pieces: set[str]) -> list[list[str]]:
     if not word:
         return [[]]
-    return [[word[:i]] + rest for i in range(1, len(word) + 1) if word[:i] in pieces
-            for rest in all_segmentations(word[i:], pieces)]
+    return [
+        [word[:i]] + rest
+        for i in range(1, len(word) + 1)
+        if word[:i] in pieces
+        for rest in all_segmentations(word[i:], pieces)
+    ]
 
 
 def test_unigram_lattice_against_enumeration():
@@ -170,8 +190,9 @@ def test_unigram_viterbi_is_tokenizers_own():
     """The pruning's Viterbi segments every word as `tokenizers`' Unigram model does with our vocabulary: the training
     words and words it never saw (ties included: the scores are rounded, so some paths tie)."""
     lines = kjv_lines(3000)
-    vocab = unigram_vocabulary(Counter(word for line in lines[:1500] for word in
-                                       ("\u2581" + w for w in line.split())), 1500)
+    vocab = unigram_vocabulary(
+        Counter(word for line in lines[:1500] for word in ("\u2581" + w for w in line.split())), 1500
+    )
     from tokenizers import models
 
     theirs = models.Unigram(vocab, unk_id=None, byte_fallback=False)
@@ -199,11 +220,16 @@ def test_unigram_is_as_good_as_tokenizers_trainer(tmp_path, monkeypatch):
     ours = train_tokenizer("unigram", 2000, lines=train).backend_tokenizer
     theirs = Tokenizer(models.Unigram())
     theirs.normalizer, theirs.pre_tokenizer = ours.normalizer, ours.pre_tokenizer
-    theirs.train_from_iterator(train, trainers.UnigramTrainer(vocab_size=1900, special_tokens=["<pad>", "</s>", "<unk>"],
-                                                              unk_token="<unk>", show_progress=False))
+    theirs.train_from_iterator(
+        train,
+        trainers.UnigramTrainer(
+            vocab_size=1900, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>", show_progress=False
+        ),
+    )
     words = sum(len(ours.pre_tokenizer.pre_tokenize_str(ours.normalizer.normalize_str(line))) for line in held_out)
-    per_word = [sum(len(e.ids) for e in tok.encode_batch(held_out, add_special_tokens=False)) / words
-                for tok in (ours, theirs)]
+    per_word = [
+        sum(len(e.ids) for e in tok.encode_batch(held_out, add_special_tokens=False)) / words for tok in (ours, theirs)
+    ]
     assert per_word[0] == pytest.approx(per_word[1], rel=0.03)
     pieces = [{piece for piece, _ in json.loads(tok.to_str())["model"]["vocab"]} for tok in (ours, theirs)]
     assert len(pieces[0]) == len(pieces[1]) == 1900 and len(pieces[0] & pieces[1]) > 0.85 * 1900

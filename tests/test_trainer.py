@@ -23,13 +23,21 @@ class _Batches(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "attention_mask": torch.ones_like(self.ids[i]), "labels": self.ids[i]}
 
 
-@pytest.mark.parametrize("head,variant", [("VariantAlbertForMaskedLM", "talking_heads"),
-                                          ("VariantBertForMaskedLM", "synth_mixture")])
+@pytest.mark.parametrize(
+    "head,variant", [("VariantAlbertForMaskedLM", "talking_heads"), ("VariantBertForMaskedLM", "synth_mixture")]
+)
 def test_trainer_with_activation_checkpointing(tmp_path, head, variant):
     model = build(head, variant).train()
     args = TrainingArguments(
-        output_dir=str(tmp_path), max_steps=6, per_device_train_batch_size=4, learning_rate=5e-3,
-        logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
+        output_dir=str(tmp_path),
+        max_steps=6,
+        per_device_train_batch_size=4,
+        learning_rate=5e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
         **{f"{CHECKPOINTING}_checkpointing": True},
     )
     trainer = Trainer(model=model, args=args, train_dataset=_Batches())
@@ -59,9 +67,14 @@ class _UnevenLabels(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.labels[i]}
 
 
-@pytest.mark.parametrize("head,variant", [("VariantBertForMaskedLM", "talking_heads"),
-                                          ("VariantAlbertForMaskedLM", "synth_random"),
-                                          ("VariantT5ForConditionalGeneration", "talking_heads")])
+@pytest.mark.parametrize(
+    "head,variant",
+    [
+        ("VariantBertForMaskedLM", "talking_heads"),
+        ("VariantAlbertForMaskedLM", "synth_random"),
+        ("VariantT5ForConditionalGeneration", "talking_heads"),
+    ],
+)
 def test_gradient_accumulation_equals_one_big_batch(tmp_path, head, variant):
     """Token-level losses use `num_items_in_batch`: 2 accumulated micro-batches of 2 give exactly the loss and the
     update of one batch of 4 (the mean over all labelled tokens of the step, not a mean of per-batch means)."""
@@ -70,9 +83,19 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, head, variant):
     for batch, accumulation in ((4, 1), (2, 2)):
         model = build(head, variant).train()  # the tiny configs have no dropout
         args = TrainingArguments(
-            output_dir=str(tmp_path / str(batch)), max_steps=1, per_device_train_batch_size=batch,
-            gradient_accumulation_steps=accumulation, learning_rate=1.0, optim="sgd", lr_scheduler_type="constant",
-            max_grad_norm=0.0, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, seed=0,
+            output_dir=str(tmp_path / str(batch)),
+            max_steps=1,
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation,
+            learning_rate=1.0,
+            optim="sgd",
+            lr_scheduler_type="constant",
+            max_grad_norm=0.0,
+            logging_steps=1,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            seed=0,
         )
         trainer = Trainer(model=model, args=args, train_dataset=_UnevenLabels(vocab))
         trainer.train()

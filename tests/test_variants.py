@@ -66,8 +66,13 @@ def _should_get_gradient(head, name):
 def test_every_public_head_is_in_its_families_auto_map():
     """The heads the tests run over (read from each modeling file's AUTO_MAP) are every model class the package
     exports, so no head escapes the tables below or the Auto classes."""
-    exported = {name for name in hav.__all__ if isinstance(getattr(hav, name), type)
-                and issubclass(getattr(hav, name), PreTrainedModel) and not name.endswith("PreTrainedModel")}
+    exported = {
+        name
+        for name in hav.__all__
+        if isinstance(getattr(hav, name), type)
+        and issubclass(getattr(hav, name), PreTrainedModel)
+        and not name.endswith("PreTrainedModel")
+    }
     assert len(ALL_HEADS) == len(set(ALL_HEADS))
     assert set(ALL_HEADS) == exported
     assert {head_kind(head) for head in ALL_HEADS} == set(SHAPES)
@@ -168,8 +173,9 @@ def test_init_weights_alone_reproduces_construction(variant, head):
 def test_talking_heads_init_survives_from_pretrained(tmp_path, init, head):
     """A checkpoint that lacks the maps (a vanilla model) gets the configured init, not zeros or normal(0.02)."""
     build(head, "dot_product").save_pretrained(tmp_path)
-    model = on_device(getattr(hav, head).from_pretrained(tmp_path, attention_type="talking_heads",
-                                                         talking_heads_init=init))
+    model = on_device(
+        getattr(hav, head).from_pretrained(tmp_path, attention_type="talking_heads", talking_heads_init=init)
+    )
     cores = [m for m in model.modules() if isinstance(m, hav.VariantAttentionCore)]
     assert cores
     for core in cores:
@@ -184,9 +190,9 @@ def test_talking_heads_init_survives_from_pretrained(tmp_path, init, head):
 
 def test_warm_start_mixture_learns():
     """The zero-start mixture equals dot-product attention at init, and its synthetic weights get gradients."""
-    model = on_device(hav.VariantBertForMaskedLM(
-        make_config("synth_mixture", synthesizer_mixture_init="dot_product")
-    ).train())
+    model = on_device(
+        hav.VariantBertForMaskedLM(make_config("synth_mixture", synthesizer_mixture_init="dot_product")).train()
+    )
     core = model.bert.encoder.layer[0].attention.self.core
     torch.testing.assert_close(core.mixture_weights.detach(), on_device(torch.tensor([1.0, 0.0, 0.0])))
     inputs = head_inputs("VariantBertForMaskedLM")
@@ -219,8 +225,9 @@ def test_normalised_mixture_sums_to_one_and_keeps_its_starts():
 def test_normalised_mixture_has_no_singularity(weights, implementation):
     """Weights that sum to zero (or nearly) give bounded alpha and finite outputs: no division by a learned sum."""
     torch.manual_seed(0)
-    config = make_config("synth_mixture", synthesizer_components=["dot_product", "random"],
-                         attn_implementation=implementation)
+    config = make_config(
+        "synth_mixture", synthesizer_components=["dot_product", "random"], attn_implementation=implementation
+    )
     model = on_device(hav.VariantBertModel(config).eval())
     w = on_device(torch.tensor(weights))
     with torch.no_grad():
@@ -233,7 +240,9 @@ def test_normalised_mixture_has_no_singularity(weights, implementation):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("head", ["VariantBertModel", "VariantBertForSequenceClassification", "VariantAlbertForPreTraining"])
+@pytest.mark.parametrize(
+    "head", ["VariantBertModel", "VariantBertForSequenceClassification", "VariantAlbertForPreTraining"]
+)
 def test_return_dict_false_gives_the_same_tensors(head):
     model = build(head, "talking_heads")
     inputs = head_inputs(head)
@@ -389,8 +398,10 @@ def test_fused_sdpa_path_equals_eager_path(variant, head):
 def test_albert_sharing_covers_the_variant_parameters(variant):
     """Doubling the number of layers of a one-group ALBERT leaves the parameter count unchanged."""
     counts = [
-        sum(p.numel() for p in build("VariantAlbertModel", variant, num_hidden_layers=n, num_hidden_groups=1)
-            .parameters())
+        sum(
+            p.numel()
+            for p in build("VariantAlbertModel", variant, num_hidden_layers=n, num_hidden_groups=1).parameters()
+        )
         for n in (3, 6)
     ]
     assert counts[0] == counts[1]
@@ -401,8 +412,12 @@ def test_albert_sharing_covers_the_variant_parameters(variant):
 
 
 @pytest.mark.parametrize(
-    "head", ["VariantBertForSequenceClassification", "VariantAlbertForSequenceClassification",
-             "VariantT5ForSequenceClassification"]
+    "head",
+    [
+        "VariantBertForSequenceClassification",
+        "VariantAlbertForSequenceClassification",
+        "VariantT5ForSequenceClassification",
+    ],
 )
 @pytest.mark.parametrize("problem", ["regression", "multi_label_classification"])
 def test_sequence_classification_problem_types(head, problem):

@@ -22,13 +22,20 @@ from hf_attn_variants.visualize import (
 
 matplotlib.use("Agg")
 
-HEADS = {"bert": "VariantBertForMaskedLM", "albert": "VariantAlbertForMaskedLM",
-         "t5": "VariantT5ForConditionalGeneration"}
+HEADS = {
+    "bert": "VariantBertForMaskedLM",
+    "albert": "VariantAlbertForMaskedLM",
+    "t5": "VariantT5ForConditionalGeneration",
+}
 # family -> the places of its talking-heads maps: TINY_ALBERT runs 3 layers on 2 groups of 2 shared sublayers
 TALKING_HEADS_PLACES = {
     "bert": ["layer 0", "layer 1"],
-    "albert": ["layers 0-1 sublayer 0 (one shared layer)", "layers 0-1 sublayer 1 (one shared layer)",
-               "layer 2 sublayer 0", "layer 2 sublayer 1"],
+    "albert": [
+        "layers 0-1 sublayer 0 (one shared layer)",
+        "layers 0-1 sublayer 1 (one shared layer)",
+        "layer 2 sublayer 0",
+        "layer 2 sublayer 1",
+    ],
     "t5": ["encoder layer 0 self-attention", "encoder layer 1 self-attention"]
     + [f"decoder layer {i} {kind}-attention" for i in (0, 1) for kind in ("self", "cross")],
 }
@@ -182,8 +189,12 @@ def test_nothing_to_draw(variant, tmp_path):
 # family -> the places of its synthesizer maps without an input, as file names
 SYNTHESIZER_FILES = {
     "bert": ["layer-0", "layer-1"],
-    "albert": ["layers-0-1-sublayer-0-one-shared-layer", "layers-0-1-sublayer-1-one-shared-layer",
-               "layer-2-sublayer-0", "layer-2-sublayer-1"],
+    "albert": [
+        "layers-0-1-sublayer-0-one-shared-layer",
+        "layers-0-1-sublayer-1-one-shared-layer",
+        "layer-2-sublayer-0",
+        "layer-2-sublayer-1",
+    ],
     "t5": [f"{stack}-layer-{i}-self-attention" for stack in ("encoder", "decoder") for i in (0, 1)],
 }
 
@@ -191,8 +202,11 @@ SYNTHESIZER_FILES = {
 @pytest.mark.parametrize("family", list(HEADS))
 @pytest.mark.parametrize("variant", ["talking_heads", "synth_random"])
 def test_pngs_for_every_family_and_type(family, variant, tmp_path):
-    names = ["talking-heads.png"] if variant == "talking_heads" else [
-        f"synthesizer-{place}.png" for place in SYNTHESIZER_FILES[family]]
+    names = (
+        ["talking-heads.png"]
+        if variant == "talking_heads"
+        else [f"synthesizer-{place}.png" for place in SYNTHESIZER_FILES[family]]
+    )
     paths = draw_attention_maps(build(HEADS[family], variant), tmp_path, dpi=40)
     assert [p.name for p in paths] == names
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
@@ -220,8 +234,10 @@ def test_draw_command(tmp_path, capsys):
     model.save_pretrained(tmp_path / "model")
     _tokenizer().save_pretrained(tmp_path / "model")
     assert cli.main(["draw", str(tmp_path / "model"), "--out", str(tmp_path / "pics"), "--text", "god created"]) == 0
-    assert sorted(p.name for p in (tmp_path / "pics").iterdir()) == ["synthesizer-layer-0.png",
-                                                                     "synthesizer-layer-1.png"]
+    assert sorted(p.name for p in (tmp_path / "pics").iterdir()) == [
+        "synthesizer-layer-0.png",
+        "synthesizer-layer-1.png",
+    ]
     assert "Wrote" in capsys.readouterr().out
     assert cli.main(["draw", str(tmp_path / "model"), "--out", str(tmp_path / "none")]) == 1
     assert "input-dependent components (dense)" in capsys.readouterr().err

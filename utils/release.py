@@ -49,37 +49,54 @@ CARDS = "model_cards"
 MLM_SCRIPT = "examples/run_pretraining.py"
 T5_SCRIPT = "examples/run_t5_pretraining.py"
 LONG_STEPS, WIDTH = 1600, 256
-RESEARCH_RULE = (f"among the long research cells ({LONG_STEPS} steps) at width {WIDTH} with the release's attention "
-                 "setup that did not diverge, were made from committed code and record the hashes of their tokenizer "
-                 "and text, the row of lowest final held-out loss (eval MLM loss): of the seeds, the best one")
+RESEARCH_RULE = (
+    f"among the long research cells ({LONG_STEPS} steps) at width {WIDTH} with the release's attention "
+    "setup that did not diverge, were made from committed code and record the hashes of their tokenizer "
+    "and text, the row of lowest final held-out loss (eval MLM loss): of the seeds, the best one"
+)
 T5_CLAIM, T5_SIZE = "t5_places", "h16-lr2e-3-steps1600"  # docs/research.md (d): the long cells of the screened rate
-T5_RULE = (f"among the long span-corruption cells of docs/research.md (d) (experiments/t5_places.py, size {T5_SIZE}: "
-           f"{LONG_STEPS} steps at width {WIDTH}, 16 heads) that did not diverge, were made from committed code and "
-           "record the hashes of their tokenizer and text, the variant (dot product, or talking heads in the encoder, "
-           "the decoder or everywhere) of lowest mean final held-out loss (eval target loss: span corruption's "
-           "cross-entropy per target token) over its seeds; of that variant, its best seed")
+T5_RULE = (
+    f"among the long span-corruption cells of docs/research.md (d) (experiments/t5_places.py, size {T5_SIZE}: "
+    f"{LONG_STEPS} steps at width {WIDTH}, 16 heads) that did not diverge, were made from committed code and "
+    "record the hashes of their tokenizer and text, the variant (dot product, or talking heads in the encoder, "
+    "the decoder or everywhere) of lowest mean final held-out loss (eval target loss: span corruption's "
+    "cross-entropy per target token) over its seeds; of that variant, its best seed"
+)
 # what each pretraining script's research rows are: the head their card describes, its pipeline task, and the
 # metric of the row's eval_loss (experiments/cells.py EVAL_METRICS)
-SCRIPT_HEADS = {MLM_SCRIPT: ("ForMaskedLM", "fill-mask", "eval_mlm_loss"),
-                T5_SCRIPT: ("ForConditionalGeneration", "text2text-generation", "eval_target_loss")}
-HELD_OUT = {MLM_SCRIPT: "the first 256 blocks of 128 tokens",
-            T5_SCRIPT: "the first 256 blocks of 141 tokens, span-corrupted into inputs of 128 tokens"}
+SCRIPT_HEADS = {
+    MLM_SCRIPT: ("ForMaskedLM", "fill-mask", "eval_mlm_loss"),
+    T5_SCRIPT: ("ForConditionalGeneration", "text2text-generation", "eval_target_loss"),
+}
+HELD_OUT = {
+    MLM_SCRIPT: "the first 256 blocks of 128 tokens",
+    T5_SCRIPT: "the first 256 blocks of 141 tokens, span-corrupted into inputs of 128 tokens",
+}
 T5_TOKEN_ACCURACY_NOTE = (
     "Held-out token accuracy (`target_token_accuracy`, the share of target tokens predicted exactly) is not given: the "
     "research runner keeps each run's final held-out loss and its curve, not the script's other metrics, and the run "
     "kept no checkpoint to measure it on. The command below trains the model again; its output folder's "
-    "`all_results.json` has `eval_target_token_accuracy`.")
+    "`all_results.json` has `eval_target_token_accuracy`."
+)
 # run flags that are not hyperparameters (the command keeps them): left out of the card's training table
-NOT_HYPERPARAMETERS = ("report_to", "disable_tqdm", "dataloader_num_workers", "logging_steps", "save_strategy",
-                       "per_device_eval_batch_size", "eval_strategy")
+NOT_HYPERPARAMETERS = (
+    "report_to",
+    "disable_tqdm",
+    "dataloader_num_workers",
+    "logging_steps",
+    "save_strategy",
+    "per_device_eval_batch_size",
+    "eval_strategy",
+)
 KJV = "King James Bible (KJV)"
 # The usage examples of the cards: a sentence of each model's own training text, the masked words in braces (one word
 # for fill-mask; T5's span corruption puts a sentinel in each). Genesis 1:1 is in the KJV's training chapters
 # (tests/test_model_cards.py checks it), the CYNIC line in The Devil's Dictionary (checked there too) and not among the
 # rows the main job's run held out for validation (seed 42: the blocks of 32 rows holding PATIENCE and PEACE are).
 KJV_EXAMPLE = "In the beginning God created the heaven and the {earth}."
-DEVILS_DICTIONARY_EXAMPLE = ("CYNIC, n. A blackguard whose faulty {vision} sees things as they are, not as they ought "
-                             "to be.")
+DEVILS_DICTIONARY_EXAMPLE = (
+    "CYNIC, n. A blackguard whose faulty {vision} sees things as they are, not as they ought to be."
+)
 
 
 @dataclass(frozen=True)
@@ -113,21 +130,55 @@ def _heads(config: dict) -> int:
 
 
 RELEASES = (
-    Release("bert-mini-talking-heads", "bert", "talking heads", record="bert-mini-talking-heads",
-            example=DEVILS_DICTIONARY_EXAMPLE),
-    Release("bert-mini-kjv-dot-product", "bert", "dot product",
-            setup=lambda c, t: c["attention_type"] == "dot_product" and not c["admin"] and _heads(c) > 1),
-    Release("bert-mini-kjv-talking-heads", "bert", "talking heads",
-            setup=lambda c, t: c["attention_type"] == "talking_heads"),
-    Release("bert-mini-kjv-synthesizer-mixture", "bert", "Random Synthesizer + dot product (mixture)",
-            setup=lambda c, t: c["attention_type"] == "synthesizer"
-            and sorted(c["synthesizer_components"]) == ["dot_product", "random"]),
-    Release("bert-mini-kjv-single-head-admin", "bert", "deep single-head, Admin (closed form)",
-            setup=lambda c, t: c["attention_type"] == "dot_product" and c["admin"] and _heads(c) == 1
-            and t.get("admin_init") == "closed_form"),
-    Release("t5-mini-kjv-talking-heads", "t5", "talking heads", setup=lambda c, t: c["num_heads"] == 16,
-            script=T5_SCRIPT, claim=T5_CLAIM, size=T5_SIZE, mean_of_seeds=True,
-            example="In the beginning God {created} the heaven and the {earth}."),
+    Release(
+        "bert-mini-talking-heads",
+        "bert",
+        "talking heads",
+        record="bert-mini-talking-heads",
+        example=DEVILS_DICTIONARY_EXAMPLE,
+    ),
+    Release(
+        "bert-mini-kjv-dot-product",
+        "bert",
+        "dot product",
+        setup=lambda c, t: c["attention_type"] == "dot_product" and not c["admin"] and _heads(c) > 1,
+    ),
+    Release(
+        "bert-mini-kjv-talking-heads",
+        "bert",
+        "talking heads",
+        setup=lambda c, t: c["attention_type"] == "talking_heads",
+    ),
+    Release(
+        "bert-mini-kjv-synthesizer-mixture",
+        "bert",
+        "Random Synthesizer + dot product (mixture)",
+        setup=lambda c, t: (
+            c["attention_type"] == "synthesizer" and sorted(c["synthesizer_components"]) == ["dot_product", "random"]
+        ),
+    ),
+    Release(
+        "bert-mini-kjv-single-head-admin",
+        "bert",
+        "deep single-head, Admin (closed form)",
+        setup=lambda c, t: (
+            c["attention_type"] == "dot_product"
+            and c["admin"]
+            and _heads(c) == 1
+            and t.get("admin_init") == "closed_form"
+        ),
+    ),
+    Release(
+        "t5-mini-kjv-talking-heads",
+        "t5",
+        "talking heads",
+        setup=lambda c, t: c["num_heads"] == 16,
+        script=T5_SCRIPT,
+        claim=T5_CLAIM,
+        size=T5_SIZE,
+        mean_of_seeds=True,
+        example="In the beginning God {created} the heaven and the {earth}.",
+    ),
 )
 
 
@@ -143,10 +194,17 @@ def load_rows(results) -> list[dict]:
 def _candidate(row: dict, release: Release) -> bool:
     """Whether a results row may be released as `release` at all (the part of its rule every setup shares)."""
     config = row.get("config") or {}
-    return (config.get("script", MLM_SCRIPT) == release.script and row.get("steps") == LONG_STEPS
-            and release.claim in (None, row.get("claim")) and release.size in (None, row.get("size"))
-            and not row.get("diverged") and bool(row.get("tokenizer_sha256")) and bool(row.get("train_text_sha256"))
-            and bool(row.get("git_commit")) and not row["git_commit"].endswith("+dirty"))
+    return (
+        config.get("script", MLM_SCRIPT) == release.script
+        and row.get("steps") == LONG_STEPS
+        and release.claim in (None, row.get("claim"))
+        and release.size in (None, row.get("size"))
+        and not row.get("diverged")
+        and bool(row.get("tokenizer_sha256"))
+        and bool(row.get("train_text_sha256"))
+        and bool(row.get("git_commit"))
+        and not row["git_commit"].endswith("+dirty")
+    )
 
 
 def pick(release: Release, rows: list[dict]) -> dict | None:
@@ -178,8 +236,10 @@ def _tokenizer(row: dict, root: Path):
     folder = root / found.group(1)
     digest = _sha256(folder / "tokenizer.json")
     if digest != row["tokenizer_sha256"]:
-        raise ValueError(f"Row {row['id']!r} trained with a tokenizer.json of sha256 {row['tokenizer_sha256']}; "
-                         f"{folder} has {digest}.")
+        raise ValueError(
+            f"Row {row['id']!r} trained with a tokenizer.json of sha256 {row['tokenizer_sha256']}; "
+            f"{folder} has {digest}."
+        )
     return found.group(1), AutoTokenizer.from_pretrained(folder)
 
 
@@ -212,8 +272,10 @@ def row_record(row: dict, root) -> CardRecord:
         model = model_class(config)
     total = sum(p.numel() for p in model.parameters())
     if total != row["num_parameters"]:
-        raise ValueError(f"Row {row['id']!r} trained {row['num_parameters']} parameters, but its preset and overrides "
-                         f"build {total} today: the card would describe another model.")
+        raise ValueError(
+            f"Row {row['id']!r} trained {row['num_parameters']} parameters, but its preset and overrides "
+            f"build {total} today: the card would describe another model."
+        )
     model.config.architectures = [model_class.__name__]
     config_dict = json.loads(model.config.to_json_string(use_diff=True))
     config_dict.pop("transformers_version", None)
@@ -222,28 +284,57 @@ def row_record(row: dict, root) -> CardRecord:
     preset, overrides = row["config"]["preset"], row["config"].get("overrides", {})
     training = row["config"].get("training", {})
     info = {
-        "script": script, "task": task, "preset": preset, "overrides": overrides, "base_model": None,
+        "script": script,
+        "task": task,
+        "preset": preset,
+        "overrides": overrides,
+        "base_model": None,
         "started_from": None,
-        "dataset": {"name": f"{KJV}, training chapters", "license": "public domain", "split": "train",
-                    "source": "examples/data/kjv.txt.gz, all chapters but every 20th (experiments/kjv.py --split "
-                              "train)", "sha256": row["train_text_sha256"]},
-        "evaluation": [{"metric_prefix": "eval_", "metric_suffix": "", "split": "validation",
-                        "name": f"{KJV}, held-out chapters (every 20th), {HELD_OUT[script]}",
-                        "sha256": row.get("validation_text_sha256")}],
-        "training": {**{k: v for k, v in training.items() if k not in NOT_HYPERPARAMETERS}, "seed": row["seed"],
-                     "steps": row["steps"], "config_overrides": json.dumps(overrides)},
+        "dataset": {
+            "name": f"{KJV}, training chapters",
+            "license": "public domain",
+            "split": "train",
+            "source": "examples/data/kjv.txt.gz, all chapters but every 20th (experiments/kjv.py --split train)",
+            "sha256": row["train_text_sha256"],
+        },
+        "evaluation": [
+            {
+                "metric_prefix": "eval_",
+                "metric_suffix": "",
+                "split": "validation",
+                "name": f"{KJV}, held-out chapters (every 20th), {HELD_OUT[script]}",
+                "sha256": row.get("validation_text_sha256"),
+            }
+        ],
+        "training": {
+            **{k: v for k, v in training.items() if k not in NOT_HYPERPARAMETERS},
+            "seed": row["seed"],
+            "steps": row["steps"],
+            "config_overrides": json.dumps(overrides),
+        },
     }
     if script == T5_SCRIPT:
         info["evaluation_note"] = T5_TOKEN_ACCURACY_NOTE
-    metrics = {"train_loss": row["train_loss"], "train_runtime": row["train_runtime"],
-               loss_metric: row["eval_loss"], "eval_perplexity": row["eval_perplexity"]}
-    files = {f"{tokenizer_path}/tokenizer.json": row["tokenizer_sha256"],
-             "kjv_train.txt (experiments/kjv.py --split train)": row["train_text_sha256"],
-             "kjv_validation.txt (experiments/kjv.py --split validation)": row.get("validation_text_sha256")}
-    reproduce = {"command": _in_checkout(row), "git_commit": row["git_commit"],
-                 "files": {k: v for k, v in files.items() if v}, "hardware": row["hardware"]["cpu"],
-                 "minutes": row["train_runtime"] / 60, "run": f"results row `{row['id']}` ({RESULTS})",
-                 "rerun": f"python experiments/reproduce.py {row['id']} --at_row_commit"}
+    metrics = {
+        "train_loss": row["train_loss"],
+        "train_runtime": row["train_runtime"],
+        loss_metric: row["eval_loss"],
+        "eval_perplexity": row["eval_perplexity"],
+    }
+    files = {
+        f"{tokenizer_path}/tokenizer.json": row["tokenizer_sha256"],
+        "kjv_train.txt (experiments/kjv.py --split train)": row["train_text_sha256"],
+        "kjv_validation.txt (experiments/kjv.py --split validation)": row.get("validation_text_sha256"),
+    }
+    reproduce = {
+        "command": _in_checkout(row),
+        "git_commit": row["git_commit"],
+        "files": {k: v for k, v in files.items() if v},
+        "hardware": row["hardware"]["cpu"],
+        "minutes": row["train_runtime"] / 60,
+        "run": f"results row `{row['id']}` ({RESULTS})",
+        "rerun": f"python experiments/reproduce.py {row['id']} --at_row_commit",
+    }
     # a tokenizer without a mask token (T5's) gets read_card_record's "[MASK]": the card shows a quick start with it
     return CardRecord(config_dict, info, metrics, RESULTS, total, tokenizer.mask_token or "[MASK]", reproduce)
 
@@ -282,16 +373,35 @@ def record_run(folder, command: str, git_commit: str, files=(), root=ROOT) -> di
     if (folder / "tokenizer.json").is_file():
         hashes["tokenizer.json (written by the run into its output folder)"] = _sha256(folder / "tokenizer.json")
     runtime = record.metrics.get("train_runtime")
-    reproduce = {"command": command, "git_commit": git_commit, "files": hashes, "hardware": _cpu(),
-                 "minutes": runtime / 60 if runtime else None, "run": "a run of the command below"}
-    return {"config": record.config, "training_info": record.info, "metrics": record.metrics,
-            "metrics_file": record.source, "num_parameters": record.num_parameters, "mask_token": record.mask_token,
-            "reproduce": reproduce}
+    reproduce = {
+        "command": command,
+        "git_commit": git_commit,
+        "files": hashes,
+        "hardware": _cpu(),
+        "minutes": runtime / 60 if runtime else None,
+        "run": "a run of the command below",
+    }
+    return {
+        "config": record.config,
+        "training_info": record.info,
+        "metrics": record.metrics,
+        "metrics_file": record.source,
+        "num_parameters": record.num_parameters,
+        "mask_token": record.mask_token,
+        "reproduce": reproduce,
+    }
 
 
 def record_from_json(data: dict) -> CardRecord:
-    return CardRecord(data["config"], data["training_info"], data["metrics"], data["metrics_file"],
-                      data["num_parameters"], data["mask_token"], data.get("reproduce"))
+    return CardRecord(
+        data["config"],
+        data["training_info"],
+        data["metrics"],
+        data["metrics_file"],
+        data["num_parameters"],
+        data["mask_token"],
+        data.get("reproduce"),
+    )
 
 
 def check_matches(folder, record: CardRecord, name: str) -> None:
@@ -300,12 +410,16 @@ def check_matches(folder, record: CardRecord, name: str) -> None:
     config = json.loads((Path(folder) / "config.json").read_text())
     for key in identity_fields(record.config):
         if config.get(key) != record.config.get(key):
-            raise ValueError(f"{folder} is not the checkpoint of release {name}: its `{key}` is {config.get(key)!r}, "
-                             f"the release's {record.config.get(key)!r}.")
+            raise ValueError(
+                f"{folder} is not the checkpoint of release {name}: its `{key}` is {config.get(key)!r}, "
+                f"the release's {record.config.get(key)!r}."
+            )
     total = parameter_total(folder)
     if total != record.num_parameters:
-        raise ValueError(f"{folder} is not the checkpoint of release {name}: {total} parameters, the release's "
-                         f"{record.num_parameters}.")
+        raise ValueError(
+            f"{folder} is not the checkpoint of release {name}: {total} parameters, the release's "
+            f"{record.num_parameters}."
+        )
 
 
 # -- the release set and its cards ---------------------------------------------------------------------------------------
@@ -358,8 +472,11 @@ def held_out_loss(record: CardRecord) -> float | None:
 def render_cards(released: list[Released], owner: str = OWNER) -> dict[str, str]:
     """{path under model_cards/: text}: each release's README.md (unpinned: the card of a checkpoint not pushed yet)
     and the index."""
-    files = {f"{r.release.name}/README.md": str(render_record(r.record, f"{owner}/{r.release.name}", None))
-             for r in released if r.record is not None}
+    files = {
+        f"{r.release.name}/README.md": str(render_record(r.record, f"{owner}/{r.release.name}", None))
+        for r in released
+        if r.record is not None
+    }
     files["README.md"] = _index(released, owner)
     return files
 
@@ -375,8 +492,14 @@ def write_cards(out, released: list[Released], owner: str = OWNER) -> list[Path]
     return written
 
 
-def release_record(name: str, root=ROOT, results: str | None = None, records: str | None = None,
-                   cards: str | None = None, owner: str = OWNER) -> CardRecord:
+def release_record(
+    name: str,
+    root=ROOT,
+    results: str | None = None,
+    records: str | None = None,
+    cards: str | None = None,
+    owner: str = OWNER,
+) -> CardRecord:
     """The record of release `name`, refused unless its committed card (`cards`/name/README.md) is what `cards`
     renders today, so that what `publish --release` uploads is that card (addressed and pinned)."""
     released = {r.release.name: r for r in release_set(root, results, records)}
@@ -387,8 +510,10 @@ def release_record(name: str, root=ROOT, results: str | None = None, records: st
     path = Path(cards or Path(root) / CARDS) / name / "README.md"
     expected = render_cards([released[name]], owner)[f"{name}/README.md"]
     if not path.is_file() or path.read_text() != expected:
-        raise ValueError(f"{path} is missing or out of date: run `python utils/release.py cards --out "
-                         f"{path.parent.parent}` and commit the cards first.")
+        raise ValueError(
+            f"{path} is missing or out of date: run `python utils/release.py cards --out "
+            f"{path.parent.parent}` and commit the cards first."
+        )
     return released[name].record
 
 
@@ -397,8 +522,10 @@ def _index(released: list[Released], owner: str) -> str:
     for r in released:
         loss = held_out_loss(r.record) if r.record else None
         card = f"[card]({r.release.name}/README.md)" if r.record else "not yet"
-        rows.append(f"| `{owner}/{r.release.name}` | {FAMILIES[r.release.family].display} | {r.release.attention} | "
-                    f"{'' if loss is None else f'{loss:.4f}'} | {r.run} | {card} |")
+        rows.append(
+            f"| `{owner}/{r.release.name}` | {FAMILIES[r.release.family].display} | {r.release.attention} | "
+            f"{'' if loss is None else f'{loss:.4f}'} | {r.run} | {card} |"
+        )
     return INDEX.format(owner=owner, rule=RESEARCH_RULE, t5_rule=T5_RULE, table="\n".join(rows)).strip() + "\n"
 
 
@@ -472,20 +599,30 @@ def _parser() -> argparse.ArgumentParser:
     cards.add_argument("--out", default=str(ROOT / CARDS), help=f"output folder (default: this checkout's {CARDS})")
     _sources(cards)
 
-    record = commands.add_parser("record", help="write the committed record of a run (its card's data, command, "
-                                                "commit and hashes; no weights) into the records folder")
+    record = commands.add_parser(
+        "record",
+        help="write the committed record of a run (its card's data, command, "
+        "commit and hashes; no weights) into the records folder",
+    )
     record.add_argument("folder", help="the run's output folder")
     record.add_argument("name", help="the record's name (records/<name>.json), e.g. bert-mini-talking-heads")
     record.add_argument("--train-command", required=True, help="the exact command that made the folder")
     record.add_argument("--commit", required=True, help="the git commit of the code that ran")
-    record.add_argument("--file", action="append", default=[], help="a data file the run read, as its command "
-                                                                    "names it (relative to the checkout's root): "
-                                                                    "hashed; repeatable")
-    record.add_argument("--records", default=str(ROOT / RECORDS), help=f"records folder (default: this checkout's "
-                                                                       f"{RECORDS})")
+    record.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        help="a data file the run read, as its command names it (relative to the checkout's root): hashed; repeatable",
+    )
+    record.add_argument(
+        "--records", default=str(ROOT / RECORDS), help=f"records folder (default: this checkout's {RECORDS})"
+    )
 
-    upload = commands.add_parser("publish", help="check that a checkpoint folder is a release's model, upload it to "
-                                                 "the Hub with the release's committed card (addressed and pinned)")
+    upload = commands.add_parser(
+        "publish",
+        help="check that a checkpoint folder is a release's model, upload it to "
+        "the Hub with the release's committed card (addressed and pinned)",
+    )
     upload.add_argument("folder", help="the checkpoint folder: the output folder of the command its card gives")
     upload.add_argument("repo_id", help="Hub repository, e.g. me/bert-mini-kjv-talking-heads")
     upload.add_argument("--release", required=True, help="the release, e.g. bert-mini-kjv-talking-heads")
@@ -493,26 +630,37 @@ def _parser() -> argparse.ArgumentParser:
     upload.add_argument("--revision", help="branch to publish to (created if missing); default main")
     upload.add_argument("--commit-message", help="message of the model commit")
     upload.add_argument("--token", help="Hub token (default: the logged-in one, or HF_TOKEN)")
-    upload.add_argument("--cards", default=str(ROOT / CARDS), help=f"the committed cards (default: this checkout's "
-                                                                   f"{CARDS})")
+    upload.add_argument(
+        "--cards", default=str(ROOT / CARDS), help=f"the committed cards (default: this checkout's {CARDS})"
+    )
     _sources(upload)
     return parser
 
 
 def _sources(parser) -> None:
-    parser.add_argument("--results", default=str(ROOT / RESULTS), help=f"research results (default: this "
-                                                                        f"checkout's {RESULTS})")
-    parser.add_argument("--records", default=str(ROOT / RECORDS), help=f"run records (default: this checkout's "
-                                                                        f"{RECORDS})")
+    parser.add_argument(
+        "--results", default=str(ROOT / RESULTS), help=f"research results (default: this checkout's {RESULTS})"
+    )
+    parser.add_argument(
+        "--records", default=str(ROOT / RECORDS), help=f"run records (default: this checkout's {RECORDS})"
+    )
     parser.add_argument("--owner", default=OWNER, help=f"Hub namespace of the cards (default {OWNER})")
 
 
 def _publish(args) -> str:
-    record = release_record(args.release, results=args.results, records=args.records, cards=args.cards,
-                            owner=args.owner)
+    record = release_record(
+        args.release, results=args.results, records=args.records, cards=args.cards, owner=args.owner
+    )
     check_matches(args.folder, record, args.release)
-    done = publish(args.folder, args.repo_id, private=args.private, revision=args.revision,
-                   commit_message=args.commit_message, token=args.token, record=record)
+    done = publish(
+        args.folder,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        commit_message=args.commit_message,
+        token=args.token,
+        record=record,
+    )
     return f"Published {done.url} (model commit {done.model_commit}, card commit {done.card_commit})"
 
 
@@ -526,8 +674,9 @@ def main(argv=None) -> int:
         elif args.command == "record":
             path = Path(args.records) / f"{args.name}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(record_run(args.folder, args.train_command, args.commit, args.file), indent=2)
-                            + "\n")
+            path.write_text(
+                json.dumps(record_run(args.folder, args.train_command, args.commit, args.file), indent=2) + "\n"
+            )
             print(f"Wrote {path}")
         else:
             print(_publish(args))
@@ -537,8 +686,22 @@ def main(argv=None) -> int:
     return 0
 
 
-__all__ = ["RELEASES", "RESEARCH_RULE", "T5_RULE", "Release", "Released", "check_matches", "pick", "record_from_json",
-           "record_run", "release_record", "release_set", "render_cards", "row_record", "write_cards"]
+__all__ = [
+    "RELEASES",
+    "RESEARCH_RULE",
+    "T5_RULE",
+    "Release",
+    "Released",
+    "check_matches",
+    "pick",
+    "record_from_json",
+    "record_run",
+    "release_record",
+    "release_set",
+    "render_cards",
+    "row_record",
+    "write_cards",
+]
 
 
 if __name__ == "__main__":
