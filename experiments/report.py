@@ -13,7 +13,6 @@ page holds its markers (exactly one page must); to move a table, move its marker
 """
 
 import importlib
-import json
 import math
 import re
 import statistics
@@ -23,7 +22,7 @@ from pathlib import Path
 from cells import PENDING_LR, SCREEN_LRS, Table, Trend
 from figures import plot_curves, plot_trend
 from provenance import ROOT
-from results_file import RESULTS, load_results
+from results_file import RESULTS, estimate_cpu_seconds, load_results
 from unigram import UNIGRAM_LOSS
 
 CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend", "t5_places", "length")
@@ -313,40 +312,6 @@ def render_block(rows: list[dict], table: Table, aliases: dict, figures: Path | 
         else:
             parts += ["", "Eval curves: pending."]
     return "\n".join(parts)
-
-
-def cpu_seconds_per_step(rows: list[dict], preset: str, overrides: dict) -> tuple[float | None, bool]:
-    """(the mean CPU seconds per training step of the finished rows of one model, preset and config overrides
-    whatever the training flags, or None when none has run; whether they are rows made before the tokenizer was committed, without a
-    tokenizer hash). The newer rows win where there are both: the older ones predicted every position (dense
-    masked-LM prediction), which costs more."""
-    same = [
-        r
-        for r in rows
-        if r.get("cpu_seconds")
-        and r.get("steps")
-        and r.get("config", {}).get("preset") == preset
-        and r["config"].get("overrides") == overrides
-    ]
-    newer = [r for r in same if r.get("tokenizer_sha256")]
-    chosen = newer or same
-    if not chosen:
-        return None, False
-    return statistics.fmean(r["cpu_seconds"] / r["steps"] for r in chosen), not newer
-
-
-def estimate_cpu_seconds(cells, rows: list[dict]) -> tuple[float, int]:
-    """(what `cells` would cost: each at the CPU time per step of the rows of its own model, else of every row,
-    times its steps; how many were costed from rows made before the tokenizer was committed, an overestimate for them)."""
-    per_step = [r["cpu_seconds"] / r["steps"] for r in rows if r.get("cpu_seconds") and r.get("steps")]
-    fallback = statistics.fmean(per_step) if per_step else 0.0
-    total, older = 0.0, 0
-    for c in cells:
-        config = json.loads(json.dumps(c.config))  # tuples as the rows' JSON lists
-        own, old = cpu_seconds_per_step(rows, config["preset"], config["overrides"])
-        total += (fallback if own is None else own) * config["training"]["max_steps"]
-        older += old or own is None
-    return total, older
 
 
 def render_summary(rows: list[dict], claims) -> str:

@@ -10,6 +10,7 @@ import fcntl
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -136,3 +137,37 @@ def cell_row(cell: Cell, output_dir: Path, record: dict, machine: dict, commands
         "git_commit": record["git_commit"],
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def cpu_seconds_per_step(rows: list[dict], preset: str, overrides: dict) -> tuple[float | None, bool]:
+    """(the mean CPU seconds per training step of the finished rows of one model, preset and config overrides
+    whatever the training flags, or None when none has run; whether they are rows made before the tokenizer was committed, without a
+    tokenizer hash). The newer rows win where there are both: the older ones predicted every position (dense
+    masked-LM prediction), which costs more."""
+    same = [
+        r
+        for r in rows
+        if r.get("cpu_seconds")
+        and r.get("steps")
+        and r.get("config", {}).get("preset") == preset
+        and r["config"].get("overrides") == overrides
+    ]
+    newer = [r for r in same if r.get("tokenizer_sha256")]
+    chosen = newer or same
+    if not chosen:
+        return None, False
+    return statistics.fmean(r["cpu_seconds"] / r["steps"] for r in chosen), not newer
+
+
+def estimate_cpu_seconds(cells, rows: list[dict]) -> tuple[float, int]:
+    """(what `cells` would cost: each at the CPU time per step of the rows of its own model, else of every row,
+    times its steps; how many were costed from rows made before the tokenizer was committed, an overestimate for them)."""
+    per_step = [r["cpu_seconds"] / r["steps"] for r in rows if r.get("cpu_seconds") and r.get("steps")]
+    fallback = statistics.fmean(per_step) if per_step else 0.0
+    total, older = 0.0, 0
+    for c in cells:
+        config = json.loads(json.dumps(c.config))  # tuples as the rows' JSON lists
+        own, old = cpu_seconds_per_step(rows, config["preset"], config["overrides"])
+        total += (fallback if own is None else own) * config["training"]["max_steps"]
+        older += old or own is None
+    return total, older
