@@ -68,66 +68,68 @@ def pop_retired_sparse_prediction(kwargs: dict) -> None:
 
 @dataclass
 class VariantAttentionFields:
+    # fmt: off
     r"""
-    attention_type (`str`, defaults to `"dot_product"`):
-        ATTENTION_TYPES_HELP
-    attention_head_size (`int`, *optional*):
-        Size of each query/key/value head. Defaults to `hidden_size // heads` (for talking heads, `hidden_size //
-        h_k` for queries/keys and `hidden_size // h_v` for values), so the projections keep the upstream shapes.
-        General bilinear heads are always `hidden_size` wide.
-    attention_recompute (`bool`, defaults to `False`):
-        Recompute the attention core (logits, softmax, head maps) in the backward pass instead of storing it:
-        less activation memory for some extra compute. Talking heads and eager synthesizers (the blockwise and
-        Triton talking-heads algorithms, see `attention_algorithm`, recompute their blocks in any case).
-    attention_algorithm (`str`, defaults to `"auto"`):
-        How talking-heads attention is computed (the same function, to float rounding): `"eager"` materialises
-        the [batch, heads, n, m] logits and weights, as the other types do; `"blockwise"` runs one block of
-        queries at a time in forward and again in backward, so no n x m tensor outlives its block (PyTorch, any
-        device; O(n) activation memory); `"triton"` is the same algorithm as a fused Triton kernel, experimental
-        (needs triton >= 3.9 and a GPU, or `TRITON_INTERPRET=1`; not yet verified on a GPU); `"auto"` runs only
-        verified code: on any device `"blockwise"` while training (or where the eager core's [batch, heads, n,
-        m] buffer would pass 2^26 elements) and `"eager"` without gradients, and `"triton"` only on a GPU where
-        `benchmarks/gpu_check.py --kernel` has passed (`attention_variants.TRITON_VERIFIED_GPUS`). Returning the
-        attention weights (`output_attentions=True`) always runs the eager path. A value other than `"auto"`
-        needs talking heads in some place of the model.
-    talking_heads_num_key_heads (`int`, *optional*):
-        h_k, the query/key heads. Defaults to `num_attention_heads` (h, the logits/softmax heads).
-    talking_heads_num_value_heads (`int`, *optional*):
-        h_v, the value heads. Defaults to `num_attention_heads`.
-    talking_heads_pre_softmax (`bool`, defaults to `True`):
-        Learn the map P_l[h_k, h] across heads applied to the logits before the softmax.
-    talking_heads_post_softmax (`bool`, defaults to `True`):
-        Learn the map P_w[h, h_v] across heads applied to the weights after the softmax.
-    talking_heads_init (`str`, defaults to `"paper"`):
-        `"paper"`: truncated normal with std 1/sqrt(h_in), as the original code. `"identity"`: the model equals
-        ordinary multi-head attention at init (needs h_k = h = h_v); use it to warm-start from a vanilla checkpoint.
-    talking_heads_dynamic (`list[str]`, defaults to `[]`):
-        Input-dependent projections added to the static maps, any subset of `"x2l"`, `"m2l"` (logits, from the
-        query input and the memory input) and `"x2w"`, `"m2w"` (weights).
-    synthesizer_components (`list[str]`, defaults to `["dense"]`):
-        The synthetic attention(s): `"dense"`, `"random"`, `"factorized_dense"`, `"factorized_random"`, and
-        `"dot_product"` to mix with ordinary attention. Two or more components form a learned mixture.
-    synthesizer_max_position (`int`, *optional*):
-        The longest sequence a synthesizer attends over. Defaults to `max_position_embeddings` (512 in T5).
-    synthesizer_random_trainable (`bool`, defaults to `True`):
-        Train the random (and factorized random) matrices; `False` keeps them fixed (still saved).
-    synthesizer_factorized_rank (`int`, defaults to 8):
-        Rank k of the factorized random synthesizer R = R1 R2^T.
-    synthesizer_dense_factors (`list[int]`, *optional*):
-        (a, b) with a * b = `synthesizer_max_position` for the factorized dense synthesizer. Defaults to the
-        most balanced pair.
-    synthesizer_mixture_normalize (`bool`, defaults to `True`):
-        Mixture weights that sum to one (the paper's form), as `alpha = w + (1 - sum(w)) / C` for the C learned
-        weights `w` (no division: every value of `w` is valid); `False` uses `w` as it is.
-    synthesizer_mixture_init (`str`, defaults to `"uniform"`):
-        `"uniform"`: every component starts at the same weight. `"dot_product"`: the dot product starts at 1 and
-        the synthetic components at 0, so a model warm-started from a vanilla checkpoint equals it at init and
-        the synthetic weights still learn.
-    admin (`bool`, defaults to `False`):
-        Admin residuals (Liu et al. 2020) in a Post-LN family: each residual becomes `LN(omega * x + f(x))` with a
-        per-width parameter `omega` that starts at 1 (the ordinary model, exactly); `hf_attn_variants.admin`
-        profiles a batch to set it. T5 is Pre-LN and refuses it.
+        attention_type (`str`, defaults to `"dot_product"`):
+            ATTENTION_TYPES_HELP
+        attention_head_size (`int`, *optional*):
+            Size of each query/key/value head. Defaults to `hidden_size // heads` (for talking heads, `hidden_size //
+            h_k` for queries/keys and `hidden_size // h_v` for values), so the projections keep the upstream shapes.
+            General bilinear heads are always `hidden_size` wide.
+        attention_recompute (`bool`, defaults to `False`):
+            Recompute the attention core (logits, softmax, head maps) in the backward pass instead of storing it:
+            less activation memory for some extra compute. Talking heads and eager synthesizers (the blockwise and
+            Triton talking-heads algorithms, see `attention_algorithm`, recompute their blocks in any case).
+        attention_algorithm (`str`, defaults to `"auto"`):
+            How talking-heads attention is computed (the same function, to float rounding): `"eager"` materialises
+            the [batch, heads, n, m] logits and weights, as the other types do; `"blockwise"` runs one block of
+            queries at a time in forward and again in backward, so no n x m tensor outlives its block (PyTorch, any
+            device; O(n) activation memory); `"triton"` is the same algorithm as a fused Triton kernel, experimental
+            (needs triton >= 3.9 and a GPU, or `TRITON_INTERPRET=1`; not yet verified on a GPU); `"auto"` runs only
+            verified code: on any device `"blockwise"` while training (or where the eager core's [batch, heads, n,
+            m] buffer would pass 2^26 elements) and `"eager"` without gradients, and `"triton"` only on a GPU where
+            `benchmarks/gpu_check.py --kernel` has passed (`attention_variants.TRITON_VERIFIED_GPUS`). Returning the
+            attention weights (`output_attentions=True`) always runs the eager path. A value other than `"auto"`
+            needs talking heads in some place of the model.
+        talking_heads_num_key_heads (`int`, *optional*):
+            h_k, the query/key heads. Defaults to `num_attention_heads` (h, the logits/softmax heads).
+        talking_heads_num_value_heads (`int`, *optional*):
+            h_v, the value heads. Defaults to `num_attention_heads`.
+        talking_heads_pre_softmax (`bool`, defaults to `True`):
+            Learn the map P_l[h_k, h] across heads applied to the logits before the softmax.
+        talking_heads_post_softmax (`bool`, defaults to `True`):
+            Learn the map P_w[h, h_v] across heads applied to the weights after the softmax.
+        talking_heads_init (`str`, defaults to `"paper"`):
+            `"paper"`: truncated normal with std 1/sqrt(h_in), as the original code. `"identity"`: the model equals
+            ordinary multi-head attention at init (needs h_k = h = h_v); use it to warm-start from a vanilla checkpoint.
+        talking_heads_dynamic (`list[str]`, defaults to `[]`):
+            Input-dependent projections added to the static maps, any subset of `"x2l"`, `"m2l"` (logits, from the
+            query input and the memory input) and `"x2w"`, `"m2w"` (weights).
+        synthesizer_components (`list[str]`, defaults to `["dense"]`):
+            The synthetic attention(s): `"dense"`, `"random"`, `"factorized_dense"`, `"factorized_random"`, and
+            `"dot_product"` to mix with ordinary attention. Two or more components form a learned mixture.
+        synthesizer_max_position (`int`, *optional*):
+            The longest sequence a synthesizer attends over. Defaults to `max_position_embeddings` (512 in T5).
+        synthesizer_random_trainable (`bool`, defaults to `True`):
+            Train the random (and factorized random) matrices; `False` keeps them fixed (still saved).
+        synthesizer_factorized_rank (`int`, defaults to 8):
+            Rank k of the factorized random synthesizer R = R1 R2^T.
+        synthesizer_dense_factors (`list[int]`, *optional*):
+            (a, b) with a * b = `synthesizer_max_position` for the factorized dense synthesizer. Defaults to the
+            most balanced pair.
+        synthesizer_mixture_normalize (`bool`, defaults to `True`):
+            Mixture weights that sum to one (the paper's form), as `alpha = w + (1 - sum(w)) / C` for the C learned
+            weights `w` (no division: every value of `w` is valid); `False` uses `w` as it is.
+        synthesizer_mixture_init (`str`, defaults to `"uniform"`):
+            `"uniform"`: every component starts at the same weight. `"dot_product"`: the dot product starts at 1 and
+            the synthetic components at 0, so a model warm-started from a vanilla checkpoint equals it at init and
+            the synthetic weights still learn.
+        admin (`bool`, defaults to `False`):
+            Admin residuals (Liu et al. 2020) in a Post-LN family: each residual becomes `LN(omega * x + f(x))` with a
+            per-width parameter `omega` that starts at 1 (the ordinary model, exactly); `hf_attn_variants.admin`
+            profiles a batch to set it. T5 is Pre-LN and refuses it.
     """
+    # fmt: on
 
     attention_type: str = "dot_product"
     attention_head_size: int | None = None
