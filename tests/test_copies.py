@@ -184,13 +184,25 @@ def original_text(copy: dict, sources: dict[str, str]) -> tuple[str, object]:
     return replace_all(text, copy["replacements"]), original
 
 
+def same_code(text: str, expected: str) -> bool:
+    """The same code laid out otherwise: a replacement can lengthen a line past the formatter's limit, which then
+    wraps the copy where the original fits on one line (transformers formats the replaced original before comparing;
+    here a sibling family's copy is compared as a syntax tree, comments aside). Copies of transformers' own code
+    are compared as text, else by behaviour."""
+    try:
+        return ast.dump(ast.parse(textwrap.dedent(text))) == ast.dump(ast.parse(textwrap.dedent(expected)))
+    except SyntaxError:
+        return False
+
+
 def copy_differences(sources: dict[str, str]) -> list[str]:
     """One entry for each marked copy that differs from its original (after the replacements), with a diff; a copy of
     transformers whose text differs passes where it behaves as the original (`BEHAVIOUR`), with a warning."""
     problems = []
     for copy in marked_copies(sources):
         expected, original = original_text(copy, sources)
-        if copy["text"] == expected:
+        sibling = not copy["source"].startswith("transformers.")
+        if copy["text"] == expected or (sibling and same_code(copy["text"], expected)):
             continue
         check = BEHAVIOUR.get(copy["source"])
         if check is None:
