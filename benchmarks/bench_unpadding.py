@@ -12,16 +12,13 @@ of the per-repeat ratios (time / that repeat's transformers time), which show ho
 """
 
 import argparse
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertForMaskedLM
 from transformers.utils import logging
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hf_attn_variants import VariantBertForMaskedLM
 
 ROWS = {  # name -> VariantBert fields (None: transformers' model)

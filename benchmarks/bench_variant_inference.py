@@ -16,19 +16,12 @@ with the most self time of one more call of each row.
 """
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-try:
-    import hf_attn_variants
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    import hf_attn_variants
-
 import transformers
+
+import hf_attn_variants
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 SHAPE = dict(
