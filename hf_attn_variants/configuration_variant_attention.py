@@ -84,11 +84,13 @@ class VariantAttentionFields:
             How talking-heads attention is computed (the same function, to float rounding): `"eager"` materialises
             the [batch, heads, n, m] logits and weights, as the other types do; `"blockwise"` runs one block of
             queries at a time in forward and again in backward, so no n x m tensor outlives its block (PyTorch, any
-            device; O(n) activation memory); `"triton"` is the same algorithm as a fused Triton kernel, experimental
+            device; O(n) activation memory; without gradients on the CPU, an inference core whose blocks stay in the
+            cache and skip padded keys); `"triton"` is the same algorithm as a fused Triton kernel, experimental
             (needs triton >= 3.9 and a GPU, or `TRITON_INTERPRET=1`; not yet verified on a GPU); `"auto"` runs only
-            verified code: on any device `"blockwise"` while training (or where the eager core's [batch, heads, n,
-            m] buffer would pass 2^26 elements) and `"eager"` without gradients, and `"triton"` only on a GPU where
-            `benchmarks/gpu_check.py --kernel` has passed (`attention_variants.TRITON_VERIFIED_GPUS`). Returning the
+            verified code: `"blockwise"` while training (or where the eager core's [batch, heads, n, m] buffer would
+            pass 2^26 elements) and for inference on the CPU, `"eager"` for inference elsewhere (and under
+            torch.compile or torch.export), and `"triton"` only on a GPU where `benchmarks/gpu_check.py --kernel`
+            has passed (`attention_variants.TRITON_VERIFIED_GPUS`). Returning the
             attention weights (`output_attentions=True`) always runs the eager path. A value other than `"auto"`
             needs talking heads in some place of the model.
         talking_heads_num_key_heads (`int`, *optional*):
