@@ -17,7 +17,8 @@ presets' sizes (`hf_attn_variants.presets.SIZES`; bert-mini: 4 layers, width 256
 and saved, and every row loads that checkpoint: transformers' class with `attn_implementation` "sdpa" and "eager" (the
 references), ours with each attention type of `--types` (the presets' setups) through `from_pretrained(path,
 attention_type=...)`, so whatever maps is the same weights: the dot-product variant is transformers' model exactly
-(its largest output difference from the SDPA reference is printed), the parameters a type adds get their own init.
+(its largest output difference from the SDPA reference at real tokens is printed), the parameters a type adds get
+their own init.
 
 Shapes (`--shapes`, batch x length): 1x128, 16x64 and 8x512 at bert-mini, 8x512 at bert-base; each unpadded (an
 all-ones mask) and padded (`--padding`): right padding, each row's length drawn uniformly from min(64, n/2)..n by a
@@ -213,14 +214,17 @@ def time_rows(calls: dict, args) -> dict:
 
 
 def forward_rows(models: dict, shape, padded: bool, vocab_size: int, args) -> tuple[dict, str]:
-    """One setting: the rows' times, and a note (padding share; the dot-product row's largest output difference)."""
+    """One setting: the rows' times, and a note (padding share; the dot-product row's largest output difference at
+    real tokens)."""
     _, batch, n = shape
     inputs = make_inputs(batch, n, vocab_size, padded, models["sdpa"].config.pad_token_id or 0, args)
     notes = [f"{1 - inputs['attention_mask'].float().mean().item():.0%} padding"] if padded else []
     with torch.inference_mode():
         if "dot-product" in models:
-            diff = (models["dot-product"](**inputs)[0] - models["sdpa"](**inputs)[0]).abs().max().item()
-            notes.append(f"dot-product max |diff| {diff:.1e}")
+            # at real tokens: unpadding leaves our padded positions' hidden states zero (docs/unpadding.md)
+            real = inputs["attention_mask"].bool()
+            diff = (models["dot-product"](**inputs)[0] - models["sdpa"](**inputs)[0])[real].abs().max().item()
+            notes.append(f"dot-product max |diff| {diff:.1e} at real tokens")
         times = time_rows({name: functools.partial(model, **inputs) for name, model in models.items()}, args)
     return times, ", ".join(notes)
 
