@@ -198,6 +198,27 @@ class Clock:
             self.ms = (self.now() - self.t0) * 1e3
 
 
+def top_ops(call, device, top: int) -> list:
+    """`call()` once under torch.profiler: its `top` ops by self time (device time on a GPU), as (name, calls, self
+    ms, share of the total self time)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        call()
+    attribute = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    events = prof.key_averages()
+    total = sum(getattr(e, attribute) for e in events) or 1.0
+    ranked = sorted(events, key=lambda e: getattr(e, attribute), reverse=True)[:top]
+    return [(e.key, e.count, getattr(e, attribute) / 1e3, getattr(e, attribute) / total) for e in ranked]
+
+
+def format_ops(ops: list, markdown: bool) -> str:
+    """`top_ops`'s list as a table."""
+    rows = [[op, str(calls), f"{ms:.1f}", f"{share:.1%}"] for op, calls, ms, share in ops]
+    return format_table(["op", "calls", "self ms", "share"], rows, markdown=markdown)
+
+
 def time_forward(model, inputs):
     model.eval()
     with torch.no_grad(), Clock(next(model.parameters()).device) as clock:

@@ -7,6 +7,7 @@ bench_attention and bench_training, so run it as a file, as the other benchmarks
     python benchmarks/bench_inference.py --families bert --shapes mini-8x512 --types dot-product talking-heads
     python benchmarks/bench_inference.py --serving --shapes mini-16x64    # + pipelines, sentence-transformers, compile
     python benchmarks/bench_inference.py --training-bars                  # + the training bars (bench_attention/_training)
+    python benchmarks/bench_inference.py --types dot-product --shapes mini-8x512 --profile 12  # + each row's top ops
     python benchmarks/bench_inference.py --quick                          # tiny shapes, a smoke run of seconds
     python benchmarks/bench_inference.py --device cuda                    # on a GPU
 
@@ -37,8 +38,8 @@ its tokenizer (`SentenceTransformer(folder, trust_remote_code=True)`: mean pooli
 BERT and ALBERT); and `torch.compile(model)` in eval mode at `--compile-shape` (unpadded; every family; the first
 call compiles and is left out). `--training-bars` prints the training bars that must not regress beside the
 inference rows: talking heads' forward and backward over transformers' eager `BertModel` (bench_attention: 2
-layers of width 768, batch 8 x 512) and the sparse-prediction training step over transformers' SDPA
-`BertForMaskedLM` (bench_training: mini-128).
+layers of width 768, batch 8 x 512), its sparse-prediction training step and the dot-product variant's full-head
+step over transformers' SDPA `BertForMaskedLM` (bench_training: mini-128).
 
 On a GPU (`--device cuda`) times come from CUDA events after a synchronisation (bench_attention.Clock); `--dtype`
 casts the weights.
@@ -66,8 +67,10 @@ from bench_attention import (
     STATS,
     Clock,
     add_timing_args,
+    format_ops,
     format_table,
     resolve_device,
+    top_ops,
 )
 from hf_attn_variants.families import FAMILIES
 from hf_attn_variants.presets import SIZES
@@ -89,10 +92,11 @@ PADDINGS = ("none", "padded")
 DATA = Path(__file__).resolve().parents[1] / "examples" / "data"
 TOKENIZER = DATA / "kjv-wordpiece-8000"
 SERVING_FAMILIES = ("bert", "albert")  # pipelines and sentence-transformers: the encoder families with a [MASK]
-# (what, bar): issue 51's training bars, printed with --training-bars
+# (what, bar): the training ratios that must not regress, printed with --training-bars
 TRAINING_BARS = {
     "talking heads fwd+bwd / eager BertModel (2 layers, width 768, 8 x 512)": 1.24,
     "talking heads sparse-prediction step / SDPA BertForMaskedLM (mini-128)": 0.72,
+    "dot product step (full head) / SDPA BertForMaskedLM (mini-128)": 1.03,
 }
 
 
@@ -131,6 +135,14 @@ def parse_args(argv=None):
         help="the shape of the torch.compile rows (default: mini-16x64; --quick: tiny-2x32)",
     )
     p.add_argument("--training-bars", action="store_true", help="add the training bars (minutes at bert-base)")
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="K",
+        help="after each setting's timed calls, profile one more forward of transformers' SDPA model and of each "
+        "of our rows (torch.profiler) and print its K ops with the most self time",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: tiny shapes, 1 repeat, few sentences")
     p.add_argument("--markdown", action="store_true", help="print markdown tables")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda / cuda:N")
@@ -225,7 +237,14 @@ def forward_rows(models: dict, shape, padded: bool, vocab_size: int, args) -> tu
             real = inputs["attention_mask"].bool()
             diff = (models["dot-product"](**inputs)[0] - models["sdpa"](**inputs)[0])[real].abs().max().item()
             notes.append(f"dot-product max |diff| {diff:.1e} at real tokens")
-        times = time_rows({name: functools.partial(model, **inputs) for name, model in models.items()}, args)
+        calls = {name: functools.partial(model, **inputs) for name, model in models.items()}
+        times = time_rows(calls, args)
+        if args.profile:
+            label = f"{shape[0]}-{batch}x{n}{', padded' if padded else ''}"
+            for name in ("sdpa", *args.types):
+                ops = top_ops(calls[name], args.device, args.profile)
+                print(f"\n{'#### ' if args.markdown else ''}{label}, {name}: one forward's top ops by self time\n")
+                print(format_ops(ops, args.markdown), flush=True)
     return times, ", ".join(notes)
 
 
@@ -391,8 +410,8 @@ def training_bars(args) -> list[list[str]]:
             device=args.device,
             dtype=args.dtype,
             family="bert",
-            only=["talking_heads"],
-            sparse=["on"],
+            only=["dot_product", "talking_heads"],
+            sparse=["off", "on"],
             warmup=args.warmup,
             repeats=args.repeats,
             compile_backend="inductor",
@@ -402,6 +421,7 @@ def training_bars(args) -> list[list[str]]:
     measured = (
         attention["talking-heads"]["fwd_bwd"] / attention["eager"]["fwd_bwd"],
         training["talking_heads+sparse"]["step"] / training["sdpa"]["step"],
+        training["dot_product"]["step"] / training["sdpa"]["step"],
     )
     return [[what, f"{value:.2f}", f"{bar:.2f}"] for (what, bar), value in zip(TRAINING_BARS.items(), measured)]
 
@@ -442,7 +462,7 @@ def main(argv=None):
         notes = [f"{label}: {note}" for label, _, note in results if note]
         print("\n" + "\n".join(f"- {note}" if args.markdown else note for note in notes), flush=True)
     if args.training_bars:
-        print(f"\n{'### ' if args.markdown else ''}training bars (issue 51, item 6)\n")
+        print(f"\n{'### ' if args.markdown else ''}training bars (measured / the bar it must not pass)\n")
         print(format_table(["training bar", "measured", "bar"], training_bars(args), markdown=args.markdown))
     if hasattr(os, "getloadavg"):
         print("\nload average " + " ".join(f"{x:.1f}" for x in os.getloadavg()) + " at the end")

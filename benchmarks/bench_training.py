@@ -35,12 +35,13 @@ what was allocated before it; `--dtype` casts the weights (pure bf16 / fp16, no 
 """
 
 import argparse
+import functools
 
 import torch
 import transformers
 
 import hf_attn_variants
-from bench_attention import DTYPES, Clock, format_table, resolve_device
+from bench_attention import DTYPES, Clock, format_ops, format_table, resolve_device, top_ops
 from hf_attn_variants.families import FAMILIES
 from hf_attn_variants.presets import SIZES, preset_config, single_head_twin
 
@@ -209,18 +210,8 @@ class Trainee:
         return clock.ms
 
     def profile(self, batch, top: int) -> list:
-        """One step under torch.profiler: the `top` ops by self time, as (name, calls, self ms, share of the step's
-        total self time)."""
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.device.type == "cuda":
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
-        with torch.profiler.profile(activities=activities) as prof:
-            self._step(batch)
-        attribute = "self_device_time_total" if self.device.type == "cuda" else "self_cpu_time_total"
-        events = prof.key_averages()
-        total = sum(getattr(e, attribute) for e in events) or 1.0
-        ranked = sorted(events, key=lambda e: getattr(e, attribute), reverse=True)[:top]
-        return [(e.key, e.count, getattr(e, attribute) / 1e3, getattr(e, attribute) / total) for e in ranked]
+        """One step under torch.profiler: its `top` ops by self time (bench_attention.top_ops)."""
+        return top_ops(functools.partial(self._step, batch), self.device, top)
 
     def peak_mib(self, batch) -> float:
         """CUDA only: torch.cuda.max_memory_allocated during one step, above what was allocated before it."""
@@ -330,13 +321,7 @@ def main(argv=None):
                         f"\n{'#### ' if args.markdown else ''}{setting_name}, {mode}, {name}: one step's top ops "
                         "by self time\n"
                     )
-                    print(
-                        format_table(
-                            ["op", "calls", "self ms", "share"],
-                            [[op, str(calls), f"{ms:.1f}", f"{share:.1%}"] for op, calls, ms, share in r["profile"]],
-                            markdown=args.markdown,
-                        )
-                    )
+                    print(format_ops(r["profile"], args.markdown))
 
 
 if __name__ == "__main__":
