@@ -662,6 +662,47 @@ def test_reproduce_reruns_in_a_scratch_cache(tmp_path, capsys, monkeypatch):
     assert "recorded eval loss 5.5, new 5.25, difference -0.2500" in out and "tokenizer: the same" in out
 
 
+def test_reproduce_until_a_step_compares_the_curve_there(tmp_path, capsys, monkeypatch):
+    """--until_step N adds a checkpoint at N to the row's command, stops the run once that checkpoint holds the
+    evaluation at N (the fake run would otherwise sleep for ten minutes) and compares the row's eval curve at N; a
+    step the curve lacks is refused before anything runs, and a run that ends first is an error."""
+    import reproduce
+
+    script = (
+        "import json, sys, time; from pathlib import Path; a = sys.argv; "
+        "assert a[a.index('--save_strategy') + 1] == 'steps' and a.count('--save_strategy') == 1; "
+        "n = int(a[a.index('--save_steps') + 1]); "
+        "out = Path(a[a.index('--output_dir') + 1]) / f'checkpoint-{n}'; out.mkdir(parents=True); "
+        "(out / 'tokenizer.json').write_text('{}'); "
+        "(out / 'trainer_state.json').write_text(json.dumps({'log_history': [{'step': n, 'loss': 9.0}, "
+        "{'step': n, 'eval_mlm_loss': 5.0 + n / 1000}]})); "
+        "time.sleep(600)"
+    )
+    row = {
+        "id": "c/v/s/seed0",
+        "eval_loss": 4.0,
+        "eval_curve": [[400, 5.375], [800, 5.0]],
+        "tokenizer_sha256": hashlib.sha256(b"{}").hexdigest(),
+        "train_command": f"python -c {shlex.quote(script)} --save_strategy no --output_dir recorded/out --seed 0",
+    }
+    results = tmp_path / "results.jsonl"
+    results_file.append_row(results, row)
+    monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "my-cache"))
+    started = time.monotonic()
+    result = reproduce.main(["c/v/s/seed0", "--results", str(results), "--until_step", "400"])
+    assert time.monotonic() - started < 120  # stopped, not slept out
+    assert result["recorded_eval_loss"] == 5.375 and result["new_eval_loss"] == 5.4
+    assert result["difference"] == pytest.approx(0.025)
+    out = capsys.readouterr().out
+    assert "recorded eval loss at step 400 5.375, new 5.4" in out and "tokenizer: the same" in out
+    with pytest.raises(ValueError, match=r"no evaluation at step 500.*\[400, 800\]"):
+        reproduce.main(["c/v/s/seed0", "--results", str(results), "--until_step", "500"])
+    never = {**row, "id": "c/v/s/seed1", "train_command": "python -c 'pass' --output_dir recorded/out"}
+    results_file.append_row(results, never)
+    with pytest.raises(RuntimeError, match="ended \\(exit 0\\) before its evaluation at step 400"):
+        reproduce.main(["c/v/s/seed1", "--results", str(results), "--until_step", "400"])
+
+
 def test_reproduce_reads_the_metric_of_the_rows_script(tmp_path, monkeypatch):
     """A T5 row's eval_loss is span corruption's target loss (cells.EVAL_METRICS): its re-run is compared on
     eval_target_loss, not on Trainer's eval_loss beside it; a masked-LM row (no script in its config) on
