@@ -57,8 +57,8 @@ from .modeling_variant_utils import (
     add_output_bias,
     admin_residual,
     attention_projections,
+    masked_lm_scores,
     output_attentions_from_config,
-    scored_positions,
     sequence_classification_loss,
     span_loss,
     unpadded,
@@ -350,8 +350,9 @@ class VariantAlbertForPreTraining(_VariantAlbertWithMLMHead):
             return_dict=True,
             **kwargs,
         )
-        sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
-        prediction_scores = self.predictions(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse)
+        prediction_scores, labels = masked_lm_scores(  # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
+            self.predictions, outputs.last_hidden_state, labels, sparse_prediction, self.config, attention_mask, kwargs
+        )
         sop_scores = self.sop_classifier(outputs.pooler_output)
         total_loss = None
         if labels is not None and sentence_order_label is not None:
@@ -401,8 +402,9 @@ class VariantAlbertForMaskedLM(_VariantAlbertWithMLMHead):
             return_dict=True,
             **kwargs,
         )
-        sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
-        prediction_scores = self.predictions(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse)
+        prediction_scores, labels = masked_lm_scores(  # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
+            self.predictions, outputs.last_hidden_state, labels, sparse_prediction, self.config, attention_mask, kwargs
+        )
         loss = None
         if labels is not None:
             loss = self.loss_function(

@@ -68,8 +68,8 @@ from .modeling_variant_utils import (
     cached_keys_values,
     key_positions,
     legacy_cache,
+    masked_lm_scores,
     output_attentions_from_config,
-    scored_positions,
     sequence_classification_loss,
     span_loss,
     unpadded,
@@ -554,8 +554,16 @@ class VariantBertForPreTraining(_VariantBertWithLMHead):
             return_dict=True,
             **kwargs,
         )
-        sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
-        prediction_scores, seq_relationship_score = self.cls(sequence_output, outputs.pooler_output)
+        prediction_scores, labels = masked_lm_scores(
+            self.cls.predictions,
+            outputs.last_hidden_state,
+            labels,
+            sparse_prediction,
+            self.config,
+            attention_mask,
+            kwargs,
+        )
+        seq_relationship_score = self.cls.seq_relationship(outputs.pooler_output)
         total_loss = None
         if labels is not None and next_sentence_label is not None:
             loss_fct = CrossEntropyLoss()
@@ -674,8 +682,15 @@ class VariantBertForMaskedLM(_VariantBertWithLMHead):
             return_dict=True,
             **kwargs,
         )
-        sequence_output, labels = scored_positions(outputs.last_hidden_state, labels, sparse_prediction)
-        prediction_scores = self.cls(sequence_output)  # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
+        prediction_scores, labels = masked_lm_scores(  # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
+            self.cls.predictions,
+            outputs.last_hidden_state,
+            labels,
+            sparse_prediction,
+            self.config,
+            attention_mask,
+            kwargs,
+        )
         masked_lm_loss = None
         if labels is not None:
             masked_lm_loss = self.loss_function(

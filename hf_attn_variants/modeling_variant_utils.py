@@ -156,7 +156,12 @@ def unpadded(
     forward arguments or config fields), a chunked feed-forward (`chunk_size_feed_forward` cuts the sequence axis), or
     a traced graph (`torch.compile`, `torch.export`, `torch.jit`: the packed shapes depend on the mask's values).
     """
-    if (
+    return PackedSequences(attention_mask, position_ids) if runs_packed(config, attention_mask, kwargs) else None
+
+
+def runs_packed(config, attention_mask: torch.Tensor | None, kwargs: dict) -> bool:
+    """Whether an encoder called with `attention_mask` and `kwargs` runs packed (`unpadded`)."""
+    return not (
         not config.unpad
         or getattr(config, "is_decoder", False)
         or attention_mask is None
@@ -167,9 +172,7 @@ def unpadded(
         or torch.compiler.is_compiling()
         or torch.jit.is_tracing()
         or bool(attention_mask.bool().all())
-    ):
-        return None
-    return PackedSequences(attention_mask, position_ids)
+    )
 
 
 def admin_residual(module, residual: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
@@ -213,6 +216,35 @@ def scored_positions(hidden_states: torch.Tensor, labels: torch.Tensor | None, s
     labels = labels.to(hidden_states.device)
     scored = labels != -100  # [b, n]
     return hidden_states[scored], labels[scored]  # [n_scored, d], [n_scored]
+
+
+def masked_lm_scores(
+    predictions: nn.Module,
+    hidden_states: torch.Tensor,
+    labels: torch.Tensor | None,
+    sparse_prediction: bool,
+    config,
+    attention_mask: torch.Tensor | None,
+    kwargs: dict,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A masked-LM head's scores and the labels they are scored on (`scored_positions`), from the encoder's
+    `hidden_states` and the call's `attention_mask` and `kwargs`.
+
+    Where the encoder ran packed (`runs_packed`), its hidden states are zero at the padded positions, so the head's
+    value there is its value at the zero vector: the head (transform and vocabulary projection) runs on the real
+    tokens, once on a zero vector, and the padded positions get that row. The scores are those of the head at every
+    position (to float rounding) without the vocabulary projection of the padded positions (half of a batch padded
+    to twice its mean length).
+    """
+    hidden_states, labels = scored_positions(hidden_states, labels, sparse_prediction)
+    if hidden_states.dim() != 3 or not runs_packed(config, attention_mask, kwargs):
+        return predictions(hidden_states), labels
+    padded = attention_mask.to(hidden_states.device) == 0  # [b, n]
+    real = predictions(hidden_states[~padded])  # [n_real, vocab]
+    scores = real.new_empty(*padded.shape, real.shape[-1])
+    scores[padded] = predictions(hidden_states.new_zeros(1, hidden_states.shape[-1]))  # one row for every pad
+    scores[~padded] = real
+    return scores, labels
 
 
 def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -926,12 +926,12 @@ def test_pretraining_predicts_sparsely_by_default_with_the_dense_losses(tmp_path
     """run_pretraining calls the heads with `sparse_prediction=True` (the collator's batches carry it); training and
     evaluation give the losses of the dense head (same seed, masks and data); the saved config does not carry it, and
     the folder serves fill-mask with full logits."""
-    from hf_attn_variants import modeling_variant_bert
+    from hf_attn_variants import modeling_variant_utils
 
     seen = []
-    real = modeling_variant_bert.scored_positions
+    real = modeling_variant_utils.scored_positions
     monkeypatch.setattr(
-        modeling_variant_bert,
+        modeling_variant_utils,
         "scored_positions",
         lambda hidden, labels, sparse: seen.append(sparse) or real(hidden, labels, sparse),
     )

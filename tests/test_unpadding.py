@@ -102,6 +102,39 @@ def test_packed_gradients_equal_padded(variant, head, packed_runs):
         torch.testing.assert_close(grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize(
+    "head", [*HEADS, "VariantBertForPreTraining", "VariantAlbertForPreTraining"], ids=lambda h: h[7:]
+)
+def test_the_masked_lm_head_projects_only_the_real_tokens(head, packed_runs):
+    """Packed, the head's vocabulary projection runs on the real tokens and one zero vector (the padded positions'
+    hidden state), and the scores equal the head at every position of the returned last hidden state; where the
+    padded batch runs (every layer's hidden states asked for), the head runs at every position as transformers'."""
+    model = build(head, "talking_heads")
+    inputs = _batch()
+    rows = []
+    hook = model.get_output_embeddings().register_forward_hook(lambda m, args, out: rows.append(args[0].shape[:-1]))
+    try:
+        with torch.no_grad():
+            for extra in ({}, {"output_hidden_states": True}):
+                rows.clear()
+                out = model(**inputs, **extra)
+                scores = out.logits if hasattr(out, "logits") else out.prediction_logits
+                projected = sum(torch.Size(r).numel() for r in rows)
+                full = _head(model)(model.base_model(**inputs, **extra).last_hidden_state)  # every position
+                torch.testing.assert_close(scores, full, **TOLERANCE)
+                if extra:
+                    assert projected == 5 * 12
+                else:
+                    assert packed_runs and projected == int(inputs["attention_mask"].sum()) + 1
+    finally:
+        hook.remove()
+
+
+def _head(model):
+    """The masked-LM prediction head (transform and vocabulary projection) of a BERT or ALBERT model."""
+    return model.cls.predictions if hasattr(model, "cls") else model.predictions
+
+
 @pytest.mark.parametrize("head", HEADS)
 def test_sparse_prediction_runs_packed(head, packed_runs):
     """`sparse_prediction=True` scores the labelled rows of the unpacked last hidden state: the padded batch's loss
