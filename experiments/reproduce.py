@@ -92,7 +92,7 @@ def checkpoint_eval(output_dir: Path, step: int, metric: str) -> float | None:
 
 def run_until(command: list[str], cwd, env, log, output_dir: Path, step: int, metric: str) -> float:
     """Run `command` until its checkpoint at `step` holds the evaluation there; stop it (its process group) and
-    return that loss. An error with the log's tail when it ends first."""
+    return that loss. An error naming the log when it ends first."""
     proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         while (value := checkpoint_eval(output_dir, step, metric)) is None:
