@@ -516,6 +516,18 @@ class _VariantBertWithLMHead(VariantBertPreTrainedModel):
     _keys_to_ignore_on_load_unexpected = [r"cls\.predictions\.decoder\.bias"]  # transformers' second name of the bias
     _output_bias_name = "cls.predictions.bias"  # the head's own bias: `resize_token_embeddings` pads it
 
+    def _masked_lm_scores(self, outputs, labels, sparse_prediction, attention_mask, kwargs):
+        """`masked_lm_scores` of this model's prediction head on the encoder's `outputs`."""
+        return masked_lm_scores(
+            self.cls.predictions,
+            outputs.last_hidden_state,
+            labels,
+            sparse_prediction,
+            self.config,
+            attention_mask,
+            kwargs,
+        )
+
     def get_output_embeddings(self):
         return self.cls.predictions.decoder
 
@@ -554,15 +566,7 @@ class VariantBertForPreTraining(_VariantBertWithLMHead):
             return_dict=True,
             **kwargs,
         )
-        prediction_scores, labels = masked_lm_scores(
-            self.cls.predictions,
-            outputs.last_hidden_state,
-            labels,
-            sparse_prediction,
-            self.config,
-            attention_mask,
-            kwargs,
-        )
+        prediction_scores, labels = self._masked_lm_scores(outputs, labels, sparse_prediction, attention_mask, kwargs)
         seq_relationship_score = self.cls.seq_relationship(outputs.pooler_output)
         total_loss = None
         if labels is not None and next_sentence_label is not None:
@@ -682,15 +686,8 @@ class VariantBertForMaskedLM(_VariantBertWithLMHead):
             return_dict=True,
             **kwargs,
         )
-        prediction_scores, labels = masked_lm_scores(  # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
-            self.cls.predictions,
-            outputs.last_hidden_state,
-            labels,
-            sparse_prediction,
-            self.config,
-            attention_mask,
-            kwargs,
-        )
+        # [b, n, vocab], or [n_scored, vocab] (sparse_prediction)
+        prediction_scores, labels = self._masked_lm_scores(outputs, labels, sparse_prediction, attention_mask, kwargs)
         masked_lm_loss = None
         if labels is not None:
             masked_lm_loss = self.loss_function(
