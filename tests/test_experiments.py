@@ -21,6 +21,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 import attempts
 import cells
@@ -1284,3 +1285,50 @@ def test_length_cells_repeat_the_long_cells_at_four_times_the_steps():
         assert training["warmup_steps"] == expected_warmup
     assert {c.seed for c in length.CELLS if "warmup" in c.size} == {0}
     assert "length" in report.CLAIMS
+
+
+def test_attention_reach_measures_offsets_of_known_maps():
+    """experiments/attention_reach.py: the mass by offset of maps whose answer is known."""
+    import attention_reach
+
+    n = 10
+    self_only = torch.eye(n)[None, None]
+    previous = torch.zeros(n, n)
+    previous[0, 0] = 1.0  # the first token has no previous one
+    previous[torch.arange(1, n), torch.arange(n - 1)] = 1.0
+    uniform = torch.full((1, 2, n, n), 1.0 / n)
+    assert attention_reach.reach(self_only) == pytest.approx(
+        {"self": 1, "-1": 0, "+1": 0, "0<|d|<=3": 0, "mean |d|": 0}
+    )
+    got = attention_reach.reach(previous[None, None])
+    assert got["-1"] == pytest.approx((n - 1) / n) and got["self"] == pytest.approx(1 / n)
+    assert got["0<|d|<=3"] == pytest.approx((n - 1) / n) and got["mean |d|"] == pytest.approx((n - 1) / n)
+    mean_offset = sum(abs(i - j) for i in range(n) for j in range(n)) / n / n
+    assert attention_reach.reach(uniform)["mean |d|"] == pytest.approx(mean_offset)
+
+
+def test_attention_reach_reads_a_saved_mixture(tmp_path):
+    """A saved Random + dot-product mixture with the committed tokenizer: one row per layer, the mixture's weights
+    (uniform at initialisation, summing to one) beside them, the held-out windows as long as asked."""
+    from transformers import AutoTokenizer
+
+    import attention_reach
+    import hf_attn_variants as hav
+
+    tokenizer = AutoTokenizer.from_pretrained(kjv.TOKENIZER)
+    config = hav.VariantBertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=32, attention_type="synthesizer", synthesizer_components=["dot_product", "random"],
+    )  # fmt: skip
+    hav.VariantBertForMaskedLM(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    windows = attention_reach.held_out_windows(tokenizer, 3, 32)
+    assert windows.shape == (3, 32) and (windows[:, 0] == tokenizer.cls_token_id).all()
+    assert (windows[:, -1] == tokenizer.sep_token_id).all()
+    lines = attention_reach.describe(tmp_path, sequences=2, length=32).splitlines()
+    assert "['dot_product', 'random']" in lines[0] and lines[1].split()[-1] == "alpha"
+    layers = [line.split() for line in lines[2:]]
+    assert [row[0] for row in layers] == ["0", "1", "2"]
+    assert all(float(row[-2]) == pytest.approx(0.5) and float(row[-1]) == pytest.approx(0.5) for row in layers)
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        attention_reach.describe(tmp_path / "missing", sequences=2, length=32)

@@ -1,0 +1,104 @@
+"""How far a trained BERT masked-LM checkpoint attends: per layer, where its attention puts its mass on the held-out
+chapters, and for a synthesizer mixture the learned mixture weights.
+
+For each checkpoint it reads the first `--sequences` windows of `--length` tokens of the held-out chapters (the
+checkpoint's own tokenizer, [CLS] ... [SEP], no masking, no padding), runs the model with `output_attentions=True`
+and prints, per layer (heads averaged): the attention mass on the token itself (offset 0), on its neighbours
+(offset -1, +1), within three tokens (0 < |offset| <= 3), and the mean |offset|; for a mixture, its weights alpha
+(the normalised form the model uses). A model whose masked-token predictions use the neighbouring words puts mass
+at small non-zero offsets; one that reads mostly itself and the document at large does not.
+
+    python experiments/attention_reach.py path/to/checkpoint-2800 path/to/checkpoint-4800
+    python experiments/attention_reach.py outputs/model --sequences 8 --length 128
+
+A finished research cell keeps its model only with `--keep_models` (experiments/<claim>.py); an unfinished one keeps
+its newest checkpoint in its run folder.
+"""
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from kjv import kjv_files
+
+
+def held_out_windows(tokenizer, count: int, length: int) -> torch.Tensor:
+    """The first `count` windows of `length` tokens ([CLS] + length - 2 tokens + [SEP]) of the held-out chapters."""
+    text = kjv_files()["validation"].read_text()
+    ids = tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"]  # one long text, windowed below
+    body = length - 2
+    if len(ids) < count * body:
+        raise ValueError(f"The held-out chapters hold {len(ids)} tokens, fewer than {count} windows of {body}.")
+    rows = [[tokenizer.cls_token_id, *ids[i * body : (i + 1) * body], tokenizer.sep_token_id] for i in range(count)]
+    return torch.tensor(rows)
+
+
+def reach(attentions: torch.Tensor) -> dict[str, float]:
+    """Mass by offset of attention maps [b, h, n, n] (rows sum to one), averaged over rows, heads and the batch."""
+    n = attentions.shape[-1]
+    positions = torch.arange(n)
+    offset = positions[None, :] - positions[:, None]  # [query, key]: key - query
+    mass = attentions.double().mean(dim=(0, 1))  # [n, n]
+    rows = mass.sum(-1).mean()
+
+    def at(selected: torch.Tensor) -> float:
+        return float((mass * selected).sum(-1).mean() / rows)
+
+    return {
+        "self": at(offset == 0),
+        "-1": at(offset == -1),
+        "+1": at(offset == 1),
+        "0<|d|<=3": at((offset != 0) & (offset.abs() <= 3)),
+        "mean |d|": float((mass * offset.abs()).sum(-1).mean() / rows),
+    }
+
+
+def mixture_weights(model) -> list[list[float] | None]:
+    """Per layer, the mixture weights alpha of its attention core (None where the layer has no mixture)."""
+    found = []
+    for module in model.modules():
+        if hasattr(module, "mixture_alpha") and hasattr(module, "spec"):
+            alpha = module.mixture_alpha()
+            found.append(None if alpha is None else alpha.tolist())
+    return found
+
+
+def describe(path: Path, sequences: int, length: int) -> str:
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    import hf_attn_variants  # noqa: F401 (registers the variant classes with the Auto classes)
+
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path}: no config.json; pass a saved model or a Trainer checkpoint folder.")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForMaskedLM.from_pretrained(path, attn_implementation="eager").eval()
+    config = model.config
+    components = getattr(config, "synthesizer_components", None) if config.attention_type == "synthesizer" else None
+    with torch.no_grad():
+        out = model(input_ids=held_out_windows(tokenizer, sequences, length), output_attentions=True)
+    alphas = mixture_weights(model)
+    lines = [f"{path} ({config.attention_type}{f': {components}' if components else ''})"]
+    header = ["layer", "self", "-1", "+1", "0<|d|<=3", "mean |d|"] + (["alpha"] if any(alphas) else [])
+    lines.append("  ".join(f"{h:>9}" for h in header))
+    for layer, attentions in enumerate(out.attentions):
+        cells = [f"{layer:>9}"] + [f"{v:>9.3f}" for v in reach(attentions).values()]
+        if any(alphas):
+            cells.append(" ".join(f"{a:.3f}" for a in alphas[layer]))
+        lines.append("  ".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("checkpoints", nargs="+", type=Path, help="Saved models or Trainer checkpoint folders.")
+    parser.add_argument("--sequences", type=int, default=16, help="How many held-out windows.")
+    parser.add_argument("--length", type=int, default=128, help="Tokens per window, [CLS] and [SEP] included.")
+    args = parser.parse_args(argv)
+    report = "\n\n".join(describe(path, args.sequences, args.length) for path in args.checkpoints)
+    print(report)
+    return report
+
+
+if __name__ == "__main__":
+    main()
