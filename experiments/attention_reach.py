@@ -40,17 +40,16 @@ def reach(attentions: torch.Tensor) -> dict[str, float]:
     positions = torch.arange(n)
     offset = positions[None, :] - positions[:, None]  # [query, key]: key - query
     mass = attentions.double().mean(dim=(0, 1))  # [n, n]
-    rows = mass.sum(-1).mean()
 
     def at(selected: torch.Tensor) -> float:
-        return float((mass * selected).sum(-1).mean() / rows)
+        return float((mass * selected).sum(-1).mean())
 
     return {
         "self": at(offset == 0),
         "-1": at(offset == -1),
         "+1": at(offset == 1),
         "0<|d|<=3": at((offset != 0) & (offset.abs() <= 3)),
-        "mean |d|": float((mass * offset.abs()).sum(-1).mean() / rows),
+        "mean |d|": float((mass * offset.abs()).sum(-1).mean()),
     }
 
 
