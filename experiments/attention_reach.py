@@ -3,13 +3,15 @@ chapters, and for a synthesizer mixture the learned mixture weights.
 
 For each checkpoint it reads the first `--sequences` windows of `--length` tokens of the held-out chapters (the
 checkpoint's own tokenizer, [CLS] ... [SEP], no masking, no padding), runs the model with `output_attentions=True`
-and prints, per layer (heads averaged): the attention mass on the token itself (offset 0), on its neighbours
-(offset -1, +1), within three tokens (0 < |offset| <= 3), and the mean |offset|; for a mixture, its weights alpha
-(the normalised form the model uses). A model whose masked-token predictions use the neighbouring words puts mass
-at small non-zero offsets; one that reads mostly itself and the document at large does not.
+and prints, per layer (heads averaged; each head too with `--per_head`): the attention mass on the token itself
+(offset 0), on its neighbours (offset -1, +1), within three tokens (0 < |offset| <= 3), the mean |offset|, the mass
+on the window's first token ([CLS]) and the rows' mean entropy in nats (a uniform row of n keys has log n, a row on
+one key 0); for a mixture, its weights alpha (the normalised form the model uses). A model whose masked-token
+predictions use the neighbouring words puts mass at small non-zero offsets; one that reads mostly itself and the
+document at large does not; a layer that parks its attention on [CLS] reads almost nothing from it.
 
     python experiments/attention_reach.py path/to/checkpoint-2800 path/to/checkpoint-4800
-    python experiments/attention_reach.py outputs/model --sequences 8 --length 128
+    python experiments/attention_reach.py outputs/model --sequences 8 --length 128 --per_head
 
 A finished research cell keeps its model only with `--keep_models` (experiments/<claim>.py); an unfinished one keeps
 its newest checkpoint in its run folder.
@@ -44,12 +46,16 @@ def reach(attentions: torch.Tensor) -> dict[str, float]:
     def at(selected: torch.Tensor) -> float:
         return float((mass * selected).sum(-1).mean())
 
+    rows = attentions.double()
+    entropy = -torch.where(rows > 0, rows * rows.log(), 0.0).sum(-1)  # per row: 0 * log 0 counts as 0
     return {
         "self": at(offset == 0),
         "-1": at(offset == -1),
         "+1": at(offset == 1),
         "0<|d|<=3": at((offset != 0) & (offset.abs() <= 3)),
         "mean |d|": float((mass * offset.abs()).sum(-1).mean()),
+        "[CLS]": float(mass[:, 0].mean()),
+        "entropy": float(entropy.mean()),
     }
 
 
@@ -63,10 +69,13 @@ def mixture_weights(model) -> list[list[float] | None]:
     return found
 
 
-def describe(path: Path, sequences: int, length: int) -> str:
+def describe(path: Path, sequences: int, length: int, per_head: bool = False) -> str:
     from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers.utils import logging
 
     import hf_attn_variants  # noqa: F401 (registers the variant classes with the Auto classes)
+
+    logging.disable_progress_bar()  # the loading and saving bars would break the table
 
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path}: no config.json; pass a saved model or a Trainer checkpoint folder.")
@@ -78,13 +87,18 @@ def describe(path: Path, sequences: int, length: int) -> str:
         out = model(input_ids=held_out_windows(tokenizer, sequences, length), output_attentions=True)
     alphas = mixture_weights(model)
     lines = [f"{path} ({config.attention_type}{f': {components}' if components else ''})"]
-    header = ["layer", "self", "-1", "+1", "0<|d|<=3", "mean |d|"] + (["alpha"] if any(alphas) else [])
+    measured = [reach(attentions) for attentions in out.attentions]
+    header = ["layer", *measured[0]] + (["alpha"] if any(alphas) else [])
     lines.append("  ".join(f"{h:>9}" for h in header))
     for layer, attentions in enumerate(out.attentions):
-        cells = [f"{layer:>9}"] + [f"{v:>9.3f}" for v in reach(attentions).values()]
+        cells = [f"{layer:>9}"] + [f"{v:>9.3f}" for v in measured[layer].values()]
         if any(alphas):
             cells.append(" ".join(f"{a:.3f}" for a in alphas[layer]))
         lines.append("  ".join(cells))
+        if per_head:
+            for head in range(attentions.shape[1]):
+                values = reach(attentions[:, head : head + 1]).values()
+                lines.append("  ".join([f"{f'{layer}.{head}':>9}"] + [f"{v:>9.3f}" for v in values]))
     return "\n".join(lines)
 
 
@@ -93,8 +107,9 @@ def main(argv=None) -> str:
     parser.add_argument("checkpoints", nargs="+", type=Path, help="Saved models or Trainer checkpoint folders.")
     parser.add_argument("--sequences", type=int, default=16, help="How many held-out windows.")
     parser.add_argument("--length", type=int, default=128, help="Tokens per window, [CLS] and [SEP] included.")
+    parser.add_argument("--per_head", action="store_true", help="A row per head under each layer's average.")
     args = parser.parse_args(argv)
-    report = "\n\n".join(describe(path, args.sequences, args.length) for path in args.checkpoints)
+    report = "\n\n".join(describe(path, args.sequences, args.length, args.per_head) for path in args.checkpoints)
     print(report)
     return report
 

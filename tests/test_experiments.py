@@ -1298,13 +1298,17 @@ def test_attention_reach_measures_offsets_of_known_maps():
     previous[torch.arange(1, n), torch.arange(n - 1)] = 1.0
     uniform = torch.full((1, 2, n, n), 1.0 / n)
     assert attention_reach.reach(self_only) == pytest.approx(
-        {"self": 1, "-1": 0, "+1": 0, "0<|d|<=3": 0, "mean |d|": 0}
+        {"self": 1, "-1": 0, "+1": 0, "0<|d|<=3": 0, "mean |d|": 0, "[CLS]": 1 / n, "entropy": 0}
     )
     got = attention_reach.reach(previous[None, None])
     assert got["-1"] == pytest.approx((n - 1) / n) and got["self"] == pytest.approx(1 / n)
     assert got["0<|d|<=3"] == pytest.approx((n - 1) / n) and got["mean |d|"] == pytest.approx((n - 1) / n)
+    assert got["[CLS]"] == pytest.approx(2 / n) and got["entropy"] == pytest.approx(0)  # rows 0 and 1 read key 0
     mean_offset = sum(abs(i - j) for i in range(n) for j in range(n)) / n / n
-    assert attention_reach.reach(uniform)["mean |d|"] == pytest.approx(mean_offset)
+    got = attention_reach.reach(uniform)
+    assert got["mean |d|"] == pytest.approx(mean_offset) and got["entropy"] == pytest.approx(math.log(n))
+    halves = torch.cat([uniform[:, :1], self_only], 1)  # one uniform head, one on itself: the heads averaged
+    assert attention_reach.reach(halves)["entropy"] == pytest.approx(math.log(n) / 2)
 
 
 def test_attention_reach_reads_a_saved_mixture(tmp_path):
@@ -1330,5 +1334,69 @@ def test_attention_reach_reads_a_saved_mixture(tmp_path):
     layers = [line.split() for line in lines[2:]]
     assert [row[0] for row in layers] == ["0", "1", "2"]
     assert all(float(row[-2]) == pytest.approx(0.5) and float(row[-1]) == pytest.approx(0.5) for row in layers)
+    per_head = [line.split()[0] for line in attention_reach.describe(tmp_path, 2, 32, per_head=True).splitlines()[2:]]
+    assert per_head == ["0", "0.0", "0.1", "1", "1.0", "1.1", "2", "2.0", "2.1"]
     with pytest.raises(FileNotFoundError, match="config.json"):
         attention_reach.describe(tmp_path / "missing", sequences=2, length=32)
+
+
+def test_random_maps_offset_only_keeps_what_depends_on_the_offset():
+    """experiments/random_maps.py's edits: a map that depends only on the offset j - i is left as it is; any other
+    becomes one, each diagonal its mean; with a band, every offset beyond it shares one logit."""
+    import random_maps
+
+    n = 6
+    d = random_maps.offsets(n)
+    relative = torch.stack([torch.exp(-d.abs().double()), (d == -1).double() * 2.0])  # two heads, [2, n, n]
+    assert torch.allclose(random_maps.offset_only(relative), relative)
+    absolute = torch.randn(2, n, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    edited = random_maps.offset_only(absolute)
+    for offset in range(-(n - 1), n):
+        diagonal = d == offset
+        assert torch.allclose(edited[:, diagonal], absolute[:, diagonal].mean(-1, keepdim=True))
+    banded = random_maps.offset_only(absolute, band=1)
+    far = d.abs() > 1
+    assert torch.allclose(banded[:, ~far], edited[:, ~far])
+    assert torch.allclose(banded[:, far], absolute[:, far].mean(-1, keepdim=True))
+    assert not torch.allclose(banded, edited)
+    profile = random_maps.offset_profile(relative)  # offsets -3 ... +3, minus the mean beyond 3
+    beyond = relative[0][d.abs() > 3].mean()
+    assert profile[0].tolist() == pytest.approx([math.exp(-abs(k)) - float(beyond) for k in range(-3, 4)])
+    assert profile[1].tolist() == pytest.approx([0, 0, 2, 0, 0, 0, 0])
+
+
+def test_random_maps_edits_a_saved_mixture(tmp_path):
+    """End to end on a saved Random + dot-product mixture whose Random maps are a strong function of the offset:
+    the offset-only edit leaves the held-out loss as trained (the maps are unchanged), the uniform one moves it;
+    the evaluation is the training script's own."""
+    from transformers import AutoTokenizer
+
+    import hf_attn_variants as hav
+    import random_maps
+
+    tokenizer = AutoTokenizer.from_pretrained(kjv.TOKENIZER)
+    config = hav.VariantBertConfig(
+        vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=32, attention_type="synthesizer", synthesizer_components=["dot_product", "random"],
+        initializer_range=0.5,  # weights large enough that what attention reads moves the loss
+    )  # fmt: skip
+    model = hav.VariantBertForMaskedLM(config)
+    d = random_maps.offsets(32)
+    with torch.no_grad():
+        for core in random_maps.random_cores(model):
+            core.random_logits.copy_(torch.stack([(d == -1) * 8.0, (d.abs() <= 2) * 4.0]))
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    lines = random_maps.describe(tmp_path, None, [], max_seq_length=32, max_eval_samples=8).splitlines()
+    losses = {line[:28].strip(): float(line[28:]) for line in lines[1:4]}
+    assert list(losses) == ["as trained", "uniform", "offset only"]
+    assert losses["offset only"] == pytest.approx(losses["as trained"], abs=1e-4)
+    assert abs(losses["uniform"] - losses["as trained"]) > 1e-3
+    assert lines[5].split() == ["head", "-3", "-2", "-1", "+0", "+1", "+2", "+3"]
+    assert [float(v) for v in lines[6].split()[1:]] == pytest.approx([0, 0, 8, 0, 0, 0, 0])  # head 0.0
+    with pytest.raises(ValueError, match="layers 0-1"):
+        random_maps.describe(tmp_path, [2], [], max_seq_length=32, max_eval_samples=8)
+    config.attention_type = "dot_product"
+    hav.VariantBertForMaskedLM(config).save_pretrained(tmp_path / "dot")
+    with pytest.raises(ValueError, match="no Random synthesizer component"):
+        random_maps.describe(tmp_path / "dot", None, [], max_seq_length=32, max_eval_samples=8)
