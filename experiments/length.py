@@ -13,6 +13,10 @@ run gives the curve.
 The control against the schedule: one seed of claim (a)'s pair at 6400 steps with the 1600-step cells' warm-up,
 160 steps, unscaled (the decay still ends at step 6400): does the ordering depend on the warm-up's length?
 
+The control against the learning rate: claim (c)'s pair runs at two rates (dot product 5e-4, the mixture 1e-3, as
+their screens picked), so one seed of each at the other's rate (dot product 1e-3, the mixture 5e-4) makes seed 0 a
+two-by-two: is the mixture's lead there at equal rates?
+
     nice -n 19 python experiments/length.py --only 'length/*/seed0' --cell_timeout_minutes 600
     python experiments/length.py --list
 """
@@ -27,6 +31,7 @@ SEEDS = (0, 1, 2)
 STEPS = 6400
 TRAINING_6400 = dict(max_steps=STEPS, eval_steps=400)
 CONTROL_WARMUP = 160  # the 1600-step cells' warm-up (10% of 1600), in steps
+CONTROL_LRS = {"dot-product": "1e-3", "mixture-random-dot": "5e-4"}  # claim (c)'s pair, each at the other's rate
 # (variant, heads, fields, learning rate), from the claims' long cells
 CONTRASTS = {
     "a": (
@@ -53,7 +58,8 @@ def size(h: int, lr: str, warmup: str = "") -> str:
 
 
 def cells() -> list:
-    """Seed-major (every variant gets a first seed before any gets a second), the control last."""
+    """Seed-major (every variant gets a first seed before any gets a second), then the warm-up control, then the
+    learning-rate control."""
     out = []
     for seed in SEEDS:
         for h, variants, lrs in CONTRASTS.values():
@@ -82,6 +88,21 @@ def cells() -> list:
                 {"num_attention_heads": h, **fields},
                 learning_rate=lrs[variant],
                 **{**TRAINING_6400, "warmup_steps": CONTROL_WARMUP},
+            )
+        )
+    h, variants, _ = CONTRASTS["c"]
+    for variant, fields in variants.items():
+        lr = CONTROL_LRS[variant]
+        out.append(
+            cell(
+                CLAIM,
+                variant,
+                size(h, lr),
+                0,
+                "bert-mini-dot-product",
+                {"num_attention_heads": h, **fields},
+                learning_rate=lr,
+                **TRAINING_6400,
             )
         )
     return out
@@ -132,6 +153,16 @@ TABLES = [
         ),
         seeds=(0,),
         note="One seed: does the ordering depend on the warm-up's length?",
+        paired=True,
+    ),
+    Table(
+        "length-c-lr",
+        f"The control: claim (c)'s pair at {STEPS} steps, each at both learning rates, seed 0 (MLM loss)",
+        CLAIM,
+        (("dot product", "dot-product"), ("Mixture: Random + dot product", "mixture-random-dot")),
+        (("lr 5e-4", size(4, "5e-4")), ("lr 1e-3", size(4, "1e-3"))),
+        seeds=(0,),
+        note="One seed: is the mixture's lead there when both run at the same learning rate?",
         paired=True,
     ),
 ]

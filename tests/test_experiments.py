@@ -1260,27 +1260,39 @@ def test_width_trend_screen_picks_follow_the_rule():
 
 def test_length_cells_repeat_the_long_cells_at_four_times_the_steps():
     """Claim (e): each contrast at its claim's long-cell setting and learning rate, 6400 steps, the warm-up a ratio
-    (scaled as the long cells scale theirs), evaluated every 400 steps; the control keeps 160 warm-up steps."""
+    (scaled as the long cells scale theirs), evaluated every 400 steps; the warm-up control keeps 160 warm-up steps,
+    the learning-rate control runs claim (c)'s pair each at the other's rate."""
     import length
     import synthesizer
     import talking_heads
 
     by_id = {c.id: c for c in length.CELLS}
-    assert len(by_id) == len(length.CELLS) == 14
-    for c in length.CELLS:
-        training = c.config["training"]
-        assert training["max_steps"] == 6400 and training["eval_steps"] == 400
+    assert len(by_id) == len(length.CELLS) == 16
+    swapped = {"length/dot-product/h4-lr1e-3-steps6400/seed0", "length/mixture-random-dot/h4-lr5e-4-steps6400/seed0"}
+    assert [c.id for c in length.CELLS[-2:]] == sorted(swapped)  # the learning-rate control, last
+
+    def long_cell(variant, c):  # the claim's own 1600-step cell of this variant, seed and head count
         claim = talking_heads if c.size.startswith("h16") else synthesizer
-        long_cell = next(
+        return next(
             x
             for x in claim.CELLS
-            if x.variant == c.variant
+            if x.variant == variant
             and x.seed == c.seed
             and x.size.endswith("steps1600")
             and x.size.startswith(c.size.split("-")[0])
         )
-        assert dict(c.overrides) == dict(long_cell.overrides) and c.preset == long_cell.preset
-        assert training["learning_rate"] == long_cell.config["training"]["learning_rate"]
+
+    other = {"dot-product": "mixture-random-dot", "mixture-random-dot": "dot-product"}
+    for c in length.CELLS:
+        training = c.config["training"]
+        assert training["max_steps"] == 6400 and training["eval_steps"] == 400
+        own = long_cell(c.variant, c)
+        assert dict(c.overrides) == dict(own.overrides) and c.preset == own.preset
+        rate = own.config["training"]["learning_rate"]
+        if c.id in swapped:  # the control: the other variant's rate, which is not its own
+            rate, own_rate = long_cell(other[c.variant], c).config["training"]["learning_rate"], rate
+            assert rate != own_rate
+        assert training["learning_rate"] == rate
         expected_warmup = 160 if c.size.endswith("warmup160") else cells.TRAINING["warmup_steps"]
         assert training["warmup_steps"] == expected_warmup
     assert {c.seed for c in length.CELLS if "warmup" in c.size} == {0}
