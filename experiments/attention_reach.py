@@ -8,7 +8,7 @@ and prints, per layer (heads averaged; each head too with `--per_head`): the att
 on the window's first token ([CLS]) and the rows' mean entropy in nats (a uniform row of n keys has log n, a row on
 one key 0); for a mixture, its weights alpha (the normalised form the model uses). A model whose masked-token
 predictions use the neighbouring words puts mass at small non-zero offsets; one that reads mostly itself and the
-document at large does not; a layer that parks its attention on [CLS] reads almost nothing from it.
+document at large does not; a layer that parks its attention on [CLS] reads almost nothing from the other tokens.
 
     python experiments/attention_reach.py path/to/checkpoint-2800 path/to/checkpoint-4800
     python experiments/attention_reach.py outputs/model --sequences 8 --length 128 --per_head
