@@ -57,54 +57,36 @@ def size(h: int, lr: str, warmup: str = "") -> str:
     return f"h{h}-lr{lr}-steps{STEPS}{warmup}"
 
 
+def length_cell(variant: str, h: int, fields: dict, lr: str, seed: int, warmup: str = "", **training):
+    """One 6400-step cell of a contrast's variant at `lr` (`warmup`: the size's suffix, `training`: its flags)."""
+    return cell(
+        CLAIM,
+        variant,
+        size(h, lr, warmup),
+        seed,
+        "bert-mini-dot-product",
+        {"num_attention_heads": h, **fields},
+        learning_rate=lr,
+        **{**TRAINING_6400, **training},
+    )
+
+
 def cells() -> list:
     """Seed-major (every variant gets a first seed before any gets a second), then the warm-up control, then the
     learning-rate control."""
-    out = []
-    for seed in SEEDS:
-        for h, variants, lrs in CONTRASTS.values():
-            for variant, fields in variants.items():
-                out.append(
-                    cell(
-                        CLAIM,
-                        variant,
-                        size(h, lrs[variant]),
-                        seed,
-                        "bert-mini-dot-product",
-                        {"num_attention_heads": h, **fields},
-                        learning_rate=lrs[variant],
-                        **TRAINING_6400,
-                    )
-                )
+    out = [
+        length_cell(variant, h, fields, lrs[variant], seed)
+        for seed in SEEDS
+        for h, variants, lrs in CONTRASTS.values()
+        for variant, fields in variants.items()
+    ]
     h, variants, lrs = CONTRASTS["a"]
-    for variant, fields in variants.items():
-        out.append(
-            cell(
-                CLAIM,
-                variant,
-                size(h, lrs[variant], f"-warmup{CONTROL_WARMUP}"),
-                0,
-                "bert-mini-dot-product",
-                {"num_attention_heads": h, **fields},
-                learning_rate=lrs[variant],
-                **{**TRAINING_6400, "warmup_steps": CONTROL_WARMUP},
-            )
-        )
+    out += [
+        length_cell(variant, h, fields, lrs[variant], 0, f"-warmup{CONTROL_WARMUP}", warmup_steps=CONTROL_WARMUP)
+        for variant, fields in variants.items()
+    ]
     h, variants, _ = CONTRASTS["c"]
-    for variant, fields in variants.items():
-        lr = CONTROL_LRS[variant]
-        out.append(
-            cell(
-                CLAIM,
-                variant,
-                size(h, lr),
-                0,
-                "bert-mini-dot-product",
-                {"num_attention_heads": h, **fields},
-                learning_rate=lr,
-                **TRAINING_6400,
-            )
-        )
+    out += [length_cell(variant, h, fields, CONTROL_LRS[variant], 0) for variant, fields in variants.items()]
     return out
 
 
