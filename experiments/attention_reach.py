@@ -36,11 +36,29 @@ def held_out_windows(tokenizer, count: int, length: int) -> torch.Tensor:
     return torch.tensor(rows)
 
 
+def offsets(size: int) -> torch.Tensor:
+    """[size, size]: the offset j - i of key j from query i."""
+    positions = torch.arange(size)
+    return positions[None, :] - positions[:, None]
+
+
+def load_masked_lm(path: Path, **kwargs):
+    """(model in eval mode, tokenizer) of a saved masked-LM model or Trainer checkpoint folder; `kwargs` go to
+    `from_pretrained`. Quiet: the loading bars would break the tables printed after it."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers.utils import logging
+
+    import hf_attn_variants  # noqa: F401 (registers the variant classes with the Auto classes)
+
+    logging.disable_progress_bar()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path}: no config.json; pass a saved model or a Trainer checkpoint folder.")
+    return AutoModelForMaskedLM.from_pretrained(path, **kwargs).eval(), AutoTokenizer.from_pretrained(path)
+
+
 def reach(attentions: torch.Tensor) -> dict[str, float]:
     """Mass by offset of attention maps [b, h, n, n] (rows sum to one), averaged over rows, heads and the batch."""
-    n = attentions.shape[-1]
-    positions = torch.arange(n)
-    offset = positions[None, :] - positions[:, None]  # [query, key]: key - query
+    offset = offsets(attentions.shape[-1])  # [query, key]: key - query
     mass = attentions.double().mean(dim=(0, 1))  # [n, n]
 
     def at(selected: torch.Tensor) -> float:
@@ -70,17 +88,7 @@ def mixture_weights(model) -> list[list[float] | None]:
 
 
 def describe(path: Path, sequences: int, length: int, per_head: bool = False) -> str:
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-    from transformers.utils import logging
-
-    import hf_attn_variants  # noqa: F401 (registers the variant classes with the Auto classes)
-
-    logging.disable_progress_bar()  # the loading and saving bars would break the table
-
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path}: no config.json; pass a saved model or a Trainer checkpoint folder.")
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForMaskedLM.from_pretrained(path, attn_implementation="eager").eval()
+    model, tokenizer = load_masked_lm(path, attn_implementation="eager")
     config = model.config
     components = getattr(config, "synthesizer_components", None) if config.attention_type == "synthesizer" else None
     with torch.no_grad():

@@ -32,17 +32,12 @@ from pathlib import Path
 
 import torch
 
+from attention_reach import load_masked_lm, offsets
 from cells import SCRIPT, TRAINING
 from kjv import kjv_files
 from provenance import ROOT
 
 NEAR = 3  # the offset table's reach, and what "far" starts beyond
-
-
-def offsets(size: int) -> torch.Tensor:
-    """[size, size]: the offset j - i of key j from query i."""
-    positions = torch.arange(size)
-    return positions[None, :] - positions[:, None]
 
 
 def offset_only(logits: torch.Tensor, band: int | None = None) -> torch.Tensor:
@@ -104,21 +99,11 @@ def edits(bands: list[int]) -> dict:
 def describe(
     path: Path, layers: list[int] | None, bands: list[int], max_seq_length: int, max_eval_samples: int
 ) -> str:
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
-    from transformers.utils import logging
-
-    import hf_attn_variants  # noqa: F401 (registers the variant classes with the Auto classes)
-
-    logging.disable_progress_bar()  # the loading and saving bars would break the table
-
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path}: no config.json; pass a saved model or a Trainer checkpoint folder.")
-    model = AutoModelForMaskedLM.from_pretrained(path)
+    model, tokenizer = load_masked_lm(path)
     cores = random_cores(model)
     layers = list(range(len(cores))) if layers is None else layers
     if not set(layers) <= set(range(len(cores))):
         raise ValueError(f"--layers {layers}: the checkpoint's Random components are in layers 0-{len(cores) - 1}.")
-    tokenizer = AutoTokenizer.from_pretrained(path)
     trained = [core.random_logits.detach().clone() for core in cores]
     lines = [f"{path}: held-out MLM loss (the cells' evaluation), Random maps of layers {layers} edited"]
     lines.append(f"  {'as trained':<26}{held_out_loss(path, max_seq_length, max_eval_samples):.4f}")

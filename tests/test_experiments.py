@@ -1410,5 +1410,6 @@ def test_random_maps_edits_a_saved_mixture(tmp_path):
         random_maps.describe(tmp_path, [2], [], max_seq_length=32, max_eval_samples=8)
     config.attention_type = "dot_product"
     hav.VariantBertForMaskedLM(config).save_pretrained(tmp_path / "dot")
+    tokenizer.save_pretrained(tmp_path / "dot")
     with pytest.raises(ValueError, match="no Random synthesizer component"):
         random_maps.describe(tmp_path / "dot", None, [], max_seq_length=32, max_eval_samples=8)
