@@ -24,22 +24,22 @@ Data, as transformers' run_glue.py reads it (`hf_attn_variants.data_loading`):
 - No data flags: 436 labelled movie-review sentences, evaluated on 108 others (the sentence polarity dataset of
   Pang and Lee, shipped in examples/data/).
 
-Without validation data, --validation_split_percentage of the training rows are held out. `--metric_name` (an
-evaluate module: Hub id or local script) replaces the default metric. `--do_train`, `--do_eval`, `--do_predict`
-act as in transformers' examples (none given: train and evaluate); predictions go to `predict_results[_task].txt`.
-Tokenization is a batched `Dataset.map` cached by `datasets` (`--preprocessing_num_workers`, `--overwrite_cache`).
-Without `--model_name_or_path` the model is built from `--preset` with the project's tokenizer. Every
-`TrainingArguments` option passes through; `--resume_from_checkpoint last` resumes from the newest checkpoint in
---output_dir. The output folder (--output_dir; default `outputs/classification-{model}`, `outputs/{task_name}-{model}`
-with --task_name, see hf_attn_variants.output_folders) holds the model, its metrics and its model card (README.md) and
-loads with `AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`.
+Without validation data, --validation_split_percentage of the training rows are held out. The metrics are computed
+offline (hf_attn_variants.task_metrics); `--metric_name` (an evaluate module: Hub id or local script) replaces them.
+`--do_train`, `--do_eval`, `--do_predict` act as in transformers' examples (none given: train and evaluate);
+predictions go to `predict_results[_task].txt`. Tokenization is a batched `Dataset.map` cached by `datasets`
+(`--preprocessing_num_workers`, `--overwrite_cache`). Without `--model_name_or_path` the model is built from
+`--preset` with the project's tokenizer. Every `TrainingArguments` option passes through; `--resume_from_checkpoint
+last` resumes from the newest checkpoint in --output_dir. The output folder (--output_dir; default
+`outputs/classification-{model}`, `outputs/{task_name}-{model}` with --task_name, see
+hf_attn_variants.output_folders) holds the model, its metrics and its model card (README.md) and loads with
+`AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`.
 """
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
 import pyarrow.compute
 from transformers import (
     DataCollatorWithPadding,
@@ -69,6 +69,7 @@ from hf_attn_variants.run_record import (
     run_script,
     run_stages,
 )
+from hf_attn_variants.task_metrics import classification_metrics, glue_metrics, regression_metrics
 
 DATA = Path(__file__).resolve().parent / "data"
 # the text of the project tokenizer when the run has no data of the user's (run_pretraining.py's embedded corpus)
@@ -94,19 +95,19 @@ class GlueTask(NamedTuple):
     text: str
     pair: str | None
     labels: tuple[str, ...] | None  # the Hub dataset's label names, in id order; None: regression
-    metrics: tuple[str, ...]  # GLUE's metric names (evaluate's "glue" metric), in its order
 
 
+# the tasks' metrics: hf_attn_variants.task_metrics.GLUE_METRICS
 GLUE_TASKS = {
-    "cola": GlueTask("sentence", None, ("unacceptable", "acceptable"), ("matthews_correlation",)),
-    "sst2": GlueTask("sentence", None, ("negative", "positive"), ("accuracy",)),
-    "mrpc": GlueTask("sentence1", "sentence2", ("not_equivalent", "equivalent"), ("accuracy", "f1")),
-    "qqp": GlueTask("question1", "question2", ("not_duplicate", "duplicate"), ("accuracy", "f1")),
-    "stsb": GlueTask("sentence1", "sentence2", None, ("pearson", "spearmanr")),
-    "mnli": GlueTask("premise", "hypothesis", ("entailment", "neutral", "contradiction"), ("accuracy",)),
-    "qnli": GlueTask("question", "sentence", ("entailment", "not_entailment"), ("accuracy",)),
-    "rte": GlueTask("sentence1", "sentence2", ("entailment", "not_entailment"), ("accuracy",)),
-    "wnli": GlueTask("sentence1", "sentence2", ("not_entailment", "entailment"), ("accuracy",)),
+    "cola": GlueTask("sentence", None, ("unacceptable", "acceptable")),
+    "sst2": GlueTask("sentence", None, ("negative", "positive")),
+    "mrpc": GlueTask("sentence1", "sentence2", ("not_equivalent", "equivalent")),
+    "qqp": GlueTask("question1", "question2", ("not_duplicate", "duplicate")),
+    "stsb": GlueTask("sentence1", "sentence2", None),
+    "mnli": GlueTask("premise", "hypothesis", ("entailment", "neutral", "contradiction")),
+    "qnli": GlueTask("question", "sentence", ("entailment", "not_entailment")),
+    "rte": GlueTask("sentence1", "sentence2", ("entailment", "not_entailment")),
+    "wnli": GlueTask("sentence1", "sentence2", ("not_entailment", "entailment")),
 }
 # mnli's extra splits, and the suffix run_glue gives their metrics and prediction files
 MNLI_EVAL = {"validation_matched": "", "validation_mismatched": "_mm"}
@@ -270,77 +271,6 @@ def preprocess_function(tokenizer, columns, label_column: str, labels: Labels, m
 
 
 # --------------------------------------------------------------------------------------------------------- metrics
-def classification_metrics(predictions, labels, num_labels: int) -> dict:
-    """Accuracy, and F1: of class 1 with two classes (as GLUE reports it), macro-averaged over classes otherwise."""
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    f1s = []
-    for c in [1] if num_labels == 2 else range(num_labels):
-        true_positive = np.sum((predictions == c) & (labels == c))
-        predicted, actual = np.sum(predictions == c), np.sum(labels == c)
-        f1s.append(0.0 if true_positive == 0 else 2 * true_positive / (predicted + actual))
-    return {"accuracy": float(np.mean(predictions == labels)), "f1": float(np.mean(f1s))}
-
-
-def matthews_correlation(predictions, labels) -> float:
-    """Matthews' correlation coefficient of two label sequences (any number of classes; Gorodkin's R_K), 0 when
-    it is undefined (one class predicted or present), as scikit-learn and GLUE report it."""
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    classes = np.union1d(predictions, labels)
-    confusion = np.array(
-        [[np.sum((labels == t) & (predictions == p)) for p in classes] for t in classes], dtype=np.float64
-    )
-    true_counts, predicted_counts = confusion.sum(1), confusion.sum(0)
-    correct, total = np.trace(confusion), confusion.sum()
-    covariance = correct * total - true_counts @ predicted_counts
-    denominator = np.sqrt((total**2 - predicted_counts @ predicted_counts) * (total**2 - true_counts @ true_counts))
-    return 0.0 if denominator == 0 else float(covariance / denominator)
-
-
-def average_ranks(values) -> np.ndarray:
-    """Ranks 1..n, ties sharing their average rank (as Spearman's correlation ranks)."""
-    values = np.asarray(values, dtype=np.float64)
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values))
-    sorted_values = values[order]
-    start = 0
-    for end in range(1, len(values) + 1):
-        if end == len(values) or sorted_values[end] != sorted_values[start]:
-            ranks[order[start:end]] = (start + end + 1) / 2
-            start = end
-    return ranks
-
-
-def pearson(x, y) -> float:
-    """Pearson's correlation; nan when either input is constant (as scipy gives it)."""
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    x, y = x - x.mean(), y - y.mean()
-    denominator = np.sqrt((x @ x) * (y @ y))
-    return float("nan") if denominator == 0 else float(np.clip((x @ y) / denominator, -1.0, 1.0))
-
-
-def glue_metrics(task_name: str, predictions, labels) -> dict:
-    """GLUE's metric of a task, under the names and with the values of evaluate's "glue" metric."""
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    values = {
-        "accuracy": lambda: float(np.mean(predictions == labels)),
-        "f1": lambda: classification_metrics(predictions, labels, 2)["f1"],
-        "matthews_correlation": lambda: matthews_correlation(predictions, labels),
-        "pearson": lambda: pearson(predictions, labels),
-        "spearmanr": lambda: pearson(average_ranks(predictions), average_ranks(labels)),
-    }
-    result = {name: values[name]() for name in GLUE_TASKS[task_name].metrics}
-    if len(result) > 1:  # run_glue's combined_score: the mean of a task's metrics (mrpc, qqp, stsb)
-        result["combined_score"] = float(np.mean(list(result.values())))
-    return result
-
-
-def regression_metrics(predictions, labels) -> dict:
-    return {
-        "pearson": pearson(predictions, labels),
-        "spearmanr": pearson(average_ranks(predictions), average_ranks(labels)),
-    }
-
-
 def predictions_of(logits, labels):
     """Keep the argmax (or the regression output), not the logits nor T5's other outputs, for `compute_metrics`."""
     logits = logits[0] if isinstance(logits, tuple) else logits

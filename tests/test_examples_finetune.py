@@ -3,11 +3,9 @@ text-to-text, run in-process on tiny presets for a few steps, on the embedded da
 (in a subprocess) dataset repositories on the loopback Hub; their metrics against independent computations; the
 stages, predictions files, cache reuse and model card; clear errors for bad input before any training."""
 
-import collections
 import json
 import math
 import re
-import string
 import sys
 from pathlib import Path
 
@@ -29,6 +27,14 @@ import run_classification
 import run_qa
 import run_text_to_text
 from conftest import run_with_hub
+from hf_attn_variants.question_answering import (
+    answer_positions,
+    features_function,
+    flat_squad_file,
+    postprocess_predictions,
+    references_of,
+)
+from hf_attn_variants.task_metrics import squad_v2_metrics
 from hf_attn_variants.tokenizer_training import train_tokenizer
 from run_pretraining import CORPUS
 
@@ -71,7 +77,7 @@ def rt_rows(split: str) -> list[dict]:
 
 
 def squad_rows(split: str) -> list[dict]:
-    path = run_qa.flat_squad_file(run_qa.SQUAD[split])
+    path = flat_squad_file(run_qa.SQUAD[split])
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
 
 
@@ -142,7 +148,7 @@ def test_embedded_data_is_balanced_and_answers_sit_at_their_offsets():
         assert labels.count("positive") == labels.count("negative") > 50
         examples = squad_rows(split)
         for e in examples:  # raises if an answer is not at answer_start
-            run_qa.answer_positions(e["answers"], e["context"], e["id"], split, negatives=False)
+            answer_positions(e["answers"], e["context"], e["id"], split, negatives=False)
         assert len(examples) > 30 and len({e["id"] for e in examples}) == len(examples)
         assert set(examples[0]) == {"id", "title", "context", "question", "answers"}  # the Hub's SQuAD columns
     assert not {r["sentence"] for r in rt_rows("train")} & {r["sentence"] for r in rt_rows("validation")}
@@ -187,147 +193,12 @@ def test_labels_of_class_label_integer_string_and_float_columns():
     assert run_text_to_text.target_texts(data, "label")(data["label"]) == ["contradiction", "entailment"]
 
 
-# ------------------------------------------------------------------------------------------------------- metrics
-def test_glue_metrics_equal_scikit_learn_and_scipy():
-    from scipy.stats import pearsonr, spearmanr
-    from sklearn.metrics import f1_score, matthews_corrcoef
-
-    rng = np.random.default_rng(0)
-    labels, predictions = rng.integers(0, 2, 50), rng.integers(0, 2, 50)
-    glue = run_classification.glue_metrics
-    assert glue("cola", predictions, labels) == {
-        "matthews_correlation": pytest.approx(matthews_corrcoef(labels, predictions), abs=1e-12)
-    }
-    accuracy, f1 = np.mean(labels == predictions), f1_score(labels, predictions)
-    assert glue("mrpc", predictions, labels) == {
-        "accuracy": pytest.approx(accuracy),
-        "f1": pytest.approx(f1, abs=1e-12),  # run_glue's combined score:
-        "combined_score": pytest.approx((accuracy + f1) / 2, abs=1e-12),
-    }
-    assert glue("qqp", predictions, labels).keys() == {"accuracy", "f1", "combined_score"}
-    assert glue("sst2", predictions, labels).keys() == {"accuracy"}
-    three, guess = rng.integers(0, 3, 60), rng.integers(0, 3, 60)  # multi-class Matthews (R_K)
-    assert run_classification.matthews_correlation(guess, three) == pytest.approx(
-        matthews_corrcoef(three, guess), abs=1e-12
-    )
-    assert run_classification.matthews_correlation([1, 1, 1], [0, 1, 0]) == 0.0  # undefined: 0, as scikit-learn
-    scores, gold = rng.normal(size=40).round(1), rng.integers(0, 6, 40).astype(float)  # ties in both
-    stsb = glue("stsb", scores, gold)
-    pearson, spearman = pearsonr(scores, gold)[0], spearmanr(scores, gold)[0]
-    assert stsb == {
-        "pearson": pytest.approx(pearson, abs=1e-12),
-        "spearmanr": pytest.approx(spearman, abs=1e-12),
-        "combined_score": pytest.approx((pearson + spearman) / 2, abs=1e-12),
-    }
-    # the default of non-GLUE data: accuracy and F1 of class 1 (two classes), macro F1 otherwise
-    metrics = run_classification.classification_metrics
-    assert metrics(predictions, labels, 2)["f1"] == pytest.approx(f1_score(labels, predictions))
-    assert metrics(guess, three, 3)["f1"] == pytest.approx(f1_score(three, guess, average="macro"))
-
-
-def official_squad_v2(predictions: dict, references: list[dict]) -> dict:
-    """A transcription of the official SQuAD v2.0 evaluation script (and so of evaluate's squad_v2), with every
-    no-answer probability 0, for checking run_qa's own implementation."""
-
-    def normalize(s):
-        s = s.lower()
-        s = "".join(ch for ch in s if ch not in set(string.punctuation))
-        s = re.sub(r"\b(a|an|the)\b", " ", s)
-        return " ".join(s.split())
-
-    def f1(gold, pred):
-        gold_toks, pred_toks = normalize(gold).split(), normalize(pred).split()
-        common = collections.Counter(gold_toks) & collections.Counter(pred_toks)
-        num_same = sum(common.values())
-        if len(gold_toks) == 0 or len(pred_toks) == 0:
-            return int(gold_toks == pred_toks)
-        if num_same == 0:
-            return 0
-        precision, recall = num_same / len(pred_toks), num_same / len(gold_toks)
-        return 2 * precision * recall / (precision + recall)
-
-    exact_raw, f1_raw, has_ans = {}, {}, {}
-    for ref in references:
-        qid = ref["id"]
-        has_ans[qid] = bool(ref["answers"]["text"])
-        golds = [a for a in ref["answers"]["text"] if normalize(a)] or [""]
-        exact_raw[qid] = max(int(normalize(a) == normalize(predictions[qid])) for a in golds)
-        f1_raw[qid] = max(f1(a, predictions[qid]) for a in golds)
-
-    def summary(ids):
-        return {
-            "exact": 100.0 * sum(exact_raw[k] for k in ids) / len(ids),
-            "f1": 100.0 * sum(f1_raw[k] for k in ids) / len(ids),
-            "total": len(ids),
-        }
-
-    out = summary(list(has_ans))
-    for prefix, ids in (
-        ("HasAns", [k for k in has_ans if has_ans[k]]),
-        ("NoAns", [k for k in has_ans if not has_ans[k]]),
-    ):
-        if ids:
-            out.update({f"{prefix}_{k}": v for k, v in summary(ids).items()})
-    for name, scores in (("exact", exact_raw), ("f1", f1_raw)):
-        cur = best = sum(1 for k in has_ans if not has_ans[k])
-        for qid in has_ans:  # all probabilities 0: sorted order is the original order
-            cur += scores[qid] if has_ans[qid] else (-1 if predictions[qid] else 0)
-            best = max(best, cur)
-        out[f"best_{name}"], out[f"best_{name}_thresh"] = 100.0 * best / len(scores), 0.0
-    return out
-
-
-def test_squad_metrics_equal_the_official_computation():
-    assert run_qa.normalize_answer("The  Seine, river!") == "seine river"
-    assert run_qa.f1_score("the cat sat", "cat sat down") == pytest.approx(0.8)  # P = 2/2, R = 2/3
-    references = [
-        {"id": "a", "answers": {"text": ["Seine", "Epte"]}},
-        {"id": "b", "answers": {"text": ["King Charles III"]}},
-        {"id": "c", "answers": {"text": []}},
-        {"id": "d", "answers": {"text": []}},
-        {"id": "e", "answers": {"text": ["the Normans", "Normans"]}},
-    ]
-    for predictions in (
-        {"a": "the river Seine", "b": "Charles III", "c": "", "d": "Rollo", "e": "Normans"},
-        {"a": "Epte", "b": "", "c": "x", "d": "", "e": "the Vikings"},
-    ):
-        ours, official = run_qa.squad_v2_metrics(predictions, references), official_squad_v2(predictions, references)
-        assert (
-            ours.keys()
-            == official.keys()
-            == {
-                "exact",
-                "f1",
-                "total",
-                "HasAns_exact",
-                "HasAns_f1",
-                "HasAns_total",
-                "NoAns_exact",
-                "NoAns_f1",
-                "NoAns_total",
-                "best_exact",
-                "best_exact_thresh",
-                "best_f1",
-                "best_f1_thresh",
-            }
-        )
-        assert ours == {k: pytest.approx(v, abs=1e-9) for k, v in official.items()}
-    # SQuAD v1.1 (evaluate's squad): exact_match and f1 in percent, the best over the gold answers
-    answered = [r for r in references if r["answers"]["text"]]
-    predictions = {"a": "the river Seine", "b": "Charles III", "e": "Normans"}  # a: 2/3, b: 4/5, e: 1
-    assert run_qa.squad_metrics(predictions, answered) == {
-        "exact_match": pytest.approx(100 / 3),
-        "f1": pytest.approx(100 * (2 / 3 + 0.8 + 1) / 3),
-    }
-
-
 # ------------------------------------------------------------------------------------------------ QA windows
 @pytest.mark.parametrize("max_seq_length,doc_stride", [(128, 32), (48, 16)])
 def test_gold_logits_recover_the_gold_answers(max_seq_length, doc_stride):
     """Logits peaked at the windows' gold positions give back every gold answer's exact text, also when contexts
     are cut into many overlapping windows (48 tokens: most answers are in some windows and not in others); a v2
     question without an answer, whose windows all point at the first token, gets the empty answer."""
-    from types import SimpleNamespace
 
     from datasets import Dataset
 
@@ -335,22 +206,21 @@ def test_gold_logits_recover_the_gold_answers(max_seq_length, doc_stride):
     rows = squad_rows("validation")
     rows[0]["answers"] = {"text": [], "answer_start": []}  # unanswerable (SQuAD v2)
     examples = Dataset.from_list(rows)
-    args = SimpleNamespace(
-        question_column="question",
-        context_column="context",
-        answer_column="answers",
+    prepare = features_function(
+        tokenizer,
         max_seq_length=max_seq_length,
         doc_stride=doc_stride,
+        positions=True,
+        windows=True,
         version_2_with_negative=True,
     )
-    prepare = run_qa.features_function(tokenizer, args, "x", positions=True, windows=True)
     features = examples.map(prepare, batched=True, remove_columns=examples.column_names)
     assert len(features) > len(examples)  # several windows per context
     length = max(len(ids) for ids in features["input_ids"])
     start_logits, end_logits = np.zeros((len(features), length)), np.zeros((len(features), length))
     for i, (start, end) in enumerate(zip(features["start_positions"], features["end_positions"])):
         start_logits[i, start] = end_logits[i, end] = 10.0  # the first token where the window lacks the answer
-    answers, null_odds, nbest = run_qa.postprocess_predictions(
+    answers, null_odds, nbest = postprocess_predictions(
         examples, features, start_logits, end_logits, n_best_size=5, version_2_with_negative=True
     )
     assert answers == {e["id"]: (e["answers"]["text"] or [""])[0] for e in rows}
@@ -364,8 +234,7 @@ def test_gold_logits_recover_the_gold_answers(max_seq_length, doc_stride):
         assert [b["start_logit"] + b["end_logit"] for b in best] == sorted(
             (b["start_logit"] + b["end_logit"] for b in best), reverse=True
         )
-    references = [{"id": e["id"], "answers": e["answers"]} for e in rows]
-    assert run_qa.squad_v2_metrics(answers, references)["exact"] == 100.0
+    assert squad_v2_metrics(answers, references_of(examples))["exact"] == 100.0
 
 
 # -------------------------------------------------------------------------------------------------------- scripts
