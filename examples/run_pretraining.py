@@ -60,7 +60,7 @@ from hf_attn_variants.model_setup import (
 from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
 from hf_attn_variants.pretraining_data import pack_batch, pair_batch, sentence_label
 from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
-from hf_attn_variants.trainer import EpochCallback, MaskedLMTrainer, StepTimer
+from hf_attn_variants.trainer import EpochCallback, MaskedLMTrainer, StepTimer, masked_lm_metrics, masked_lm_sums
 
 logger = logging.getLogger(__name__)
 
@@ -163,36 +163,6 @@ def mask_batch(batch, collator):
     sees the same masks."""
     masked = [collator.mask({"input_ids": ids}) for ids in batch["input_ids"]]
     return {"input_ids": [m["input_ids"].tolist() for m in masked], "labels": [m["labels"].tolist() for m in masked]}
-
-
-def compute_metrics(prediction):
-    """Masked-LM loss and perplexity (and the sentence task's accuracy) from the per-batch sums below."""
-    (nll, count, *sentence), _ = prediction.predictions, prediction.label_ids
-    metrics = {"mlm_loss": float(nll.sum() / count.sum())}
-    metrics["perplexity"] = math.exp(min(metrics["mlm_loss"], 50.0))
-    if sentence:
-        metrics["sentence_accuracy"] = float(sentence[0].sum() / sentence[1].sum())
-    return metrics
-
-
-def reduce_logits(logits, labels):
-    """Keep per-batch sums, not [batch, seq, vocab] logits, for `compute_metrics`."""
-    if isinstance(labels, (tuple, list)):
-        mlm_labels, sentence_labels = labels
-    else:
-        mlm_labels, sentence_labels = labels, None
-    mlm_logits = logits[0] if isinstance(logits, (tuple, list)) else logits
-    scored = mlm_labels.ne(-100)
-    if (
-        mlm_logits.dim() == 3
-    ):  # full logits [b, n, vocab]; with sparse prediction only the scored rows [n_scored, vocab]
-        mlm_logits = mlm_logits[scored]
-    nll = torch.nn.functional.cross_entropy(mlm_logits.float(), mlm_labels[scored], reduction="sum")
-    outputs = [nll.reshape(1), scored.sum().reshape(1)]
-    if sentence_labels is not None:
-        correct = (logits[1].argmax(-1) == sentence_labels).sum()
-        outputs += [correct.reshape(1), torch.tensor([sentence_labels.numel()], device=correct.device)]
-    return tuple(outputs)
 
 
 def build_optimizer(model, model_args, training_args, decay_names: list[str]):
@@ -429,8 +399,8 @@ def main(argv=None) -> dict:
         eval_dataset=eval_set,
         data_collator=collator,
         processing_class=tokenizer,
-        compute_metrics=compute_metrics,
-        preprocess_logits_for_metrics=reduce_logits,
+        compute_metrics=masked_lm_metrics,
+        preprocess_logits_for_metrics=masked_lm_sums,
         callbacks=callbacks,
         sparse_prediction=model_args.sparse_prediction,
     )
@@ -450,7 +420,7 @@ def main(argv=None) -> dict:
         __file__,
         "fill-mask",
         train_info=split_info(data_args, "train", CORPUS_INFO),
-        evaluations=[Evaluation(eval_set, eval_info, compute_metrics)],
+        evaluations=[Evaluation(eval_set, eval_info, masked_lm_metrics)],
         train_metrics=train_metrics,
         max_seq_length=data_args.max_seq_length,
         mlm_probability=data_args.mlm_probability,

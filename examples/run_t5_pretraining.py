@@ -21,10 +21,8 @@ hf_attn_variants.output_folders) loads with `AutoModelForSeq2SeqLM.from_pretrain
 """
 
 import logging
-import math
 from dataclasses import dataclass, field
 
-import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.data_collators import (
@@ -56,7 +54,7 @@ from hf_attn_variants.model_setup import (
 from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
 from hf_attn_variants.pretraining_data import block_batch
 from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
-from hf_attn_variants.trainer import EpochCallback, StepTimer
+from hf_attn_variants.trainer import EpochCallback, StepTimer, span_corruption_metrics, span_corruption_sums
 from run_pretraining import CORPUS, CORPUS_INFO
 
 logger = logging.getLogger(__name__)
@@ -114,24 +112,6 @@ def prepare(dataset, tokenizer, column, raw_length, data_args, training_args, sp
         features=Features({"input_ids": Sequence(Value("int32"))}),
         fn_kwargs={"tokenizer": tokenizer, "column": column, "raw_length": raw_length},
     )
-
-
-def compute_metrics(prediction):
-    nll, count, correct = prediction.predictions
-    loss = float(nll.sum() / count.sum())
-    return {
-        "target_loss": loss,
-        "perplexity": math.exp(min(loss, 50.0)),
-        "target_token_accuracy": float(correct.sum() / count.sum()),
-    }
-
-
-def reduce_logits(logits, labels):
-    logits = logits[0] if isinstance(logits, (tuple, list)) else logits
-    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum")
-    kept = labels.ne(-100)
-    correct = ((logits.argmax(-1) == labels) & kept).sum()
-    return nll.reshape(1), kept.sum().reshape(1), correct.reshape(1)
 
 
 def main(argv=None) -> dict:
@@ -210,8 +190,8 @@ def main(argv=None) -> dict:
         eval_dataset=eval_set,
         data_collator=collator,
         processing_class=tokenizer,
-        compute_metrics=compute_metrics,
-        preprocess_logits_for_metrics=reduce_logits,
+        compute_metrics=span_corruption_metrics,
+        preprocess_logits_for_metrics=span_corruption_sums,
         callbacks=[EpochCallback(collator), timer],
     )
     return run_stages(
@@ -220,7 +200,7 @@ def main(argv=None) -> dict:
         __file__,
         "text2text-generation",
         train_info=split_info(data_args, "train", CORPUS_INFO),
-        evaluations=[Evaluation(eval_set, eval_info, compute_metrics)],
+        evaluations=[Evaluation(eval_set, eval_info, span_corruption_metrics)],
         train_metrics=lambda: {"train_seconds_per_step": timer.seconds_per_step},
         max_seq_length=data_args.max_seq_length,
         objective="span corruption",

@@ -1,5 +1,7 @@
 """The models train with transformers' Trainer, activation checkpointing on (ALBERT's shared layers included)."""
 
+import math
+
 import pytest
 import torch
 from transformers import Trainer, TrainingArguments
@@ -104,3 +106,77 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, head, variant):
     (loss_big, params_big), (loss_acc, params_acc) = results
     assert loss_acc == pytest.approx(loss_big, rel=1e-5)
     torch.testing.assert_close(params_acc, params_big, rtol=1e-5, atol=1e-6)
+
+
+class _PretrainingPairs(_UnevenLabels):
+    """`_UnevenLabels` with a sentence-task label per sequence (BERT's NSP, ALBERT's SOP)."""
+
+    def __getitem__(self, i):
+        return {**super().__getitem__(i), "sentence_order_label": torch.tensor(i % 2)}
+
+
+@pytest.mark.parametrize(
+    "head,variant,sparse",
+    [
+        ("VariantBertForMaskedLM", "talking_heads", True),
+        ("VariantBertForMaskedLM", "synth_dense", False),
+        ("VariantAlbertForPreTraining", "talking_heads", True),
+        ("VariantT5ForConditionalGeneration", "talking_heads", False),
+    ],
+)
+def test_evaluation_sums_give_the_whole_sets_loss(tmp_path, head, variant, sparse):
+    """`MaskedLMTrainer` with `masked_lm_sums`/`masked_lm_metrics` (dense or sparse head), and `Trainer` with
+    `span_corruption_sums`/`span_corruption_metrics`, report the mean loss over every labelled token of the set
+    (eval batches of 3 over 8 sequences of 1 to 8 labelled tokens: a mean of batch means would differ) and the
+    accuracy, as computed here from one forward pass over the whole set."""
+    from hf_attn_variants.trainer import (
+        MaskedLMTrainer,
+        masked_lm_metrics,
+        masked_lm_sums,
+        span_corruption_metrics,
+        span_corruption_sums,
+    )
+
+    t5 = "T5" in head
+    data = (_PretrainingPairs if "PreTraining" in head else _UnevenLabels)(
+        TINY_T5["vocab_size"] if t5 else TINY["vocab_size"]
+    )
+    model = build(head, variant).cpu()
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_eval_batch_size=3, report_to=[], use_cpu=True, disable_tqdm=True
+    )
+    if t5:
+        trainer = Trainer(
+            model=model,
+            args=args,
+            eval_dataset=data,
+            compute_metrics=span_corruption_metrics,
+            preprocess_logits_for_metrics=span_corruption_sums,
+        )
+    else:
+        trainer = MaskedLMTrainer(
+            model=model,
+            args=args,
+            eval_dataset=data,
+            compute_metrics=masked_lm_metrics,
+            preprocess_logits_for_metrics=masked_lm_sums,
+            sparse_prediction=sparse,
+        )
+    metrics = trainer.evaluate()
+
+    batch = [data[i] for i in range(len(data))]
+    inputs = {key: torch.stack([row[key] for row in batch]) for key in batch[0]}
+    with torch.no_grad():
+        output = model(**inputs)
+    logits = output.logits if t5 or "MaskedLM" in head else output.prediction_logits
+    scored = inputs["labels"] != -100
+    loss = torch.nn.functional.cross_entropy(logits[scored], inputs["labels"][scored]).item()
+    prefix = "eval_target" if t5 else "eval_mlm"
+    assert metrics[f"{prefix}_loss"] == pytest.approx(loss, rel=1e-5)
+    assert metrics["eval_perplexity"] == pytest.approx(math.exp(loss), rel=1e-5)
+    if t5:
+        accuracy = (logits[scored].argmax(-1) == inputs["labels"][scored]).float().mean().item()
+        assert metrics["eval_target_token_accuracy"] == pytest.approx(accuracy)
+    if "PreTraining" in head:
+        order = output.sop_logits.argmax(-1) == inputs["sentence_order_label"]
+        assert metrics["eval_sentence_accuracy"] == pytest.approx(order.float().mean().item())
