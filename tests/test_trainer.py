@@ -1,5 +1,6 @@
 """The models train with transformers' Trainer, activation checkpointing on (ALBERT's shared layers included)."""
 
+import functools
 import math
 
 import pytest
@@ -146,22 +147,13 @@ def test_evaluation_sums_give_the_whole_sets_loss(tmp_path, head, variant, spars
         output_dir=str(tmp_path), per_device_eval_batch_size=3, report_to=[], use_cpu=True, disable_tqdm=True
     )
     if t5:
-        trainer = Trainer(
-            model=model,
-            args=args,
-            eval_dataset=data,
-            compute_metrics=span_corruption_metrics,
-            preprocess_logits_for_metrics=span_corruption_sums,
-        )
+        make, sums, summarise = Trainer, span_corruption_sums, span_corruption_metrics
     else:
-        trainer = MaskedLMTrainer(
-            model=model,
-            args=args,
-            eval_dataset=data,
-            compute_metrics=masked_lm_metrics,
-            preprocess_logits_for_metrics=masked_lm_sums,
-            sparse_prediction=sparse,
-        )
+        make = functools.partial(MaskedLMTrainer, sparse_prediction=sparse)
+        sums, summarise = masked_lm_sums, masked_lm_metrics
+    trainer = make(
+        model=model, args=args, eval_dataset=data, compute_metrics=summarise, preprocess_logits_for_metrics=sums
+    )
     metrics = trainer.evaluate()
 
     batch = [data[i] for i in range(len(data))]
