@@ -95,12 +95,11 @@ def features_function(
     has none, which only `version_2_with_negative` allows), for training; with `windows` each window's question id and
     the context character span of every context token (None elsewhere), which `postprocess_predictions` needs.
     `where` names the data in errors."""
-    question, context, answer = question_column, context_column, answer_column
 
     def prepare(batch):
         encoded = tokenizer(
-            [q.lstrip() for q in batch[question]],
-            batch[context],
+            [q.lstrip() for q in batch[question_column]],
+            batch[context_column],
             truncation="only_second",
             max_length=max_seq_length,
             stride=doc_stride,
@@ -112,7 +111,7 @@ def features_function(
         if positions:
             spans = [
                 answer_positions(a, c, i, where, version_2_with_negative)
-                for a, c, i in zip(batch[answer], batch[context], batch["id"])
+                for a, c, i in zip(batch[answer_column], batch[context_column], batch["id"])
             ]
             encoded["start_positions"], encoded["end_positions"] = [], []
         if windows:
