@@ -42,9 +42,9 @@ def child(mode: str, corpus: str, tokenizer_dir: str, num_proc: int, max_seq_len
     from datasets import Features, Sequence, Value
     from transformers import AutoTokenizer, TrainingArguments
 
-    from hf_attn_variants.data_collators import MaskedLMCollator
-    from hf_attn_variants.data_loading import DataArguments, column_names, load_raw_datasets, map_batched
-    from hf_attn_variants.pretraining_data import pack_batch
+    from hf_attn_variants.training.data_collators import MaskedLMCollator
+    from hf_attn_variants.training.data_loading import DataArguments, column_names, load_raw_datasets, map_batched
+    from hf_attn_variants.training.pretraining_data import pack_batch
 
     imported = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -178,7 +178,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--output", default=None, help="Write the results as JSON here.")
     args = parser.parse_args(argv)
 
-    from hf_attn_variants.tokenizer_training import train_tokenizer
+    from hf_attn_variants.training.tokenizer_training import train_tokenizer
 
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         tmp = Path(tmp)

@@ -73,8 +73,8 @@ def methods(args):
     import torch
     import torch.nn.functional as F
 
-    from hf_attn_variants.talking_heads_blockwise import talking_heads_reference
-    from hf_attn_variants.talking_heads_triton import talking_heads_triton
+    from hf_attn_variants.models.talking_heads_blockwise import talking_heads_reference
+    from hf_attn_variants.models.talking_heads_triton import talking_heads_triton
 
     scaling = args.head_size**-0.5
 

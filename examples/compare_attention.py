@@ -17,9 +17,9 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 import run_pretraining
-from hf_attn_variants.output_folders import output_folder
 from hf_attn_variants.presets import attention_setups_of
 from hf_attn_variants.run_record import run_script
+from hf_attn_variants.training.output_folders import output_folder
 
 # the attention setups of BERT/ALBERT presets: what follows "{family}-{size}-" in a preset name
 ATTENTION = list(attention_setups_of("bert"))

@@ -9,7 +9,7 @@ with `Trainer`.
         --validation_file dev.csv --test_file test.csv --do_train --do_eval --do_predict \
         --text_column premise --text_pair_column hypothesis
 
-Data, as transformers' run_glue.py reads it (`hf_attn_variants.data_loading`):
+Data, as transformers' run_glue.py reads it (`hf_attn_variants.training.data_loading`):
 - `--task_name {cola,sst2,mrpc,qqp,stsb,mnli,qnli,rte,wnli}`: a GLUE task, from `--dataset_name` (default
   `nyu-mll/glue`, config = the task) or a GLUE-shaped local folder. The task sets the text columns, the label
   count (stsb is regression with one output) and GLUE's metric under GLUE's names: matthews_correlation (cola),
@@ -25,14 +25,14 @@ Data, as transformers' run_glue.py reads it (`hf_attn_variants.data_loading`):
   Pang and Lee, shipped in examples/data/).
 
 Without validation data, --validation_split_percentage of the training rows are held out. The metrics are computed
-offline (hf_attn_variants.task_metrics); `--metric_name` (an evaluate module: Hub id or local script) replaces them.
+offline (hf_attn_variants.training.task_metrics); `--metric_name` (an evaluate module: Hub id or local script) replaces them.
 `--do_train`, `--do_eval`, `--do_predict` act as in transformers' examples (none given: train and evaluate);
 predictions go to `predict_results[_task].txt`. Tokenization is a batched `Dataset.map` cached by `datasets`
 (`--preprocessing_num_workers`, `--overwrite_cache`). Without `--model_name_or_path` the model is built from
 `--preset` with the project's tokenizer. Every `TrainingArguments` option passes through; `--resume_from_checkpoint
 last` resumes from the newest checkpoint in --output_dir. The output folder (--output_dir; default
 `outputs/classification-{model}`, `outputs/{task_name}-{model}` with --task_name, see
-hf_attn_variants.output_folders) holds the model, its metrics and its model card (README.md) and loads with
+hf_attn_variants.training.output_folders) holds the model, its metrics and its model card (README.md) and loads with
 `AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True)`.
 """
 
@@ -49,17 +49,6 @@ from transformers import (
     set_seed,
 )
 
-from hf_attn_variants.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
-from hf_attn_variants.model_setup import (
-    ModelArguments,
-    align_tokenizer,
-    check_max_length,
-    load_or_build_model,
-    load_tokenizer,
-    parse_config_overrides,
-    run_family,
-)
-from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
 from hf_attn_variants.run_record import (
     Evaluation,
     Prediction,
@@ -69,7 +58,18 @@ from hf_attn_variants.run_record import (
     run_script,
     run_stages,
 )
-from hf_attn_variants.task_metrics import classification_metrics, glue_metrics, regression_metrics
+from hf_attn_variants.training.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
+from hf_attn_variants.training.model_setup import (
+    ModelArguments,
+    align_tokenizer,
+    check_max_length,
+    load_or_build_model,
+    load_tokenizer,
+    parse_config_overrides,
+    run_family,
+)
+from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
+from hf_attn_variants.training.task_metrics import classification_metrics, glue_metrics, regression_metrics
 
 DATA = Path(__file__).resolve().parent / "data"
 # the text of the project tokenizer when the run has no data of the user's (run_pretraining.py's embedded corpus)
@@ -97,7 +97,7 @@ class GlueTask(NamedTuple):
     labels: tuple[str, ...] | None  # the Hub dataset's label names, in id order; None: regression
 
 
-# the tasks' metrics: hf_attn_variants.task_metrics.GLUE_METRICS
+# the tasks' metrics: hf_attn_variants.training.task_metrics.GLUE_METRICS
 GLUE_TASKS = {
     "cola": GlueTask("sentence", None, ("unacceptable", "acceptable")),
     "sst2": GlueTask("sentence", None, ("negative", "positive")),

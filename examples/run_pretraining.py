@@ -18,12 +18,12 @@ datasets cache (a second identical run reads it back; `--overwrite_cache` redoes
 torchrun/accelerate; `--streaming` prepares as it reads. Masked LM packs the token stream into blocks of
 `--max_seq_length`; NSP/SOP cut segment pairs from the sentences of each document, where documents are separated by
 empty rows (a text file's blank lines) and a row of several lines is a document of its own (see
-`hf_attn_variants.pretraining_data.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by
+`hf_attn_variants.training.pretraining_data.rows_to_documents`). Masks are drawn per example when a batch is made (seeded by
 the example's tokens, the seed and the epoch), so 1 and N processes mask alike; the evaluation set is masked once,
 with a fixed seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval` as in transformers' examples
 (neither: both). Every `TrainingArguments` option passes through (--bf16, --torch_compile, --activation_checkpointing,
 --push_to_hub, ...). The output folder (--output_dir; default `outputs/{preset}`, named after the run as
-`hf_attn_variants.output_folders` says, which also refuses a folder holding another model's checkpoint) loads with
+`hf_attn_variants.training.output_folders` says, which also refuses a folder holding another model's checkpoint) loads with
 `AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)`.
 """
 
@@ -36,8 +36,10 @@ import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.admin import ADMIN_INIT_METHODS, AdminInitCallback
-from hf_attn_variants.data_collators import EVAL_SEED, MaskedLMCollator
-from hf_attn_variants.data_loading import (
+from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
+from hf_attn_variants.training.data_collators import EVAL_SEED, MaskedLMCollator
+from hf_attn_variants.training.data_loading import (
     DataArguments,
     column_names,
     first_rows,
@@ -47,8 +49,7 @@ from hf_attn_variants.data_loading import (
     pretraining_splits,
     split_info,
 )
-from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.model_setup import (
+from hf_attn_variants.training.model_setup import (
     ModelArguments,
     align_tokenizer,
     check_max_length,
@@ -57,10 +58,15 @@ from hf_attn_variants.model_setup import (
     parse_config_overrides,
     run_family,
 )
-from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
-from hf_attn_variants.pretraining_data import pack_batch, pair_batch, sentence_label
-from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
-from hf_attn_variants.trainer import EpochCallback, MaskedLMTrainer, StepTimer, masked_lm_metrics, masked_lm_sums
+from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
+from hf_attn_variants.training.pretraining_data import pack_batch, pair_batch, sentence_label
+from hf_attn_variants.training.trainer import (
+    EpochCallback,
+    MaskedLMTrainer,
+    StepTimer,
+    masked_lm_metrics,
+    masked_lm_sums,
+)
 
 logger = logging.getLogger(__name__)
 

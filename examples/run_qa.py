@@ -6,7 +6,7 @@
     python examples/run_qa.py --dataset_name rajpurkar/squad_v2 --version_2_with_negative ...
     python examples/run_qa.py --train_file train-v1.1.json --validation_file dev-v1.1.json ...
 
-Data (`hf_attn_variants.data_loading`): `--dataset_name` (a Hub id such as rajpurkar/squad, or a local dataset
+Data (`hf_attn_variants.training.data_loading`): `--dataset_name` (a Hub id such as rajpurkar/squad, or a local dataset
 folder) with SQuAD's columns (id, title, context, question, answers {text, answer_start}), or `--train_file` /
 `--validation_file` / `--test_file`: SQuAD's own nested JSON ({"data": [{"title", "paragraphs": [{"context",
 "qas": [...]}]}]}, flattened once into the cache), or JSON lines / CSV / parquet of flat records. Other column
@@ -19,13 +19,13 @@ Contexts longer than --max_seq_length are cut into overlapping windows (--doc_st
 end logit, start <= end, at most --max_answer_length tokens) over all windows of a question, mapped back to the
 context's characters; with `--version_2_with_negative` the answer is empty when the first token's score (least over
 the windows) beats the best span by more than --null_score_diff_threshold, as transformers' run_qa decides (both in
-hf_attn_variants.question_answering). Metrics (hf_attn_variants.task_metrics) have the names and values of
+hf_attn_variants.training.question_answering). Metrics (hf_attn_variants.training.task_metrics) have the names and values of
 evaluate's `squad` (exact_match, f1, in percent) and `squad_v2` (exact, f1, HasAns_*, NoAns_*, best_*);
 `--metric_name` (an evaluate module) replaces them. `--do_train`, `--do_eval`, `--do_predict` act as in
 transformers' examples (none given: train and evaluate); predictions go to `predict_predictions.json` (and
 `predict_null_odds.json` for v2). Without validation data, --validation_split_percentage of the training questions
 are held out. Every `TrainingArguments` option passes through; `--resume_from_checkpoint last` resumes. The output
-folder (--output_dir; default `outputs/qa-{model}`, see hf_attn_variants.output_folders) holds the model, its
+folder (--output_dir; default `outputs/qa-{model}`, see hf_attn_variants.training.output_folders) holds the model, its
 metrics and its model card (README.md) and loads with `AutoModelForQuestionAnswering.from_pretrained(path,
 trust_remote_code=True)`.
 """
@@ -35,24 +35,6 @@ from pathlib import Path
 
 from transformers import DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from hf_attn_variants.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
-from hf_attn_variants.model_setup import (
-    ModelArguments,
-    align_tokenizer,
-    check_max_length,
-    load_or_build_model,
-    load_tokenizer,
-    parse_config_overrides,
-    run_family,
-)
-from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
-from hf_attn_variants.question_answering import (
-    features_function,
-    flat_squad_file,
-    postprocess_predictions,
-    references_of,
-    write_predictions,
-)
 from hf_attn_variants.run_record import (
     Evaluation,
     Prediction,
@@ -62,7 +44,25 @@ from hf_attn_variants.run_record import (
     run_script,
     run_stages,
 )
-from hf_attn_variants.task_metrics import squad_metrics, squad_v2_metrics
+from hf_attn_variants.training.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
+from hf_attn_variants.training.model_setup import (
+    ModelArguments,
+    align_tokenizer,
+    check_max_length,
+    load_or_build_model,
+    load_tokenizer,
+    parse_config_overrides,
+    run_family,
+)
+from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
+from hf_attn_variants.training.question_answering import (
+    features_function,
+    flat_squad_file,
+    postprocess_predictions,
+    references_of,
+    write_predictions,
+)
+from hf_attn_variants.training.task_metrics import squad_metrics, squad_v2_metrics
 
 DATA = Path(__file__).resolve().parent / "data"
 # the text of the project tokenizer when the run has no data of the user's (run_pretraining.py's embedded corpus)

@@ -14,7 +14,7 @@ Data, as examples/run_pretraining.py: with no data arguments The Devil's Diction
 the noise is drawn per example when a batch is made (seeded by the example's tokens, the seed and the epoch), and
 the evaluation set is corrupted once with a fixed seed. The tokenizer: a Unigram one with sentinels trained on the
 run's text (see --tokenizer_name). The output folder (--output_dir; default `outputs/{preset}`, see
-hf_attn_variants.output_folders) loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
+hf_attn_variants.training.output_folders) loads with `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
 
     python examples/run_t5_pretraining.py --dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 \
         --preprocessing_num_workers 8
@@ -25,13 +25,15 @@ from dataclasses import dataclass, field
 
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from hf_attn_variants.data_collators import (
+from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
+from hf_attn_variants.training.data_collators import (
     EVAL_SEED,
     DataCollatorForT5SpanCorruption,
     corrupted_lengths,
     raw_length_for,
 )
-from hf_attn_variants.data_loading import (
+from hf_attn_variants.training.data_loading import (
     DataArguments,
     column_names,
     first_rows,
@@ -41,8 +43,7 @@ from hf_attn_variants.data_loading import (
     pretraining_splits,
     split_info,
 )
-from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.model_setup import (
+from hf_attn_variants.training.model_setup import (
     ModelArguments,
     align_tokenizer,
     check_max_length,
@@ -51,10 +52,9 @@ from hf_attn_variants.model_setup import (
     parse_config_overrides,
     run_family,
 )
-from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
-from hf_attn_variants.pretraining_data import block_batch
-from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
-from hf_attn_variants.trainer import EpochCallback, StepTimer, span_corruption_metrics, span_corruption_sums
+from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
+from hf_attn_variants.training.pretraining_data import block_batch
+from hf_attn_variants.training.trainer import EpochCallback, StepTimer, span_corruption_metrics, span_corruption_sums
 from run_pretraining import CORPUS, CORPUS_INFO
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@
     python examples/run_text_to_text.py --train_file train.csv --validation_file dev.csv --test_file test.csv \
         --source_column question --target_column answer --source_prefix "question: " --do_train --do_eval --do_predict
 
-Data (`hf_attn_variants.data_loading`): `--dataset_name` (a Hub id or a local dataset folder, with
+Data (`hf_attn_variants.training.data_loading`): `--dataset_name` (a Hub id or a local dataset folder, with
 `--dataset_config_name`) or `--train_file`/`--validation_file`/`--test_file` (CSV, TSV, JSON lines, parquet), with
 a source and a target column (`--source_column`, `--target_column`: text; a target that is a class label is
 written as its name); `--source_prefix` is put before every source. With no data flags it learns
@@ -21,7 +21,7 @@ local rouge or sacrebleu script) replaces it, given the generated and target tex
 `--do_predict` act as in transformers' examples (none given: train and evaluate); predictions go to
 `generated_predictions.txt`. Every `Seq2SeqTrainingArguments` option passes through; `--resume_from_checkpoint
 last` resumes. The output folder (--output_dir; default `outputs/text-to-text-{model}`, see
-hf_attn_variants.output_folders) holds the model, its metrics and its model card (README.md) and loads with
+hf_attn_variants.training.output_folders) holds the model, its metrics and its model card (README.md) and loads with
 `AutoModelForSeq2SeqLM.from_pretrained(path, trust_remote_code=True)`.
 """
 
@@ -39,18 +39,7 @@ from transformers import (
     set_seed,
 )
 
-from hf_attn_variants.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
 from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.model_setup import (
-    ModelArguments,
-    align_tokenizer,
-    check_max_length,
-    load_or_build_model,
-    load_tokenizer,
-    parse_config_overrides,
-    run_family,
-)
-from hf_attn_variants.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
 from hf_attn_variants.run_record import (
     Evaluation,
     Prediction,
@@ -60,6 +49,17 @@ from hf_attn_variants.run_record import (
     run_script,
     run_stages,
 )
+from hf_attn_variants.training.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
+from hf_attn_variants.training.model_setup import (
+    ModelArguments,
+    align_tokenizer,
+    check_max_length,
+    load_or_build_model,
+    load_tokenizer,
+    parse_config_overrides,
+    run_family,
+)
+from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
 from run_classification import RT_POLARITY, RT_POLARITY_INFO, TOKENIZER_CORPUS, require_columns
 
 SST2_PREFIX = "sst2 sentence: "  # the T5 paper's input format for SST-2

@@ -81,8 +81,8 @@ def kjv_files(archive: str | os.PathLike = ARCHIVE, cache: str | os.PathLike | N
 def write_tokenizer(target: str | os.PathLike) -> Path:
     """Train the project's WordPiece (8000 tokens) on the lines of the training split and save it in `target`;
     returns the path of its tokenizer.json."""
-    from hf_attn_variants.pretraining_data import read_documents
-    from hf_attn_variants.tokenizer_training import wordpiece_tokenizer
+    from hf_attn_variants.training.pretraining_data import read_documents
+    from hf_attn_variants.training.tokenizer_training import wordpiece_tokenizer
 
     lines = [line for document in read_documents(kjv_files()["train"]) for line in document]
     wordpiece_tokenizer(lines, 8000).save_pretrained(target)

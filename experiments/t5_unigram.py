@@ -28,8 +28,8 @@ UNIGRAM_TARGET_LOSS = 5.509
 
 def write(target: str | Path) -> Path:
     """Train the T5 cells' Unigram on the lines of the training chapters into `target`; its tokenizer.json."""
-    from hf_attn_variants.pretraining_data import read_documents
-    from hf_attn_variants.tokenizer_training import unigram_tokenizer
+    from hf_attn_variants.training.pretraining_data import read_documents
+    from hf_attn_variants.training.tokenizer_training import unigram_tokenizer
     from kjv import kjv_files
 
     lines = [line for document in read_documents(kjv_files()["train"]) for line in document]
@@ -41,9 +41,9 @@ def target_ids(max_seq_length: int = 128, max_eval_samples: int = 256) -> tuple[
     """(training targets, held-out targets, vocabulary size) as the T5 cells see them (see the module docstring)."""
     from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments
 
-    from hf_attn_variants.data_collators import EVAL_SEED, DataCollatorForT5SpanCorruption, raw_length_for
-    from hf_attn_variants.data_loading import DataArguments, first_rows, pretraining_splits
-    from hf_attn_variants.pretraining_data import block_batch
+    from hf_attn_variants.training.data_collators import EVAL_SEED, DataCollatorForT5SpanCorruption, raw_length_for
+    from hf_attn_variants.training.data_loading import DataArguments, first_rows, pretraining_splits
+    from hf_attn_variants.training.pretraining_data import block_batch
     from kjv import kjv_files
 
     paths = kjv_files()

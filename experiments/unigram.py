@@ -31,8 +31,8 @@ def unigram_cross_entropy(train_ids: list[list[int]], eval_ids: list[list[int]],
 def main() -> float:
     from transformers import HfArgumentParser, TrainingArguments
 
-    from hf_attn_variants.data_loading import DataArguments, pretraining_splits
-    from hf_attn_variants.model_setup import ModelArguments, load_tokenizer
+    from hf_attn_variants.training.data_loading import DataArguments, pretraining_splits
+    from hf_attn_variants.training.model_setup import ModelArguments, load_tokenizer
     from kjv import kjv_files
 
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))

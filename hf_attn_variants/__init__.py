@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 import transformers
 
-from .configuration_variant_attention import (  # first: the transformers version check
+from .models.configuration_variant_attention import (  # first: the transformers version check
     ATTENTION_REGISTRY,
     ATTENTION_TYPES,
     SYNTHESIZER_COMPONENTS,
@@ -30,8 +30,9 @@ from .configuration_variant_attention import (  # first: the transformers versio
 )
 
 # isort: split
-from . import modeling_variant_albert, modeling_variant_bert, modeling_variant_t5
-from .attention_variants import (
+from ._moved import MOVED_MODULES, install_moved_modules
+from .models import modeling_variant_albert, modeling_variant_bert, modeling_variant_t5
+from .models.attention_variants import (
     ATTENTION_CLASSES,
     DotProductAttention,
     GeneralBilinearAttention,
@@ -40,10 +41,10 @@ from .attention_variants import (
     VariantAttentionCore,
     attention_core,
 )
-from .configuration_variant_albert import VariantAlbertConfig
-from .configuration_variant_bert import VariantBertConfig
-from .configuration_variant_t5 import VariantT5Config
-from .modeling_variant_albert import (
+from .models.configuration_variant_albert import VariantAlbertConfig
+from .models.configuration_variant_bert import VariantBertConfig
+from .models.configuration_variant_t5 import VariantT5Config
+from .models.modeling_variant_albert import (
     VariantAlbertForMaskedLM,
     VariantAlbertForMultipleChoice,
     VariantAlbertForPreTraining,
@@ -53,7 +54,7 @@ from .modeling_variant_albert import (
     VariantAlbertModel,
     VariantAlbertPreTrainedModel,
 )
-from .modeling_variant_bert import (
+from .models.modeling_variant_bert import (
     VariantBertForMaskedLM,
     VariantBertForMultipleChoice,
     VariantBertForNextSentencePrediction,
@@ -65,7 +66,7 @@ from .modeling_variant_bert import (
     VariantBertModel,
     VariantBertPreTrainedModel,
 )
-from .modeling_variant_t5 import (
+from .models.modeling_variant_t5 import (
     VariantT5EncoderModel,
     VariantT5ForConditionalGeneration,
     VariantT5ForQuestionAnswering,
@@ -89,18 +90,21 @@ def _register(config_class, modeling_module) -> None:
 _register(VariantBertConfig, modeling_variant_bert)
 _register(VariantAlbertConfig, modeling_variant_albert)
 _register(VariantT5Config, modeling_variant_t5)
+install_moved_modules()
 
 # name -> the package-only module that defines it, imported on first access (`__getattr__`)
 _LAZY = {
     "AdminInitCallback": "admin",
-    "DataCollatorForT5SpanCorruption": "data_collators",
-    "EpochCallback": "trainer",
-    "MaskedLMCollator": "data_collators",
-    "MaskedLMTrainer": "trainer",
+    "DataCollatorForT5SpanCorruption": "training.data_collators",
+    "EpochCallback": "training.trainer",
+    "MaskedLMCollator": "training.data_collators",
+    "MaskedLMTrainer": "training.trainer",
 }
 
 
 def __getattr__(name: str):
+    if name in MOVED_MODULES:  # a 0.1.0 module path read as an attribute (`hav.data_collators`): warns, then works
+        return importlib.import_module(f"{__name__}.{name}")
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

@@ -17,7 +17,7 @@ import torch
 from transformers import TrainerCallback
 
 from .families import family_of
-from .modeling_variant_utils import VariantPreTrainedModel
+from .models.modeling_variant_utils import VariantPreTrainedModel
 
 
 def admin_residuals(model) -> list:

@@ -15,9 +15,9 @@ import argparse
 import inspect
 import sys
 
-from .configuration_variant_attention import ATTENTION_REGISTRY
 from .convert import FUNCTION_PRESERVING, export_admin
 from .convert import convert as convert_checkpoint
+from .models.configuration_variant_attention import ATTENTION_REGISTRY
 from .visualize import draw_checkpoint
 
 
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "publish":
-            from .publish import publish
+            from .hub.publish import publish
 
             done = publish(
                 args.folder,

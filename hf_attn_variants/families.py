@@ -6,9 +6,9 @@ tables or `model_type` branches of their own, so a fourth family is one more row
 
 from dataclasses import dataclass
 
-from .configuration_variant_albert import VariantAlbertConfig
-from .configuration_variant_bert import VariantBertConfig
-from .configuration_variant_t5 import VariantT5Config
+from .models.configuration_variant_albert import VariantAlbertConfig
+from .models.configuration_variant_bert import VariantBertConfig
+from .models.configuration_variant_t5 import VariantT5Config
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .configuration_variant_attention import ATTENTION_REGISTRY
 from .families import FAMILIES, family_of
+from .models.configuration_variant_attention import ATTENTION_REGISTRY
 
 # (layers, width, heads): the Turc et al. grid for BERT/ALBERT; t5-small/t5-base widths for T5 small/base.
 SIZES = {

@@ -19,9 +19,9 @@ import torch
 from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
 
-from .data_loading import check_streaming
-from .output_folders import script_name
-from .publish import is_hub_id, render_card, upload_card
+from .hub.publish import is_hub_id, render_card, upload_card
+from .training.data_loading import check_streaming
+from .training.output_folders import script_name
 
 DO_FLAGS = ("--do_train", "--do_eval", "--do_predict")
 
@@ -250,7 +250,7 @@ def write_training_info(
     stages: list[str] | None = None,
     **training,
 ) -> None:
-    """`training_info.json`, read by `hf_attn_variants.publish` for the model card. `dataset` is the training data;
+    """`training_info.json`, read by `hf_attn_variants.hub.publish` for the model card. `dataset` is the training data;
     `evaluation` says which data each recorded metric comes from: one entry per data set, the metrics named
     `metric_prefix` + name + `metric_suffix` (e.g. eval_accuracy_mm), with the data's name, source, split and, for
     a Hub dataset, `hub_id` and config. `stages`: what the run did ("train", "eval", "predict"), when not all
@@ -280,7 +280,7 @@ def write_training_info(
 
 
 def write_model_card(output_dir, repo_id: str | None = None, revision: str | None = None) -> Path:
-    """README.md in `output_dir`: the card `hf_attn_variants.publish.render_card` makes of the folder, addressed to
+    """README.md in `output_dir`: the card `hf_attn_variants.hub.publish.render_card` makes of the folder, addressed to
     `repo_id` (default: the folder itself, which loads as it is) without a pinned revision until it is pushed."""
     path = Path(output_dir) / "README.md"
     render_card(output_dir, repo_id or str(output_dir), revision).save(path)

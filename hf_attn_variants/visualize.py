@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .attention_variants import ATTENTION_CLASSES, synthesizer_logits
 from .families import family_of
+from .models.attention_variants import ATTENTION_CLASSES, synthesizer_logits
 
 DRAWN_TYPES = ("talking_heads", "synthesizer")
 DEFAULT_LENGTH = 32  # positions of a Random synthesizer drawn without an input

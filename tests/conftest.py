@@ -160,7 +160,7 @@ VARIANTS = {
 def _heads(fam) -> list[str]:
     """Our head classes of a family, in the order its modeling file's AUTO_MAP lists them (the Auto classes they
     register with)."""
-    modeling = importlib.import_module(f"hf_attn_variants.modeling_{fam.model_type}")
+    modeling = importlib.import_module(f"hf_attn_variants.models.modeling_{fam.model_type}")
     return [target.split(".")[-1] for auto, target in modeling.AUTO_MAP.items() if auto != "AutoConfig"]
 
 

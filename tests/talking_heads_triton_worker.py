@@ -111,9 +111,8 @@ def build(name: str, device):
 def run_case(name: str, device) -> dict:
     """{tensor name: [max |kernel - reference|, max |reference|]} for the output ("out") and every gradient, plus
     "perturbed" (the same against a reference with one map entry moved) and "dropout" facts where the case has them."""
-    import torch
-
     import talking_heads_triton as kernel
+    import torch
     from talking_heads_blockwise import talking_heads_reference
 
     case = CASES[name]
@@ -182,7 +181,7 @@ def main(argv) -> int:
 
     # The two files as a checkpoint folder holds them (flat, no package): the kernel needs nothing else, and the
     # package's import (transformers, about 10 s) is not paid here.
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hf_attn_variants"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hf_attn_variants" / "models"))
 
     wanted = argv or list(CASES)
     cuda = torch.cuda.is_available() and os.environ.get("HAV_TEST_DEVICE", "").strip() != "cpu"

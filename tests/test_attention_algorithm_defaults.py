@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_attn_variants import attention_variants
-from hf_attn_variants.attention_variants import TRITON_VERIFIED_GPUS, talking_heads_algorithm
+from hf_attn_variants.models import attention_variants
+from hf_attn_variants.models.attention_variants import TRITON_VERIFIED_GPUS, talking_heads_algorithm
 
 ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.device("cuda", 0)
@@ -75,9 +75,9 @@ def test_an_explicit_algorithm_is_run_as_asked(gpu, name):
 def _fake_kernel(monkeypatch):
     """The kernel module replaced by a stand-in that records its calls (no GPU here to run the real one)."""
     calls = []
-    module = types.ModuleType("hf_attn_variants.talking_heads_triton")
+    module = types.ModuleType("hf_attn_variants.models.talking_heads_triton")
     module.talking_heads_triton = lambda *args, **kwargs: calls.append(args) or "out"
-    monkeypatch.setitem(sys.modules, "hf_attn_variants.talking_heads_triton", module)
+    monkeypatch.setitem(sys.modules, "hf_attn_variants.models.talking_heads_triton", module)
     return calls
 
 
@@ -100,7 +100,7 @@ def test_the_explicit_kernel_warns_once_on_an_unverified_gpu(gpu, caplog):
 
 
 def _load_kernel_file(name="talking_heads_triton_version_probe"):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "hf_attn_variants" / "talking_heads_triton.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "hf_attn_variants" / "models" / "talking_heads_triton.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

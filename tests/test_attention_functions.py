@@ -19,8 +19,8 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 
 import hf_attn_variants as hav
 from conftest import VARIANTS, make_config
-from hf_attn_variants import attention_variants as av
-from hf_attn_variants.talking_heads_blockwise import softmax_keys, talking_heads_reference
+from hf_attn_variants.models import attention_variants as av
+from hf_attn_variants.models.talking_heads_blockwise import softmax_keys, talking_heads_reference
 
 CLOSE = dict(atol=1e-5, rtol=1e-5)  # float32, two different computations
 CLOSE64 = dict(atol=1e-10, rtol=1e-10)  # float64

@@ -16,16 +16,18 @@ from torch import nn
 from transformers import initialization as init
 
 import hf_attn_variants as hav
-from hf_attn_variants import attention_variants, configuration_variant_attention, presets, publish
+from hf_attn_variants import presets
 from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.talking_heads_blockwise import softmax_keys
+from hf_attn_variants.hub import publish
+from hf_attn_variants.models import attention_variants, configuration_variant_attention
+from hf_attn_variants.models.talking_heads_blockwise import softmax_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 TYPES = hav.ATTENTION_TYPES
 # the places a new attention type touches, as docs/computation.md lists them
 TOUCHED = {
-    "hf_attn_variants/attention_variants.py",
-    "hf_attn_variants/configuration_variant_attention.py",
+    "hf_attn_variants/models/attention_variants.py",
+    "hf_attn_variants/models/configuration_variant_attention.py",
     "tests/conftest.py",
 }
 

@@ -19,7 +19,7 @@ import torch
 
 import hf_attn_variants as hav
 from conftest import VARIANTS, build, encoder_inputs
-from hf_attn_variants.configuration_variant_attention import SUPPORTED_TRANSFORMERS
+from hf_attn_variants.models.configuration_variant_attention import SUPPORTED_TRANSFORMERS
 from test_remote_code import _run_isolated, _save
 
 ROOT = Path(hav.__file__).parent.parent

@@ -99,7 +99,7 @@ def test_talking_heads_with_attention_dropout_trains_compiled_with_inductor(monk
     compile (torch 2.13: `InductorError: KeyError: 'buf1'`); that core runs outside the graph, so the compiled step
     works. With the core's dropout seed fixed (compiled graphs draw from torch's generator in another order than eager
     code), the compiled step equals the uncompiled one."""
-    from hf_attn_variants import talking_heads_blockwise as blockwise
+    from hf_attn_variants.models import talking_heads_blockwise as blockwise
 
     real, fixed = blockwise._blockwise_with_dropout, [12345]
     monkeypatch.setattr(

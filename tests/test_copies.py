@@ -38,7 +38,7 @@ import torch
 import transformers
 from transformers import BertConfig
 
-PACKAGE = Path(__file__).resolve().parent.parent / "hf_attn_variants"
+PACKAGE = Path(__file__).resolve().parent.parent / "hf_attn_variants" / "models"
 MARKER = re.compile(r"^\s*# Copied from ([\w.]+)(?: with (.+))?$")
 
 
@@ -168,7 +168,7 @@ BEHAVIOUR = {  # transformers' object -> check(our copy, transformers' original)
 def copy_object(module: str, text: str, name: str):
     """What the copy's text `text` defines as `name`, run in the namespace of the package's `module` (so its imports
     resolve as in the file): the text under test, not the imported module's."""
-    namespace = dict(vars(importlib.import_module(f"hf_attn_variants.{module}")))
+    namespace = dict(vars(importlib.import_module(f"hf_attn_variants.models.{module}")))
     exec(compile(text, f"<copy in {module}>", "exec"), namespace)
     return namespace[name]
 

@@ -1,4 +1,4 @@
-"""The example scripts' shared data loading (hf_attn_variants.data_loading: load_raw_datasets and its helpers), from local
+"""The example scripts' shared data loading (hf_attn_variants.training.data_loading: load_raw_datasets and its helpers), from local
 files of every format, the embedded default, and dataset repositories on the loopback Hub (tests/hub_server.py)."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 from transformers import TrainingArguments
 
 from conftest import run_with_hub
-from hf_attn_variants.data_loading import (
+from hf_attn_variants.training.data_loading import (
     DataArguments,
     check_streaming,
     load_raw_datasets,
@@ -158,7 +158,7 @@ def test_missing_column_names_the_flag(tmp_path):
 
 HUB_LOAD = """
 import json
-from hf_attn_variants.data_loading import DataArguments, load_raw_datasets
+from hf_attn_variants.training.data_loading import DataArguments, load_raw_datasets
 for config, streaming in [("lines", False), ("lines", True), ("docs", False), ("nope", False)]:
     args = DataArguments(dataset_name="tester/corpus", dataset_config_name=config, streaming=streaming)
     try:
@@ -236,7 +236,7 @@ def test_loopback_hub_serves_range_requests(hub):
 
 STREAM_LOAD = """
 import json
-from hf_attn_variants.data_loading import DataArguments, load_raw_datasets
+from hf_attn_variants.training.data_loading import DataArguments, load_raw_datasets
 raw = load_raw_datasets(DataArguments(dataset_name="tester/big", streaming=True), default_files=None, seed=0)
 assert type(raw["train"]).__name__ == "IterableDataset", type(raw["train"])
 with open({out!r}, "w") as f:

@@ -142,7 +142,7 @@ def test_no_doc_test_or_source_file_names_a_file_outside_the_repository():
         "README.md",
         "docs/design.md",
         "tests/test_copies.py",
-        "hf_attn_variants/modeling_variant_t5.py",
+        "hf_attn_variants/models/modeling_variant_t5.py",
         ".ci/run",
         "pyproject.toml",
         ".pre-commit-config.yaml",

@@ -107,7 +107,7 @@ def test_no_script_benchmark_or_experiment_edits_sys_path():
 
 
 def test_examples_holds_scripts_each_importing_at_most_one_sibling():
-    """What scripts share lives in the package (hf_attn_variants.data_loading, .model_setup, .run_record, ...): every
+    """What scripts share lives in the package (hf_attn_variants.training.data_loading, .model_setup, .run_record, ...): every
     file of examples/ is a script (it runs as `__main__`) and imports at most one other script (as
     run_t5_pretraining.py imports run_pretraining.py's corpus)."""
     scripts = {path.stem: path for path in (ROOT / "examples").glob("*.py")}

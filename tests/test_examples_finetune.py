@@ -27,15 +27,15 @@ import run_classification
 import run_qa
 import run_text_to_text
 from conftest import run_with_hub
-from hf_attn_variants.question_answering import (
+from hf_attn_variants.training.question_answering import (
     answer_positions,
     features_function,
     flat_squad_file,
     postprocess_predictions,
     references_of,
 )
-from hf_attn_variants.task_metrics import squad_v2_metrics
-from hf_attn_variants.tokenizer_training import train_tokenizer
+from hf_attn_variants.training.task_metrics import squad_v2_metrics
+from hf_attn_variants.training.tokenizer_training import train_tokenizer
 from run_pretraining import CORPUS
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -15,8 +15,9 @@ from huggingface_hub import ModelCard
 
 import run_pretraining
 import run_t5_pretraining
-from hf_attn_variants import pretraining_data
-from hf_attn_variants.data_collators import (
+from hf_attn_variants.isolation import run_isolated
+from hf_attn_variants.training import pretraining_data
+from hf_attn_variants.training.data_collators import (
     DataCollatorForT5SpanCorruption,
     MaskedLMCollator,
     corrupted_lengths,
@@ -25,8 +26,7 @@ from hf_attn_variants.data_collators import (
     raw_length_for,
     word_continuation,
 )
-from hf_attn_variants.isolation import run_isolated
-from hf_attn_variants.tokenizer_training import train_tokenizer
+from hf_attn_variants.training.tokenizer_training import train_tokenizer
 from hub_server import card_metadata_errors
 from run_pretraining import CORPUS
 
@@ -926,7 +926,7 @@ def test_pretraining_predicts_sparsely_by_default_with_the_dense_losses(tmp_path
     """run_pretraining calls the heads with `sparse_prediction=True` (the collator's batches carry it); training and
     evaluation give the losses of the dense head (same seed, masks and data); the saved config does not carry it, and
     the folder serves fill-mask with full logits."""
-    from hf_attn_variants import modeling_variant_utils
+    from hf_attn_variants.models import modeling_variant_utils
 
     seen = []
     real = modeling_variant_utils.scored_positions

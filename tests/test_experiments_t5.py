@@ -35,7 +35,7 @@ TALKING = {
 def t5_parser():
     from transformers import HfArgumentParser, TrainingArguments
 
-    from hf_attn_variants.model_setup import ModelArguments
+    from hf_attn_variants.training.model_setup import ModelArguments
     from run_t5_pretraining import DEFAULTS, T5DataArguments
 
     parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments))
@@ -130,7 +130,7 @@ def test_committed_t5_tokenizer_rebuilds_byte_for_byte(tmp_path):
     sentinels (the T5 script's own check)."""
     from transformers import AutoTokenizer
 
-    from hf_attn_variants.data_collators import sentinel_ids
+    from hf_attn_variants.training.data_collators import sentinel_ids
 
     committed = t5_unigram.T5_TOKENIZER / "tokenizer.json"
     assert hashlib.sha256(committed.read_bytes()).hexdigest() == t5_unigram.T5_TOKENIZER_SHA256

@@ -13,9 +13,9 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
 from conftest import FAMILIES, TINY, TINY_CONFIGS, VARIANTS, build, encoder_inputs, head_kind, on_device, sharpen_t5
-from hf_attn_variants import attention_variants
-from hf_attn_variants.attention_variants import SynthesizerAttention
-from hf_attn_variants.modeling_variant_utils import CACHE_FIELD
+from hf_attn_variants.models import attention_variants
+from hf_attn_variants.models.attention_variants import SynthesizerAttention
+from hf_attn_variants.models.modeling_variant_utils import CACHE_FIELD
 
 pytestmark = pytest.mark.device
 

@@ -14,10 +14,10 @@ import torch
 
 import hf_attn_variants as hav
 from conftest import TINY_CONFIGS, VARIANTS
-from hf_attn_variants import attention_variants
-from hf_attn_variants import talking_heads_blockwise as blockwise
-from hf_attn_variants.attention_variants import padding_lengths
 from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.models import attention_variants
+from hf_attn_variants.models import talking_heads_blockwise as blockwise
+from hf_attn_variants.models.attention_variants import padding_lengths
 
 EVERY_COMPONENT = ["dot_product", "dense", "random", "factorized_dense", "factorized_random"]
 # variant -> its fields: talking heads' static maps (the dynamic ones take the autograd core), every synthesizer

@@ -16,8 +16,8 @@ import run_pretraining
 import run_qa
 import run_t5_pretraining
 import run_text_to_text
-from hf_attn_variants.output_folders import default_output_dir
 from hf_attn_variants.presets import preset_config
+from hf_attn_variants.training.output_folders import default_output_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,8 +8,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import hf_attn_variants
 from hf_attn_variants import cli
+from hf_attn_variants._moved import MOVED_MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
 # the repository's folders that an installed package does not have (a wheel holds hf_attn_variants/ only)
@@ -27,7 +30,7 @@ def repository_paths(path: Path) -> list[str]:
 
 
 def test_the_package_names_no_repository_path():
-    files = sorted((ROOT / "hf_attn_variants").glob("*.py"))
+    files = sorted((ROOT / "hf_attn_variants").rglob("*.py"))
     assert {"cli.py", "publish.py", "modeling_variant_bert.py"} <= {f.name for f in files}
     assert [ref for f in files for ref in repository_paths(f)] == []
     # the scan finds them where they are: the release tool reads the research results and the run records
@@ -68,3 +71,35 @@ def test_every_subcommand_answers_help_from_an_empty_folder(tmp_path):
     assert {"", "publish", "convert", "export"} <= set(status)
     assert all(value == [0, True] for value in status.values()), status
     assert list(tmp_path.iterdir()) == []  # nothing written where it ran
+
+
+@pytest.mark.parametrize("old", sorted(MOVED_MODULES))
+def test_the_0_1_0_module_paths_import_with_a_warning_naming_the_new_one(old):
+    """Each module path of 0.1.0 still imports, as the module at its new path (the same object), with a
+    FutureWarning that names that path; read as an attribute of the package too."""
+    import importlib
+    import sys
+
+    new = f"hf_attn_variants.{MOVED_MODULES[old]}"
+    sys.modules.pop(f"hf_attn_variants.{old}", None)
+    with pytest.warns(FutureWarning, match=f"`hf_attn_variants.{old}` moved to `{new}`"):
+        module = importlib.import_module(f"hf_attn_variants.{old}")
+    assert module is importlib.import_module(new) and module.__name__ == module.__spec__.name == new
+    assert not (ROOT / "hf_attn_variants" / f"{old}.py").exists()  # a path that only the finder answers
+    sys.modules.pop(f"hf_attn_variants.{old}", None)
+    delattr(hf_attn_variants, old) if old in vars(hf_attn_variants) else None
+    with pytest.warns(FutureWarning, match=f"moved to `{new}`"):
+        assert getattr(hf_attn_variants, old) is module
+
+
+def test_a_0_1_0_import_in_a_fresh_process_warns_at_the_users_line(tmp_path):
+    script = tmp_path / "old_paths.py"
+    script.write_text(
+        "from hf_attn_variants.data_collators import MaskedLMCollator\nprint(MaskedLMCollator.__module__)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-W", "always", str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "hf_attn_variants.training.data_collators"
+    assert f"{script}:1: FutureWarning: `hf_attn_variants.data_collators` moved to" in proc.stderr

@@ -286,7 +286,7 @@ def test_a_vanilla_checkpoint_with_an_attention_type_starts_as_the_checkpoint(tm
     warning line saying the outputs differ (and they do)."""
     from transformers.testing_utils import CaptureLogger
 
-    from hf_attn_variants import modeling_variant_utils
+    from hf_attn_variants.models import modeling_variant_utils
 
     warm, preserving, warning = DEFAULT_WARM_STARTS[case]
     ref = _reference(tmp_path, ref_name, fields, "eager")

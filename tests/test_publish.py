@@ -16,9 +16,9 @@ import torch
 from huggingface_hub import ModelCard
 
 from conftest import build
+from hf_attn_variants.hub.publish import _load_yaml, attention_texts, is_published, publish, render_card, render_record
 from hf_attn_variants.isolation import run_isolated
 from hf_attn_variants.presets import PRESETS, preset_config
-from hf_attn_variants.publish import _load_yaml, attention_texts, is_published, publish, render_card, render_record
 from hub_server import card_metadata_errors
 from release import RELEASES, record_from_json
 from release import main as release_main
@@ -42,7 +42,7 @@ PUSH = textwrap.dedent(
     import hf_attn_variants as hav
     from hf_attn_variants.cli import main
     from hf_attn_variants.convert import probe_inputs
-    from hf_attn_variants.publish import upload_card
+    from hf_attn_variants.hub.publish import upload_card
 
     work = Path(sys.argv[1])
     run = work / "run"

@@ -14,21 +14,30 @@ from conftest import ALL_HEADS, FAMILIES, FAMILY_HEADS, VARIANTS, build, family,
 from hf_attn_variants.isolation import blocker, run_isolated
 
 PACKAGE = Path(hav.__file__).parent
-REMOTE_FILES = {  # what a saved checkpoint of each family carries
-    fam: sorted(
-        [
-            "attention_variants.py",
-            "configuration_variant_attention.py",
-            "modeling_variant_utils.py",
-            "talking_heads_blockwise.py",
-            "talking_heads_triton.py",
-            f"configuration_variant_{fam}.py",
-            f"modeling_variant_{fam}.py",
-        ]
-    )
-    for fam in FAMILIES
-}
-SCANNED = sorted({name for files in REMOTE_FILES.values() for name in files})
+MODELS = PACKAGE / "models"  # exactly what checkpoints carry
+MODEL_FILES = sorted(p.name for p in MODELS.glob("*.py") if p.name != "__init__.py")
+
+
+def sibling_imports(name: str) -> set[str]:
+    """The files of models/ that `name` imports as `from .sibling import X` (transformers' remote-code rule, which
+    also follows an import inside a function or a `try`)."""
+    tree = ast.parse((MODELS / name).read_text())
+    return {f"{n.module}.py" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+
+
+def carried(start: str) -> list[str]:
+    """The files a checkpoint whose model class lives in `start` carries: `start` and its sibling imports, closed."""
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(sibling_imports(name))
+    return sorted(seen)
+
+
+REMOTE_FILES = {fam: carried(f"modeling_variant_{fam}.py") for fam in FAMILIES}  # what each family's checkpoint holds
+SCANNED = MODEL_FILES
 AUTO_CLASS = {
     "Model": "AutoModel",
     "ForPreTraining": "AutoModelForPreTraining",
@@ -127,6 +136,17 @@ def test_every_head_and_every_variant_loads_without_the_package(tmp_path):
             torch.testing.assert_close(got[key], exp[key], atol=1e-6, rtol=1e-6, msg=f"{job['path']}: {key}")
 
 
+def test_models_folder_is_exactly_what_checkpoints_carry():
+    """Every file of models/ travels with some family's checkpoint and reaches only files of models/; the set is
+    not empty, and each family carries its own modeling and configuration files and none of another family's."""
+    assert sorted({name for files in REMOTE_FILES.values() for name in files}) == MODEL_FILES
+    for fam, files in REMOTE_FILES.items():
+        assert {f"modeling_variant_{fam}.py", f"configuration_variant_{fam}.py", "attention_variants.py"} <= set(files)
+        others = [f for f in files if f.endswith(tuple(f"_{other}.py" for other in FAMILIES if other != fam))]
+        assert others == [], f"{fam} carries {others}"
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize(
     "head",
     [
@@ -135,10 +155,12 @@ def test_every_head_and_every_variant_loads_without_the_package(tmp_path):
         "VariantT5ForConditionalGeneration",
     ],
 )
-def test_saved_folder_holds_the_code_and_a_full_auto_map(tmp_path, head):
+def test_saved_folder_holds_the_code_and_a_full_auto_map(tmp_path, head, variant):
     fam = family(head)
-    build(head, "synth_mixture").save_pretrained(tmp_path)
+    build(head, variant).save_pretrained(tmp_path)
     assert sorted(p.name for p in tmp_path.glob("*.py")) == REMOTE_FILES[fam]
+    for name in REMOTE_FILES[fam]:  # the package's files, as they are
+        assert (tmp_path / name).read_bytes() == (MODELS / name).read_bytes(), name
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["model_type"] == f"variant_{fam}"
     heads = FAMILY_HEADS[fam]
@@ -172,7 +194,7 @@ def _optional_import_nodes(tree) -> set:
 
 @pytest.mark.parametrize("name", SCANNED)
 def test_remote_files_import_only_stdlib_torch_transformers_and_siblings(name):
-    tree = ast.parse((PACKAGE / name).read_text())
+    tree = ast.parse((MODELS / name).read_text())
     allowed_top = set(sys.stdlib_module_names) | {"torch", "transformers"}
     optional = _optional_import_nodes(tree)
     for node in ast.walk(tree):

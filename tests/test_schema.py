@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from hf_attn_variants.configuration_variant_attention import VARIANT_CONFIG_DEFAULTS, VariantAttentionFields
+from hf_attn_variants.models import configuration_variant_attention
+from hf_attn_variants.models.configuration_variant_attention import VARIANT_CONFIG_DEFAULTS, VariantAttentionFields
 
 FIELDS = [f.name for f in dataclasses.fields(VariantAttentionFields)]
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -66,7 +67,8 @@ CROSS = {
 
 
 def test_the_tools_read_every_attention_type_from_the_registry():
-    from hf_attn_variants import cli, convert, presets, publish
+    from hf_attn_variants import cli, convert, presets
+    from hf_attn_variants.hub import publish
 
     cards = publish._load_yaml("attention.yaml")
     for name, entry in REGISTRY.items():  # the package's own types have curated card text for every setup
@@ -126,7 +128,7 @@ def test_cross_attention_follows_the_registry_in_bert_and_t5():
 
     assert set(CROSS) == set(REGISTRY)
     for name, across in CROSS.items():
-        assert hav.configuration_variant_attention.cross_attention_type(name) == across
+        assert configuration_variant_attention.cross_attention_type(name) == across
         bert = hav.VariantBertLMHeadModel(
             hav.VariantBertConfig(**TINY, attention_type=name, is_decoder=True, add_cross_attention=True)
         )

@@ -11,8 +11,8 @@ import torch
 
 import hf_attn_variants as hav
 from conftest import build, head_inputs, make_config
-from hf_attn_variants import talking_heads_blockwise as talking_heads_blockwise_module
-from hf_attn_variants.talking_heads_blockwise import (
+from hf_attn_variants.models import talking_heads_blockwise as talking_heads_blockwise_module
+from hf_attn_variants.models.talking_heads_blockwise import (
     BlockwiseTalkingHeads,
     _dropout_keep,
     block_rows,
@@ -293,7 +293,7 @@ def test_models_train_the_same_with_the_blockwise_core(head, variant):
 
 
 def test_auto_takes_the_blockwise_core_to_train_and_for_inference_on_the_cpu(monkeypatch):
-    from hf_attn_variants import attention_variants
+    from hf_attn_variants.models import attention_variants
 
     calls, cores = [], []
     monkeypatch.setitem(

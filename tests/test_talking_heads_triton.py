@@ -1,4 +1,4 @@
-"""The Triton talking-heads kernel (hf_attn_variants/talking_heads_triton.py): output and the gradient of every input
+"""The Triton talking-heads kernel (hf_attn_variants/models/talking_heads_triton.py): output and the gradient of every input
 and map equal `talking_heads_reference` (computed in float64) within 1e-5 in float32, over the table of cases in
 tests/talking_heads_triton_worker.py: each map alone and together, every dynamic map, h_k != h != h_v, padding and
 causal masks, T5's trained position bias, cross-attention, lengths that are not a multiple of the tile, strided
@@ -28,7 +28,7 @@ from talking_heads_triton_worker import CASES, PERTURBED
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "talking_heads_triton_worker.py"
-KERNEL = ROOT / "hf_attn_variants" / "talking_heads_triton.py"
+KERNEL = ROOT / "hf_attn_variants" / "models" / "talking_heads_triton.py"
 TOLERANCE = {"float32": 1e-5, "float16": 5e-3, "bfloat16": 3e-2}
 
 

@@ -1,4 +1,4 @@
-"""hf_attn_variants.task_metrics, the example scripts' default metrics, against computations we did not write:
+"""hf_attn_variants.training.task_metrics, the example scripts' default metrics, against computations we did not write:
 scikit-learn and scipy for GLUE's, the official SQuAD v2.0 evaluation for SQuAD's; and its errors."""
 
 import collections
@@ -8,7 +8,7 @@ import string
 import numpy as np
 import pytest
 
-from hf_attn_variants.task_metrics import (
+from hf_attn_variants.training.task_metrics import (
     GLUE_METRICS,
     classification_metrics,
     glue_metrics,
@@ -18,7 +18,7 @@ from hf_attn_variants.task_metrics import (
     squad_metrics,
     squad_v2_metrics,
 )
-from hf_attn_variants.task_metrics import f1_score as squad_f1
+from hf_attn_variants.training.task_metrics import f1_score as squad_f1
 
 
 def test_glue_metrics_equal_scikit_learn_and_scipy():

@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 
 import kjv
-from hf_attn_variants.tokenizer_training import train_tokenizer
-from hf_attn_variants.vocabularies import _Lattices, unigram_vocabulary, wordpiece_vocabulary
+from hf_attn_variants.training.tokenizer_training import train_tokenizer
+from hf_attn_variants.training.vocabularies import _Lattices, unigram_vocabulary, wordpiece_vocabulary
 
 ROOT = Path(__file__).resolve().parent.parent
 
 TRAIN = """
 import sys
-from hf_attn_variants.tokenizer_training import train_tokenizer
+from hf_attn_variants.training.tokenizer_training import train_tokenizer
 train_tokenizer(sys.argv[2], 3000, corpus=sys.argv[1])
 """
 

@@ -130,7 +130,7 @@ def test_evaluation_sums_give_the_whole_sets_loss(tmp_path, head, variant, spars
     `span_corruption_sums`/`span_corruption_metrics`, report the mean loss over every labelled token of the set
     (eval batches of 3 over 8 sequences of 1 to 8 labelled tokens: a mean of batch means would differ) and the
     accuracy, as computed here from one forward pass over the whole set."""
-    from hf_attn_variants.trainer import (
+    from hf_attn_variants.training.trainer import (
         MaskedLMTrainer,
         masked_lm_metrics,
         masked_lm_sums,

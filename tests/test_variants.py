@@ -343,7 +343,7 @@ def test_checkpointed_decoders_train_without_a_cache(head):
     """A decoder that trains with checkpointed layers turns its cache off (a recomputed layer would add to it again;
     transformers' releases before 5.23 hand the recompute our `cache`): the gradients of the plain run, no cache
     returned, and the cache back in evaluation."""
-    from hf_attn_variants.modeling_variant_utils import CACHE_FIELD
+    from hf_attn_variants.models.modeling_variant_utils import CACHE_FIELD
 
     model = build(head, "talking_heads").train()
     inputs = head_inputs(head)

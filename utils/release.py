@@ -10,10 +10,10 @@ The release set (`RELEASES`) is the README's main job, whose run is kept as a sm
 (`model_cards/records/<name>.json`, written by `record_run` from the run's output folder: config, metrics, training
 record, hashes, command, commit; never the weights), per attention type the masked-LM research cell that
 `RESEARCH_RULE` picks from experiments/results.jsonl, and the T5 span-corruption cell that `T5_RULE` picks. Every card
-is rendered by `hf_attn_variants.publish.render_record` from the run's own record and says how to train the weights
+is rendered by `hf_attn_variants.hub.publish.render_record` from the run's own record and says how to train the weights
 again (the command at its commit, the hashes of what it read): no checkpoint is kept. Each card names its preset and
 config overrides, and its quick start uses a sentence of the model's own training text (`Release.example`). `publish`
-uploads a checkpoint with its release card through `hf_attn_variants.publish.publish`.
+uploads a checkpoint with its release card through `hf_attn_variants.hub.publish.publish`.
 """
 
 import argparse
@@ -31,8 +31,7 @@ import torch
 
 import hf_attn_variants
 from hf_attn_variants.families import FAMILIES, family_of
-from hf_attn_variants.presets import preset_config
-from hf_attn_variants.publish import (
+from hf_attn_variants.hub.publish import (
     CardRecord,
     identity_fields,
     parameter_total,
@@ -40,6 +39,7 @@ from hf_attn_variants.publish import (
     read_card_record,
     render_record,
 )
+from hf_attn_variants.presets import preset_config
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout this tool belongs to: its folders are the defaults
 OWNER = "hf-attn-variants"  # the Hub namespace the cards are addressed to (`--owner`)
@@ -244,7 +244,7 @@ def _tokenizer(row: dict, root: Path):
 
 
 def _row_config(row: dict, tokenizer):
-    """The config a row's command builds (`hf_attn_variants.model_setup`'s preset path) and the class of its card."""
+    """The config a row's command builds (`hf_attn_variants.training.model_setup`'s preset path) and the class of its card."""
     preset, overrides = row["config"]["preset"], row["config"].get("overrides", {})
     config = preset_config(preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **overrides)
     family = family_of(config)
@@ -533,7 +533,7 @@ INDEX = """
 # Model cards
 
 The checkpoints hf-attn-variants publishes, one folder per Hub repository, each with the model card the repository
-gets. Every card is rendered by the project's card renderer (`hf_attn_variants.publish.render_record`) from the
+gets. Every card is rendered by the project's card renderer (`hf_attn_variants.hub.publish.render_record`) from the
 record of the run that trained the model; none is written by hand. This folder is generated:
 
 ```bash

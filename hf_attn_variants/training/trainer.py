@@ -2,7 +2,7 @@
 transformers' `Trainer`, which needs `accelerate`: `pip install "hf-attn-variants[examples]"`).
 
 - `MaskedLMTrainer`: a `Trainer` that calls the masked-LM heads with `sparse_prediction=True`;
-- `EpochCallback`: tells a collator of `hf_attn_variants.data_collators` which epoch starts, so each epoch masks
+- `EpochCallback`: tells a collator of `hf_attn_variants.training.data_collators` which epoch starts, so each epoch masks
   anew;
 - `StepTimer`: the wall-clock seconds of the optimisation steps alone;
 - evaluation without holding every batch's `[batch, seq, vocab]` logits: `masked_lm_sums` and `span_corruption_sums`

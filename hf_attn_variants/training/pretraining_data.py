@@ -1,5 +1,5 @@
 """Pretraining examples cut from text, each step a batched `Dataset.map` function (the collators of
-`hf_attn_variants.data_collators` then mask or corrupt them at batch time). Package-only; numpy alone.
+`hf_attn_variants.training.data_collators` then mask or corrupt them at batch time). Package-only; numpy alone.
 
 - `pack_batch`: masked LM, the token stream packed into [CLS] ... [SEP] blocks (as transformers' run_mlm groups
   texts); `block_batch`: T5, raw blocks for span corruption;
@@ -7,7 +7,7 @@
   each document as BERT's create_pretraining_data does; documents come from rows of text (`rows_to_documents`);
 - `read_documents`: a text file as documents (blank lines between them).
 
-    from hf_attn_variants.pretraining_data import pack_batch
+    from hf_attn_variants.training.pretraining_data import pack_batch
 
     blocks = raw["train"].map(pack_batch, batched=True, remove_columns=["text"],
                               fn_kwargs={"tokenizer": tokenizer, "column": "text", "max_seq_length": 128})

@@ -19,8 +19,8 @@ from pathlib import Path
 from transformers import AutoConfig
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .presets import PRESETS
-from .publish import attention_setups, identity_fields
+from ..hub.publish import attention_setups, identity_fields
+from ..presets import PRESETS
 
 logger = logging.getLogger(__name__)
 

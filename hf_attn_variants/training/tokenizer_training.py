@@ -1,12 +1,12 @@
 """Deterministic tokenizers for pretraining from scratch: BERT's uncased WordPiece and T5's Unigram with its 100
 sentinels, trained on any lines of text. Package-only; `tokenizers` (a dependency of transformers) runs them.
 
-    from hf_attn_variants.tokenizer_training import train_tokenizer
+    from hf_attn_variants.training.tokenizer_training import train_tokenizer
 
     tokenizer = train_tokenizer("unigram", 8000, lines=my_lines)   # a PreTrainedTokenizerFast; T5's special tokens
 
 Both are functions of their training text (the same bytes in any process, on any machine): the WordPiece's merges
-and the Unigram's EM and pruning are our own code (`hf_attn_variants.vocabularies`), and `tokenizers` only runs the
+and the Unigram's EM and pruning are our own code (`hf_attn_variants.training.vocabularies`), and `tokenizers` only runs the
 vocabulary they give, because its trainers' results depend on the iteration order of hash maps seeded afresh in
 every process. `train_tokenizer` trains once per text and keeps the result in `cache_dir()`.
 """

@@ -4,7 +4,7 @@ flat records for datasets' json builder), `features_function` (a batched `Datase
 contexts into overlapping windows, with the answers' token positions for training and the offsets that map tokens
 back to characters), `postprocess_predictions` (start and end logits of every window to each question's answer,
 n-best list and, for SQuAD v2.0, no-answer odds) and `write_predictions` (run_qa's prediction files). Scoring the
-answers: `hf_attn_variants.task_metrics.squad_metrics` / `squad_v2_metrics`, given `references_of(examples)`.
+answers: `hf_attn_variants.training.task_metrics.squad_metrics` / `squad_v2_metrics`, given `references_of(examples)`.
 """
 
 import hashlib

@@ -8,7 +8,7 @@ same masks. Package-only (no modeling file imports it); torch alone.
     collator = MaskedLMCollator(tokenizer, probability=0.15, whole_word=True)
     trainer = Trainer(model, args, train_dataset=blocks, data_collator=collator, callbacks=[EpochCallback(collator)])
 
-Both take examples of `{"input_ids": [...]}` (packed blocks: `hf_attn_variants.pretraining_data`); an example that
+Both take examples of `{"input_ids": [...]}` (packed blocks: `hf_attn_variants.training.pretraining_data`); an example that
 already carries `labels` (an evaluation set labelled once, e.g. with `collator.mask` or `collator.corrupt` in a
 batched `Dataset.map`) is only padded. Set `TrainingArguments(remove_unused_columns=False)`: the collators read every
 field of an example.

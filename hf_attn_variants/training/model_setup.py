@@ -13,9 +13,9 @@ from transformers import AutoTokenizer
 
 import hf_attn_variants as hav
 
-from .configuration_variant_attention import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
-from .families import FAMILIES, family_of
-from .presets import ATTENTION, PRESETS, SIZES, preset_config
+from ..families import FAMILIES, family_of
+from ..models.configuration_variant_attention import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
+from ..presets import ATTENTION, PRESETS, SIZES, preset_config
 from .tokenizer_training import train_tokenizer
 
 

@@ -1,7 +1,7 @@
 """Publish a checkpoint folder to the Hugging Face Hub with a model card rendered from its training record.
 Package-only (a published checkpoint does not need it).
 
-    from hf_attn_variants.publish import publish, render_card, upload_card
+    from hf_attn_variants.hub.publish import publish, render_card, upload_card
 
     publish("out/bert-mini-talking-heads", "me/bert-mini-talking-heads", private=True)
 
@@ -14,7 +14,7 @@ files, the run's metrics and `training_info.json`) and a README.md rendered by `
 the commit that holds the code. The card's numbers come only from the folder's `all_results.json` (or
 `eval_results.json` / `train_results.json`), written by `Trainer.save_metrics`, and its `training_info.json`.
 
-The template and the per-attention text live in `hf_attn_variants/model_cards/` (package data: shipped in the wheel,
+The template and the per-attention text live in `hf_attn_variants/hub/model_cards/` (package data: shipped in the wheel,
 read from the source tree in an editable install).
 """
 
@@ -30,10 +30,10 @@ import yaml
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-from .configuration_variant_attention import ATTENTION_REGISTRY, BASELINE_ATTENTION, PLACES
-from .convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
-from .families import FAMILIES, family_of
-from .isolation import run_isolated
+from ..convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
+from ..families import FAMILIES, family_of
+from ..isolation import run_isolated
+from ..models.configuration_variant_attention import ATTENTION_REGISTRY, BASELINE_ATTENTION, PLACES
 
 CARD_DIR = Path(__file__).parent / "model_cards"
 RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "training_info.json")

@@ -21,11 +21,11 @@ try:
     )
 except ImportError as error:
     raise ImportError(
-        "hf_attn_variants.data_loading reads data with the `datasets` library, which is not installed: "
+        "hf_attn_variants.training.data_loading reads data with the `datasets` library, which is not installed: "
         'pip install "hf-attn-variants[examples]" (or pip install datasets).'
     ) from error
 
-from .publish import is_hub_id
+from ..hub.publish import is_hub_id
 
 
 @dataclass
