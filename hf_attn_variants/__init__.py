@@ -25,12 +25,12 @@ from .models.configuration_variant_attention import (  # first: the transformers
     AttentionType,
     VariantAttentionFields,
     describe_attention_types,
-    register_attention_type,
     resolve_attention,
 )
 
 # isort: split
 from ._moved import MOVED_MODULES, install_moved_modules
+from .attention_tools import AttentionTools, register_attention_type
 from .models import modeling_variant_albert, modeling_variant_bert, modeling_variant_t5
 from .models.attention_variants import (
     ATTENTION_CLASSES,
@@ -121,6 +121,7 @@ __all__ = [
     "ATTENTION_CLASSES",
     "ATTENTION_REGISTRY",
     "ATTENTION_TYPES",
+    "AttentionTools",
     "AttentionType",
     "describe_attention_types",
     "DotProductAttention",

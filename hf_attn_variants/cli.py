@@ -7,7 +7,7 @@
 
 Each subcommand calls one function: `publish.publish`, `convert.convert`, `convert.export_admin`,
 `visualize.draw_checkpoint`; `convert`'s choices and defaults are the function's (its attention types with a warm
-start; their help from `ATTENTION_REGISTRY`). It reads only what its arguments name (no file of a repository
+start; their help from `attention_tools`). It reads only what its arguments name (no file of a repository
 checkout), so it runs from any folder.
 """
 
@@ -15,9 +15,9 @@ import argparse
 import inspect
 import sys
 
+from .attention_tools import warm_start_help
 from .convert import FUNCTION_PRESERVING, export_admin
 from .convert import convert as convert_checkpoint
-from .models.configuration_variant_attention import ATTENTION_REGISTRY
 from .visualize import draw_checkpoint
 
 
@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         "--attention",
         default=defaults["attention_type"].default,
         choices=list(FUNCTION_PRESERVING),
-        help="; ".join(f"{name}: {ATTENTION_REGISTRY[name].warm_start_help}" for name in FUNCTION_PRESERVING)
+        help="; ".join(f"{name}: {warm_start_help(name)}" for name in FUNCTION_PRESERVING)
         + f" (default {defaults['attention_type'].default})",
     )
     convert.add_argument(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .attention_tools import tools_of
 from .families import FAMILIES, family_of
 from .models.configuration_variant_attention import ATTENTION_REGISTRY
 
@@ -87,13 +88,13 @@ SIZES = {
 SINGLE_HEAD = "Multi-head or Single-head? An Empirical Comparison for Transformer Training (Liu et al., 2021)"
 ADMIN = "Understanding the Difficulty of Training Transformers (Admin; Liu et al., 2020)"
 
-# name -> (config fields, papers): each attention type's setups (its registration's `presets`), then the deep
+# name -> (config fields, papers): each attention type's setups (its `AttentionTools.presets`), then the deep
 # single-head twins, resolved per family below (+ Admin where Post-LN).
 ATTENTION = {
     **{
-        setup: ({"attention_type": entry.name, **copy.deepcopy(fields)}, (entry.paper,) if entry.paper else ())
-        for entry in ATTENTION_REGISTRY.values()
-        for setup, fields in entry.presets.items()
+        setup: ({"attention_type": name, **copy.deepcopy(fields)}, (tools.paper,) if tools.paper else ())
+        for name, tools in ((name, tools_of(name)) for name in ATTENTION_REGISTRY)
+        for setup, fields in tools.presets.items()
     },
     "single-head-admin": (dict(admin=True), (SINGLE_HEAD, ADMIN)),
     "single-head": ({}, (SINGLE_HEAD,)),

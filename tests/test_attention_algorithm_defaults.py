@@ -100,7 +100,9 @@ def test_the_explicit_kernel_warns_once_on_an_unverified_gpu(gpu, caplog):
 
 
 def _load_kernel_file(name="talking_heads_triton_version_probe"):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "hf_attn_variants" / "models" / "talking_heads_triton.py")
+    spec = importlib.util.spec_from_file_location(
+        name, ROOT / "hf_attn_variants" / "models" / "talking_heads_triton.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -16,7 +16,7 @@ from torch import nn
 from transformers import initialization as init
 
 import hf_attn_variants as hav
-from hf_attn_variants import presets
+from hf_attn_variants import attention_tools, presets
 from hf_attn_variants.families import FAMILIES
 from hf_attn_variants.hub import publish
 from hf_attn_variants.models import attention_variants, configuration_variant_attention
@@ -40,6 +40,17 @@ def test_the_docs_list_the_places_a_new_type_touches():
     assert all((ROOT / path).is_file() for path in listed)
 
 
+def test_checkpoints_carry_what_models_need_and_not_what_the_tools_read():
+    """The models' registration (remote code) and the tools' (package only) share the name and nothing else, and
+    no file of models/ names the tools' fields."""
+    model_fields = {f.name for f in dataclasses.fields(hav.AttentionType)}
+    tool_fields = {f.name for f in dataclasses.fields(hav.AttentionTools)}
+    assert model_fields & tool_fields == {"name"} and {"presets", "card_key", "paper"} <= tool_fields
+    for path in sorted((ROOT / "hf_attn_variants" / "models").glob("*.py")):
+        text = path.read_text()
+        assert not [name for name in ("card_key", "warm_start_help", "card_section") if name in text], path.name
+
+
 def test_the_registry_holds_the_packages_types_baseline_first():
     assert TYPES == tuple(hav.ATTENTION_REGISTRY) == tuple(hav.ATTENTION_CLASSES)
     assert TYPES[0] == configuration_variant_attention.BASELINE_ATTENTION
@@ -57,9 +68,9 @@ def test_every_type_has_a_class_that_its_layers_get(name):
 
 @pytest.mark.parametrize("name", TYPES)
 def test_every_type_has_presets_in_every_family_and_card_text(name):
-    entry = hav.ATTENTION_REGISTRY[name]
-    assert entry.presets, f"{name} has no preset setup"
-    for setup, setup_fields in entry.presets.items():
+    tools = attention_tools.tools_of(name)
+    assert tools.presets, f"{name} has no preset setup"
+    for setup, setup_fields in tools.presets.items():
         for family in FAMILIES:
             assert presets.preset_config(f"{family}-tiny-{setup}").attention_type == name
         config = {"attention_type": name, **setup_fields}
@@ -99,11 +110,9 @@ def temperature_forward(
 
 
 TEMPERATURE = hav.AttentionType(
-    "temperature",
-    "dot-product attention with a learned temperature per head",
-    core=TemperatureAttention,
-    paper="Temperature (a toy of this test)",
+    "temperature", "dot-product attention with a learned temperature per head", core=TemperatureAttention
 )
+TEMPERATURE_TOOLS = hav.AttentionTools("temperature", paper="Temperature (a toy of this test)")
 
 
 def _train_save_and_card(name: str, tmp_path) -> None:
@@ -143,33 +152,37 @@ def _train_save_and_card(name: str, tmp_path) -> None:
 
 
 def test_a_type_registered_in_process_trains_saves_and_gets_its_card(tmp_path):
-    """The toy type, registered with its class and nothing else, for this test; unregistered, it is refused again."""
+    """The toy type, registered with its class and its paper and nothing else, for this test; unregistered, it is
+    refused again. What the tools read of it stays out of the checkpoint's code."""
     from conftest import TINY
 
-    hav.register_attention_type(TEMPERATURE)
+    hav.register_attention_type(TEMPERATURE, TEMPERATURE_TOOLS)
     try:
         _train_save_and_card(TEMPERATURE.name, tmp_path)
     finally:
         del hav.ATTENTION_REGISTRY[TEMPERATURE.name]
+        del attention_tools.ATTENTION_TOOLS[TEMPERATURE.name]
     with pytest.raises(ValueError, match="`attention_type`='temperature' is not supported"):
         hav.VariantBertForMaskedLM(hav.VariantBertConfig(**TINY, attention_type=TEMPERATURE.name))
 
 
 @pytest.mark.parametrize(
-    "changes,message",
+    "changes,tools,message",
     [
-        (dict(name="dot_product"), "already registered"),
-        (dict(exclusive_fields=("temperature_init",)), "not attention config fields"),
-        (dict(length_field="synthesizer_max_position"), "must be fields of its own"),
-        (dict(algorithms=("blockwise", "flash")), "`algorithms` must be among"),
-        (dict(warm_start={}), "give both or neither"),
-        (dict(spec=dict), "`AttentionSpec` subclass"),
+        (dict(name="dot_product"), None, "already registered"),
+        (dict(exclusive_fields=("temperature_init",)), None, "not attention config fields"),
+        (dict(length_field="synthesizer_max_position"), None, "must be fields of its own"),
+        (dict(algorithms=("blockwise", "flash")), None, "`algorithms` must be among"),
+        ({}, dict(warm_start_help="identity temperatures"), "give both or neither"),
+        ({}, dict(name="temperatures"), "its `AttentionTools` are named 'temperatures'"),
+        (dict(spec=dict), None, "`AttentionSpec` subclass"),
     ],
 )
-def test_a_registration_that_names_what_does_not_exist_is_refused(changes, message):
+def test_a_registration_that_names_what_does_not_exist_is_refused(changes, tools, message):
+    tools = dataclasses.replace(TEMPERATURE_TOOLS, **tools) if tools else None
     with pytest.raises(ValueError, match=message):
-        hav.register_attention_type(dataclasses.replace(TEMPERATURE, **changes))
-    assert "temperature" not in hav.ATTENTION_REGISTRY
+        hav.register_attention_type(dataclasses.replace(TEMPERATURE, **changes), tools)
+    assert "temperature" not in hav.ATTENTION_REGISTRY and "temperature" not in attention_tools.ATTENTION_TOOLS
 
 
 def test_a_registration_naming_no_class_fails_at_import(monkeypatch):
@@ -177,7 +190,7 @@ def test_a_registration_naming_no_class_fails_at_import(monkeypatch):
     here while the registry holds it), and a type registered later fails where its layer is built."""
     misspelt = hav.AttentionType("misspelt", "a type whose class name is misspelt", core="DotProductAtention")
     monkeypatch.setitem(hav.ATTENTION_REGISTRY, misspelt.name, misspelt)
-    name = "hf_attn_variants._attention_variants_check"
+    name = "hf_attn_variants.models._attention_variants_check"
     spec = importlib.util.spec_from_file_location(name, attention_variants.__file__)
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, name, module)

@@ -67,18 +67,20 @@ CROSS = {
 
 
 def test_the_tools_read_every_attention_type_from_the_registry():
-    from hf_attn_variants import cli, convert, presets
+    from hf_attn_variants import attention_tools, cli, convert, presets
     from hf_attn_variants.hub import publish
 
     cards = publish._load_yaml("attention.yaml")
+    assert set(attention_tools.ATTENTION_TOOLS) == set(REGISTRY)  # the package's own types say what the tools need
     for name, entry in REGISTRY.items():  # the package's own types have curated card text for every setup
         assert entry.name == name and issubclass(entry.spec, hav.AttentionSpec) and entry.help
-        for setup, fields in entry.presets.items():  # each setup is a preset of every family and a card section
+        tools = attention_tools.tools_of(name)
+        for setup, fields in tools.presets.items():  # each setup is a preset of every family and a card section
             assert presets.ATTENTION[setup][0] == {"attention_type": name, **fields}
             assert f"bert-tiny-{setup}" in presets.PRESETS and f"t5-tiny-{setup}" in presets.PRESETS
-            assert publish.attention_setups({"attention_type": name, **fields}) in ([setup], ["dot-product"])
+            assert attention_tools.attention_setups({"attention_type": name, **fields}) in ([setup], ["dot-product"])
             assert setup in cards
-        assert entry.card_section({"attention_type": name}) in cards
+        assert tools.card_section({"attention_type": name}) in cards
         assert set(entry.config_fields) <= set(FIELDS) and set(entry.exclusive_fields) <= set(entry.config_fields)
     assert convert.FUNCTION_PRESERVING == {n: e.warm_start for n, e in REGISTRY.items() if e.warm_start is not None}
     choices = next(

@@ -30,10 +30,10 @@ from statistics import mean
 import torch
 
 import hf_attn_variants
+from hf_attn_variants.attention_tools import identity_fields
 from hf_attn_variants.families import FAMILIES, family_of
 from hf_attn_variants.hub.publish import (
     CardRecord,
-    identity_fields,
     parameter_total,
     publish,
     read_card_record,

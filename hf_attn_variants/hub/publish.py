@@ -30,10 +30,10 @@ import yaml
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+from ..attention_tools import STRUCTURE_FIELDS, attention_setups, attention_types_in, tools_of, variant_fields
 from ..convert import TOKENIZER_FILES, checkpoint_shapes, probe_inputs, weights_report
 from ..families import FAMILIES, family_of
 from ..isolation import run_isolated
-from ..models.configuration_variant_attention import ATTENTION_REGISTRY, BASELINE_ATTENTION, PLACES
 
 CARD_DIR = Path(__file__).parent / "model_cards"
 RUN_FILES = ("all_results.json", "train_results.json", "eval_results.json", "training_info.json")
@@ -65,22 +65,6 @@ USAGE = {
 }
 # Trainer.save_metrics keys that describe the run's speed, not the model's quality
 NOT_QUALITY = ("_runtime", "_samples_per_second", "_steps_per_second", "_flos", "epoch")
-STRUCTURE_FIELDS = (
-    "num_hidden_layers",
-    "num_layers",
-    "num_decoder_layers",
-    "hidden_size",
-    "d_model",
-    "embedding_size",
-    "num_attention_heads",
-    "num_heads",
-    "attention_head_size",
-    "d_kv",
-    "intermediate_size",
-    "d_ff",
-    "vocab_size",
-    "admin",
-)
 
 
 def is_published(path: str) -> bool:
@@ -100,29 +84,12 @@ def _load_yaml(name: str) -> dict:
     return yaml.safe_load((CARD_DIR / name).read_text())
 
 
-def _attention_types(config: dict) -> list:
-    """The registered attention types a `config.json` (dict) uses, in any place, as their registrations."""
-    used = {config.get(key) for key in ("attention_type", *(f"{place}_attention_type" for place in PLACES))}
-    return [entry for name, entry in ATTENTION_REGISTRY.items() if name in used]
-
-
-def attention_setups(config: dict) -> list[str]:
-    """The card sections (keys of `model_cards/attention.yaml`) that describe a checkpoint's `config.json`: its
-    attention variant(s) (`AttentionType.card_section`), "single-head" for one head per layer, "admin" for Admin
-    residuals; the baseline's section if none."""
-    setups = [entry.card_section(config) for entry in _attention_types(config) if entry.name != BASELINE_ATTENTION]
-    if config.get("num_attention_heads", config.get("num_heads")) == 1:
-        setups.append("single-head")
-    if config.get("admin"):
-        setups.append("admin")
-    return setups or [ATTENTION_REGISTRY[BASELINE_ATTENTION].card_section(config)]
-
-
 def _registered_text(entry, section: str) -> dict:
     """Card text made from an attention type's registration (its name, `help` and `paper`), for a section that
     `model_cards/attention.yaml` does not have."""
     words = entry.name.replace("_", " ")
-    paper = f" It comes from {entry.paper}." if entry.paper else ""
+    paper = tools_of(entry.name).paper
+    paper = f" It comes from {paper}." if paper else ""
     return dict(
         title=words if words.endswith("attention") else f"{words} attention",
         tags=[section],
@@ -137,7 +104,7 @@ def attention_texts(config: dict) -> list[dict]:
     for an attention type without one, the text its registration gives, so a new type needs no card text of its
     own."""
     texts = _load_yaml("attention.yaml")
-    made = {entry.card_section(config): entry for entry in _attention_types(config)}
+    made = {tools_of(entry.name).card_section(config): entry for entry in attention_types_in(config)}
     return [texts[key] if key in texts else _registered_text(made[key], key) for key in attention_setups(config)]
 
 
@@ -429,7 +396,7 @@ def render_record(
         summary=summary,
         setups=[{**s, "papers": [papers[k] for k in s["papers"]]} for s in setups],
         architecture=[
-            (k, json.dumps(config[k])) for k in STRUCTURE_FIELDS + _variant_fields(config) if config.get(k) is not None
+            (k, json.dumps(config[k])) for k in STRUCTURE_FIELDS + variant_fields(config) if config.get(k) is not None
         ],
         auto_class=auto_class,
         repo_id=repo_id,
@@ -575,19 +542,6 @@ def _reproduce_text(reproduce: dict, info: dict) -> str:
         "numbers above (docs/research.md measures the drift)."
     )
     return "\n\n".join(parts)
-
-
-def _variant_fields(config: dict) -> tuple[str, ...]:
-    """The config fields of the attention variants the checkpoint uses."""
-    own = {name for entry in _attention_types(config) for name in entry.config_fields}
-    return tuple(k for k in config if k.endswith("attention_type") or k in own)
-
-
-def identity_fields(*configs: dict) -> tuple[str, ...]:
-    """The `config.json` fields that say which model a checkpoint is: model type, architecture, sizes
-    (`STRUCTURE_FIELDS`) and the fields of the attention variants any of `configs` uses."""
-    variant = dict.fromkeys(key for config in configs for key in _variant_fields(config))
-    return ("model_type", "architectures", *STRUCTURE_FIELDS, *variant)
 
 
 # -- checks and uploads -----------------------------------------------------------------------------------------------
@@ -763,11 +717,9 @@ def publish(
 __all__ = [
     "CardRecord",
     "Published",
-    "attention_setups",
     "attention_texts",
     "check_loads",
     "example_input_of",
-    "identity_fields",
     "is_published",
     "parameter_total",
     "publish",

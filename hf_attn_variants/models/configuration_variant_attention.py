@@ -11,11 +11,10 @@ A config always constructs, with any values. `resolve_attention(config, ...)` tu
 values there, as transformers' own BERT does for `hidden_size % num_attention_heads`.
 
 Each attention type is registered once, by `register_attention_type` (the package's own four below their
-resolvers), with everything known of it: what a model of it needs (its spec class and resolver, its warm start,
-whether it serves as cross-attention, the fields and algorithms only it takes, its one-phrase help for this file's
-config docstring, the name of its class in `attention_variants`) and the plain data the package's tools read
-(presets, card section, paper, help texts, field prefix, length field). A checkpoint carries this file, so it
-carries the tools' data too; no model reads it.
+resolvers), with what a model of it needs: its spec class and resolver, its warm start, whether it serves as
+cross-attention, the fields and algorithms only it takes, its one-phrase help for this file's config docstring, the
+name of its class in `attention_variants`. What only the package's tools read of a type (presets, card text, paper)
+lives in the package, not here, so a checkpoint does not carry it.
 """
 
 import re
@@ -391,13 +390,12 @@ def _resolve_general_bilinear(config, common: dict) -> dict:
 # ------------------------------------------------------------------------------------------------ the attention types
 @dataclass(frozen=True)
 class AttentionType:
-    """One attention type, registered once (`register_attention_type`): what a model of it needs, and what the
-    package's tools read of it (plain data; a checkpoint carries it unused).
+    """One attention type, registered once (`register_attention_type`): what a model of it needs. What only the
+    package's tools read of it (presets, model card text, paper, warm-start help) is not here, so checkpoints do not
+    carry it: `hf_attn_variants.attention_tools`.
 
-    What a model reads:
     name: the value of `attention_type`.
-    help: what it is, in a phrase (the config docstring, the tools' help texts; the model card of a type without
-        card text of its own in `model_cards/attention.yaml`).
+    help: what it is, in a phrase (the config docstring, the tools' help texts and model cards).
     core: the class of its layers, a `VariantAttentionCore` subclass: the class's name in `attention_variants` for
         the package's own types (this file cannot import it), or the class itself for a type registered outside the
         package.
@@ -414,15 +412,6 @@ class AttentionType:
     exclusive_fields: fields whose non-empty value needs this type in some place of the model (refused otherwise).
     algorithms: the values of `attention_algorithm` beyond "auto" that it computes with (empty: the field does not
         apply; dot product follows `attn_implementation`).
-
-    What only the tools read:
-    presets: its attention setups, preset suffix -> config fields beyond `attention_type` (`presets.PRESETS`:
-        "bert-mini-" + suffix). Default: one setup named after the type ("general-bilinear"), with no fields.
-    card_key: the section of `model_cards/attention.yaml` that describes a checkpoint of this type, or a function
-        choosing it from the config.json (dict). Default: named after the type. A section the file does not have is
-        made from `help` and `paper`.
-    paper: the paper it comes from (presets, cards); None for ordinary attention.
-    warm_start_help: what its warm start gives, for the command line's help (given exactly when `warm_start` is).
     field_prefix: the prefix of the config fields only this type reads (None: it has none).
     length_field: the config field that bounds the sequence length it attends over (None: no bound of its own).
     """
@@ -437,29 +426,14 @@ class AttentionType:
     self_attention_only: str = ""
     exclusive_fields: tuple[str, ...] = ()
     algorithms: tuple[str, ...] = ()
-    presets: dict[str, dict] | None = None
-    card_key: str | Callable[[dict], str] | None = None
-    paper: str | None = None
-    warm_start_help: str = ""
     field_prefix: str | None = None
     length_field: str | None = None
-
-    def __post_init__(self):  # the tools' defaults, named after the type
-        slug = self.name.replace("_", "-")
-        if self.presets is None:
-            object.__setattr__(self, "presets", {slug: {}})
-        if self.card_key is None:
-            object.__setattr__(self, "card_key", slug)
 
     @property
     def config_fields(self) -> tuple[str, ...]:
         """The config fields only this type reads (those named with its `field_prefix`)."""
         prefix = self.field_prefix
         return tuple(f.name for f in fields(VariantAttentionFields) if prefix and f.name.startswith(prefix))
-
-    def card_section(self, config: dict) -> str:
-        """The section of `model_cards/attention.yaml` that describes a config.json (dict) of this type."""
-        return self.card_key(config) if callable(self.card_key) else self.card_key
 
 
 # attention_type -> its registration; the package's own types are registered below, the first being the baseline
@@ -468,7 +442,7 @@ ATTENTION_REGISTRY: dict[str, AttentionType] = {}
 
 def register_attention_type(entry: AttentionType) -> AttentionType:
     """Register an attention type: from then on `attention_type=entry.name` builds layers of `entry.core` in every
-    family, and the tools read its presets, card text and help. A checkpoint of a type registered outside the package
+    family (`hf_attn_variants.register_attention_type` also registers what the tools read of it). A checkpoint of a type registered outside the package
     loads only where the registration runs (its remote code holds the package's types).
 
     Raises a `ValueError` for a name already registered and for an entry that names what does not exist."""
@@ -494,25 +468,9 @@ def register_attention_type(entry: AttentionType) -> AttentionType:
         )
     if not set(entry.algorithms) <= set(ATTENTION_ALGORITHMS[1:]):
         raise ValueError(f"Attention type {name!r}: `algorithms` must be among {ATTENTION_ALGORITHMS[1:]}.")
-    if bool(entry.warm_start_help) != (entry.warm_start is not None):
-        raise ValueError(
-            f"Attention type {name!r}: `warm_start_help` describes `warm_start` for the command line; "
-            "give both or neither."
-        )
     ATTENTION_REGISTRY[name] = entry
     return entry
 
-
-def _synthesizer_card_key(config: dict) -> str:
-    """A mixture with the dot product, a lone Dense or Random synthesizer, or any other synthesizer."""
-    components = tuple(config.get("synthesizer_components") or ())
-    if "dot_product" in components and len(components) > 1:
-        return "synthesizer-mixture"
-    return {("dense",): "synthesizer-dense", ("random",): "synthesizer-random"}.get(components, "synthesizer")
-
-
-_TALKING_HEADS_PAPER = "Talking-Heads Attention (Shazeer et al., 2020)"
-_SYNTHESIZER_PAPER = "Synthesizer: Rethinking Self-Attention for Transformer Models (Tay et al., 2021)"
 
 register_attention_type(
     AttentionType(
@@ -520,7 +478,6 @@ register_attention_type(
         "ordinary scaled dot-product multi-head attention, as in the upstream model",
         core="DotProductAttention",
         warm_start={},
-        warm_start_help="a plain variant checkpoint (e.g. to train with admin=True)",
     )
 )
 register_attention_type(
@@ -533,9 +490,6 @@ register_attention_type(
         warm_start={"talking_heads_init": "identity"},  # P_l = P_w = I: plain multi-head attention
         exclusive_fields=("talking_heads_dynamic",),
         algorithms=ATTENTION_ALGORITHMS[1:],
-        presets={"talking-heads": {"talking_heads_init": "paper"}},
-        paper=_TALKING_HEADS_PAPER,
-        warm_start_help="identity head maps",
         field_prefix="talking_heads_",
     )
 )
@@ -551,14 +505,6 @@ register_attention_type(
         warm_start_needs={"synthesizer_components": "dot_product"},
         self_attention_only="a synthetic alignment between the decoder and an encoder sequence of unrelated length has "
         "no meaning",
-        presets={
-            "synthesizer-dense": {"synthesizer_components": ["dense"]},
-            "synthesizer-random": {"synthesizer_components": ["random"]},
-            "synthesizer-mixture": {"synthesizer_components": ["dot_product", "random"]},
-        },
-        card_key=_synthesizer_card_key,
-        paper=_SYNTHESIZER_PAPER,
-        warm_start_help="a mixture with the dot product that starts as the dot product",
         field_prefix="synthesizer_",
         length_field="synthesizer_max_position",
     )
@@ -571,7 +517,6 @@ register_attention_type(
         core="GeneralBilinearAttention",
         spec=GeneralBilinearSpec,
         resolve=_resolve_general_bilinear,
-        paper=_TALKING_HEADS_PAPER,
     )
 )
 ATTENTION_TYPES = tuple(ATTENTION_REGISTRY)  # the package's own types, in order (a later registration is not here)

@@ -19,7 +19,7 @@ from pathlib import Path
 from transformers import AutoConfig
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..hub.publish import attention_setups, identity_fields
+from ..attention_tools import attention_setups, identity_fields
 from ..presets import PRESETS
 
 logger = logging.getLogger(__name__)
