@@ -3,7 +3,8 @@
 carries; `training/`, what a training script reuses; `hub/`, model cards and publishing).
 
 Importing an old path gives the module at its new path, with a `FutureWarning` that names it; the module is the
-same object, so its classes and functions are the same too. The paths go away in the release after next.
+same object, so its classes and functions are the same too. A module that was split (`publish`) gives a module that
+reads each name from the new modules in turn. The paths go away in the release after next.
 """
 
 import importlib
@@ -12,7 +13,7 @@ import importlib.util
 import sys
 import warnings
 
-# the 0.1.0 module name -> its path now, under hf_attn_variants
+# the 0.1.0 module name -> its path now, under hf_attn_variants (several: the modules it was split into)
 MOVED_MODULES = {
     **{
         name: f"models.{name}"
@@ -45,7 +46,8 @@ MOVED_MODULES = {
             "vocabularies",
         )
     },
-    "publish": "hub.publish",
+    # publish.py was split: checks and uploads, what a card says, what a config.json is
+    "publish": ("hub.publish", "hub.cards", "attention_tools"),
 }
 _PACKAGE = __name__.rpartition(".")[0]
 
@@ -78,6 +80,28 @@ class _MovedModuleLoader(importlib.abc.Loader):
         module.__spec__ = self.new_spec
 
 
+class _SplitModuleLoader(importlib.abc.Loader):
+    """A module that was split: a module of the old name whose names are read from the new modules in turn."""
+
+    def __init__(self, new_names: tuple[str, ...]):
+        self.new_names = new_names
+
+    def create_module(self, spec):
+        return None  # the default: an empty module of the old name
+
+    def exec_module(self, module):
+        parts = [importlib.import_module(name) for name in self.new_names]
+        module.__all__ = sorted({name for part in parts for name in getattr(part, "__all__", ())})
+
+        def __getattr__(name: str):
+            for part in parts:
+                if hasattr(part, name):
+                    return getattr(part, name)
+            raise AttributeError(f"module {module.__name__!r} has no attribute {name!r}")
+
+        module.__getattr__ = __getattr__
+
+
 class _MovedModuleFinder(importlib.abc.MetaPathFinder):
     """Finds `hf_attn_variants.<old name>` (after the ordinary finders found nothing there) and warns."""
 
@@ -85,14 +109,18 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder):
         package, _, name = fullname.rpartition(".")
         if package != _PACKAGE or name not in MOVED_MODULES:
             return None
-        new_name = f"{_PACKAGE}.{MOVED_MODULES[name]}"
+        moved = MOVED_MODULES[name]
+        new_names = tuple(f"{_PACKAGE}.{part}" for part in ((moved,) if isinstance(moved, str) else moved))
+        new_name = " / ".join(f"`{n}`" for n in new_names)
         warnings.warn(
-            f"`{fullname}` moved to `{new_name}`; the old path is removed in the release after next: import "
-            f"`{new_name}` instead.",
+            f"`{fullname}` moved to {new_name}; the old path is removed in the release after next: import "
+            f"{new_name} instead.",
             FutureWarning,
             stacklevel=_importer_level(),
         )
-        return importlib.util.spec_from_loader(fullname, _MovedModuleLoader(new_name))
+        if len(new_names) > 1:
+            return importlib.util.spec_from_loader(fullname, _SplitModuleLoader(new_names))
+        return importlib.util.spec_from_loader(fullname, _MovedModuleLoader(new_names[0]))
 
 
 def install_moved_modules() -> None:

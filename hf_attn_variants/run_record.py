@@ -19,7 +19,8 @@ import torch
 from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
 
-from .hub.publish import is_hub_id, render_card, upload_card
+from .hub.cards import is_hub_id, render_card
+from .hub.publish import upload_card
 from .training.data_loading import check_streaming
 from .training.output_folders import script_name
 
@@ -280,7 +281,7 @@ def write_training_info(
 
 
 def write_model_card(output_dir, repo_id: str | None = None, revision: str | None = None) -> Path:
-    """README.md in `output_dir`: the card `hf_attn_variants.hub.publish.render_card` makes of the folder, addressed to
+    """README.md in `output_dir`: the card `hf_attn_variants.hub.cards.render_card` makes of the folder, addressed to
     `repo_id` (default: the folder itself, which loads as it is) without a pinned revision until it is pushed."""
     path = Path(output_dir) / "README.md"
     render_card(output_dir, repo_id or str(output_dir), revision).save(path)

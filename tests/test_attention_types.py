@@ -18,7 +18,7 @@ from transformers import initialization as init
 import hf_attn_variants as hav
 from hf_attn_variants import attention_tools, presets
 from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.hub import publish
+from hf_attn_variants.hub import cards
 from hf_attn_variants.models import attention_variants, configuration_variant_attention
 from hf_attn_variants.models.talking_heads_blockwise import softmax_keys
 
@@ -74,7 +74,7 @@ def test_every_type_has_presets_in_every_family_and_card_text(name):
         for family in FAMILIES:
             assert presets.preset_config(f"{family}-tiny-{setup}").attention_type == name
         config = {"attention_type": name, **setup_fields}
-        texts = publish.attention_texts(config)
+        texts = cards.attention_texts(config)
         assert len(texts) == 1 and texts[0]["title"] and texts[0]["description"]
 
 
@@ -144,7 +144,7 @@ def _train_save_and_card(name: str, tmp_path) -> None:
     loaded = hav.VariantBertForMaskedLM.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, atol=1e-6, rtol=1e-5)
-    card = str(publish.render_card(tmp_path, "me/temperature", None))
+    card = str(cards.render_card(tmp_path, "me/temperature", None))
     assert (
         "**Temperature attention.** Dot-product attention with a learned temperature per head. It comes from "
         "Temperature (a toy of this test)."

@@ -15,7 +15,7 @@ import pytest
 
 import kjv
 from conftest import build
-from hf_attn_variants.hub.publish import example_input_of, read_card_record, render_card, render_record
+from hf_attn_variants.hub.cards import example_input_of, read_card_record, render_card, render_record
 from hub_server import card_metadata_errors
 from release import (
     RELEASES,

@@ -76,20 +76,29 @@ def test_every_subcommand_answers_help_from_an_empty_folder(tmp_path):
 @pytest.mark.parametrize("old", sorted(MOVED_MODULES))
 def test_the_0_1_0_module_paths_import_with_a_warning_naming_the_new_one(old):
     """Each module path of 0.1.0 still imports, as the module at its new path (the same object), with a
-    FutureWarning that names that path; read as an attribute of the package too."""
+    FutureWarning that names that path; read as an attribute of the package too. A split module reads every public
+    name of the modules it became."""
     import importlib
     import sys
 
-    new = f"hf_attn_variants.{MOVED_MODULES[old]}"
+    moved = MOVED_MODULES[old]
+    new = [f"hf_attn_variants.{part}" for part in ((moved,) if isinstance(moved, str) else moved)]
     sys.modules.pop(f"hf_attn_variants.{old}", None)
-    with pytest.warns(FutureWarning, match=f"`hf_attn_variants.{old}` moved to `{new}`"):
+    with pytest.warns(FutureWarning, match=f"`hf_attn_variants.{old}` moved to `{new[0]}`"):
         module = importlib.import_module(f"hf_attn_variants.{old}")
-    assert module is importlib.import_module(new) and module.__name__ == module.__spec__.name == new
+    parts = [importlib.import_module(name) for name in new]
+    if len(parts) == 1:
+        assert module is parts[0] and module.__name__ == module.__spec__.name == new[0]
+    else:
+        for part in parts:
+            assert part.__all__ and all(getattr(module, name) is getattr(part, name) for name in part.__all__)
+        with pytest.raises(AttributeError):
+            module.no_such_name
     assert not (ROOT / "hf_attn_variants" / f"{old}.py").exists()  # a path that only the finder answers
     sys.modules.pop(f"hf_attn_variants.{old}", None)
     delattr(hf_attn_variants, old) if old in vars(hf_attn_variants) else None
-    with pytest.warns(FutureWarning, match=f"moved to `{new}`"):
-        assert getattr(hf_attn_variants, old) is module
+    with pytest.warns(FutureWarning, match=f"moved to `{new[0]}`"):
+        assert getattr(hf_attn_variants, old).__name__ in (new[0], f"hf_attn_variants.{old}")
 
 
 def test_a_0_1_0_import_in_a_fresh_process_warns_at_the_users_line(tmp_path):

@@ -16,7 +16,8 @@ import torch
 from huggingface_hub import ModelCard
 
 from conftest import build
-from hf_attn_variants.hub.publish import _load_yaml, attention_texts, is_published, publish, render_card, render_record
+from hf_attn_variants.hub.cards import _load_yaml, attention_texts, render_card, render_record
+from hf_attn_variants.hub.publish import is_published, publish
 from hf_attn_variants.isolation import run_isolated
 from hf_attn_variants.presets import PRESETS, preset_config
 from hub_server import card_metadata_errors

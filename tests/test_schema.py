@@ -68,9 +68,9 @@ CROSS = {
 
 def test_the_tools_read_every_attention_type_from_the_registry():
     from hf_attn_variants import attention_tools, cli, convert, presets
-    from hf_attn_variants.hub import publish
+    from hf_attn_variants.hub import cards
 
-    cards = publish._load_yaml("attention.yaml")
+    card_texts = cards._load_yaml("attention.yaml")
     assert set(attention_tools.ATTENTION_TOOLS) == set(REGISTRY)  # the package's own types say what the tools need
     for name, entry in REGISTRY.items():  # the package's own types have curated card text for every setup
         assert entry.name == name and issubclass(entry.spec, hav.AttentionSpec) and entry.help
@@ -79,8 +79,8 @@ def test_the_tools_read_every_attention_type_from_the_registry():
             assert presets.ATTENTION[setup][0] == {"attention_type": name, **fields}
             assert f"bert-tiny-{setup}" in presets.PRESETS and f"t5-tiny-{setup}" in presets.PRESETS
             assert attention_tools.attention_setups({"attention_type": name, **fields}) in ([setup], ["dot-product"])
-            assert setup in cards
-        assert tools.card_section({"attention_type": name}) in cards
+            assert setup in card_texts
+        assert tools.card_section({"attention_type": name}) in card_texts
         assert set(entry.config_fields) <= set(FIELDS) and set(entry.exclusive_fields) <= set(entry.config_fields)
     assert convert.FUNCTION_PRESERVING == {n: e.warm_start for n, e in REGISTRY.items() if e.warm_start is not None}
     choices = next(

@@ -10,7 +10,7 @@ The release set (`RELEASES`) is the README's main job, whose run is kept as a sm
 (`model_cards/records/<name>.json`, written by `record_run` from the run's output folder: config, metrics, training
 record, hashes, command, commit; never the weights), per attention type the masked-LM research cell that
 `RESEARCH_RULE` picks from experiments/results.jsonl, and the T5 span-corruption cell that `T5_RULE` picks. Every card
-is rendered by `hf_attn_variants.hub.publish.render_record` from the run's own record and says how to train the weights
+is rendered by `hf_attn_variants.hub.cards.render_record` from the run's own record and says how to train the weights
 again (the command at its commit, the hashes of what it read): no checkpoint is kept. Each card names its preset and
 config overrides, and its quick start uses a sentence of the model's own training text (`Release.example`). `publish`
 uploads a checkpoint with its release card through `hf_attn_variants.hub.publish.publish`.
@@ -32,13 +32,8 @@ import torch
 import hf_attn_variants
 from hf_attn_variants.attention_tools import identity_fields
 from hf_attn_variants.families import FAMILIES, family_of
-from hf_attn_variants.hub.publish import (
-    CardRecord,
-    parameter_total,
-    publish,
-    read_card_record,
-    render_record,
-)
+from hf_attn_variants.hub.cards import CardRecord, parameter_total, read_card_record, render_record
+from hf_attn_variants.hub.publish import publish
 from hf_attn_variants.presets import preset_config
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout this tool belongs to: its folders are the defaults
@@ -533,7 +528,7 @@ INDEX = """
 # Model cards
 
 The checkpoints hf-attn-variants publishes, one folder per Hub repository, each with the model card the repository
-gets. Every card is rendered by the project's card renderer (`hf_attn_variants.hub.publish.render_record`) from the
+gets. Every card is rendered by the project's card renderer (`hf_attn_variants.hub.cards.render_record`) from the
 record of the run that trained the model; none is written by hand. This folder is generated:
 
 ```bash
