@@ -18,8 +18,8 @@ from transformers import HfArgumentParser
 
 import run_pretraining
 from hf_attn_variants.presets import attention_setups_of
-from hf_attn_variants.run_record import run_script
 from hf_attn_variants.training.output_folders import output_folder
+from script_utils import run_script
 
 # the attention setups of BERT/ALBERT presets: what follows "{family}-{size}-" in a preset name
 ATTENTION = list(attention_setups_of("bert"))

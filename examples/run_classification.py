@@ -49,15 +49,6 @@ from transformers import (
     set_seed,
 )
 
-from hf_attn_variants.run_record import (
-    Evaluation,
-    Prediction,
-    choose_stages,
-    device_defaults,
-    load_metric,
-    run_script,
-    run_stages,
-)
 from hf_attn_variants.training.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
@@ -70,6 +61,15 @@ from hf_attn_variants.training.model_setup import (
 )
 from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
 from hf_attn_variants.training.task_metrics import classification_metrics, glue_metrics, regression_metrics
+from script_utils import (
+    Evaluation,
+    Prediction,
+    choose_stages,
+    load_metric,
+    run_script,
+    run_stages,
+    script_defaults,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 # the text of the project tokenizer when the run has no data of the user's (run_pretraining.py's embedded corpus)
@@ -311,11 +311,11 @@ def predictions_writer(path_name: str, labels: Labels):
 # ------------------------------------------------------------------------------------------------------------ main
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, ClassificationDataArguments, TrainingArguments, OutputArguments))
-    parser.set_defaults(**DEFAULTS, **device_defaults())
+    parser.set_defaults(**DEFAULTS, **script_defaults())
     model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
-    choose_stages(training_args, argv, bool(data_args.test_file))
+    choose_stages(training_args, bool(data_args.test_file), DEFAULTS["eval_strategy"])
     task = data_args.task_name
     if task is not None:
         if task not in GLUE_TASKS:

@@ -37,7 +37,6 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.admin import ADMIN_INIT_METHODS, AdminInitCallback
 from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
 from hf_attn_variants.training.data_collators import EVAL_SEED, MaskedLMCollator
 from hf_attn_variants.training.data_loading import (
     DataArguments,
@@ -67,6 +66,7 @@ from hf_attn_variants.training.trainer import (
     masked_lm_metrics,
     masked_lm_sums,
 )
+from script_utils import Evaluation, check_pretraining_args, run_script, run_stages, script_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -336,11 +336,11 @@ def main(argv=None) -> dict:
     parser = HfArgumentParser(
         (PretrainingModelArguments, PretrainingDataArguments, TrainingArguments, OutputArguments)
     )
-    parser.set_defaults(**DEFAULTS, **device_defaults())
+    parser.set_defaults(**DEFAULTS, **script_defaults())
     model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
-    check_pretraining_args(argv, training_args, data_args)
+    check_pretraining_args(training_args, data_args, DEFAULTS["eval_strategy"])
     family = run_family(model_args.model_name_or_path, model_args.preset)
     if FAMILIES[family].encoder_decoder:
         raise ValueError(

@@ -35,15 +35,6 @@ from pathlib import Path
 
 from transformers import DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from hf_attn_variants.run_record import (
-    Evaluation,
-    Prediction,
-    choose_stages,
-    device_defaults,
-    load_metric,
-    run_script,
-    run_stages,
-)
 from hf_attn_variants.training.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
@@ -63,6 +54,15 @@ from hf_attn_variants.training.question_answering import (
     write_predictions,
 )
 from hf_attn_variants.training.task_metrics import squad_metrics, squad_v2_metrics
+from script_utils import (
+    Evaluation,
+    Prediction,
+    choose_stages,
+    load_metric,
+    run_script,
+    run_stages,
+    script_defaults,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 # the text of the project tokenizer when the run has no data of the user's (run_pretraining.py's embedded corpus)
@@ -186,11 +186,11 @@ def predictions_writer(examples, features, data_args, main_process: bool):
 # ------------------------------------------------------------------------------------------------------------ main
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, QADataArguments, TrainingArguments, OutputArguments))
-    parser.set_defaults(**DEFAULTS, **device_defaults())
+    parser.set_defaults(**DEFAULTS, **script_defaults())
     model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
-    choose_stages(training_args, argv, bool(data_args.test_file))
+    choose_stages(training_args, bool(data_args.test_file), DEFAULTS["eval_strategy"])
     if not 0 < data_args.doc_stride < data_args.max_seq_length:
         raise ValueError(
             f"--doc_stride ({data_args.doc_stride}) must be positive and below --max_seq_length "

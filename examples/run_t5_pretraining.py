@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.run_record import Evaluation, check_pretraining_args, device_defaults, run_script, run_stages
 from hf_attn_variants.training.data_collators import (
     EVAL_SEED,
     DataCollatorForT5SpanCorruption,
@@ -56,6 +55,7 @@ from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, Output
 from hf_attn_variants.training.pretraining_data import block_batch
 from hf_attn_variants.training.trainer import EpochCallback, StepTimer, span_corruption_metrics, span_corruption_sums
 from run_pretraining import CORPUS, CORPUS_INFO
+from script_utils import Evaluation, check_pretraining_args, run_script, run_stages, script_defaults
 
 logger = logging.getLogger(__name__)
 
@@ -116,10 +116,10 @@ def prepare(dataset, tokenizer, column, raw_length, data_args, training_args, sp
 
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments, OutputArguments))
-    parser.set_defaults(**DEFAULTS, **device_defaults())
+    parser.set_defaults(**DEFAULTS, **script_defaults())
     model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
-    check_pretraining_args(argv, training_args, data_args)
+    check_pretraining_args(training_args, data_args, DEFAULTS["eval_strategy"])
     if not FAMILIES[run_family(model_args.model_name_or_path, model_args.preset)].encoder_decoder:
         raise ValueError("This script pretrains T5 models: for BERT/ALBERT use examples/run_pretraining.py.")
     raw, eval_info = pretraining_splits(data_args, training_args, default_file=CORPUS, default_info=CORPUS_INFO)

@@ -40,15 +40,6 @@ from transformers import (
 )
 
 from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.run_record import (
-    Evaluation,
-    Prediction,
-    choose_stages,
-    device_defaults,
-    load_metric,
-    run_script,
-    run_stages,
-)
 from hf_attn_variants.training.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
@@ -61,6 +52,15 @@ from hf_attn_variants.training.model_setup import (
 )
 from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
 from run_classification import RT_POLARITY, RT_POLARITY_INFO, TOKENIZER_CORPUS, require_columns
+from script_utils import (
+    Evaluation,
+    Prediction,
+    choose_stages,
+    load_metric,
+    run_script,
+    run_stages,
+    script_defaults,
+)
 
 SST2_PREFIX = "sst2 sentence: "  # the T5 paper's input format for SST-2
 DEFAULTS = dict(
@@ -195,11 +195,11 @@ class KeepGenerationConfig(TrainerCallback):
 
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, TextToTextDataArguments, Seq2SeqTrainingArguments, OutputArguments))
-    parser.set_defaults(**DEFAULTS, **device_defaults())
+    parser.set_defaults(**DEFAULTS, **script_defaults())
     model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
 
     # Everything that can be wrong with the input is checked before any training starts.
-    choose_stages(training_args, argv, bool(data_args.test_file))
+    choose_stages(training_args, bool(data_args.test_file), DEFAULTS["eval_strategy"])
     family = run_family(model_args.model_name_or_path, model_args.preset)
     if not FAMILIES[family].encoder_decoder:
         raise ValueError(

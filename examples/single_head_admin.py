@@ -22,8 +22,8 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from compare_attention import run_setup, write_results
-from hf_attn_variants.run_record import run_script
 from hf_attn_variants.training.output_folders import output_folder
+from script_utils import run_script
 
 
 @dataclass

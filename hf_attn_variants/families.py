@@ -4,6 +4,7 @@ convert, publish, presets, admin and the example scripts read `FAMILIES` (and `f
 tables or `model_type` branches of their own, so a fourth family is one more row here plus its modeling files.
 """
 
+import importlib
 from dataclasses import dataclass
 
 from .models.configuration_variant_albert import VariantAlbertConfig
@@ -49,6 +50,11 @@ class Family:
     def base_model(self) -> str:
         """Our base model's class name ("VariantBertModel")."""
         return f"Variant{self.prefix}Model"
+
+    def model_class(self, head: str) -> type:
+        """Our class of `head`, a class-name suffix ("ForMaskedLM": `VariantBertForMaskedLM`)."""
+        module = importlib.import_module(f"{__package__}.models.modeling_{self.model_type}")
+        return getattr(module, f"Variant{self.prefix}{head}")
 
     @property
     def upstream_config(self) -> str:

@@ -107,10 +107,14 @@ def test_no_script_benchmark_or_experiment_edits_sys_path():
 
 
 def test_examples_holds_scripts_each_importing_at_most_one_sibling():
-    """What scripts share lives in the package (hf_attn_variants.training.data_loading, .model_setup, .run_record, ...): every
-    file of examples/ is a script (it runs as `__main__`) and imports at most one other script (as
-    run_t5_pretraining.py imports run_pretraining.py's corpus)."""
-    scripts = {path.stem: path for path in (ROOT / "examples").glob("*.py")}
+    """What scripts share lives in the package (hf_attn_variants.training.data_loading, .model_setup, ...) and, for
+    what is script runtime (stages, the record and card of a run, one-line errors), in the one helper module beside
+    them, script_utils.py, as transformers keeps utils_qa.py beside run_qa.py: every other file of examples/ is a
+    script (it runs as `__main__`) and imports at most one other script (as run_t5_pretraining.py imports
+    run_pretraining.py's corpus)."""
+    helper = ROOT / "examples" / "script_utils.py"
+    assert "__main__" not in helper.read_text()
+    scripts = {path.stem: path for path in (ROOT / "examples").glob("*.py") if path != helper}
     assert {"run_pretraining", "run_t5_pretraining", "run_classification", "run_qa", "run_text_to_text"} <= set(
         scripts
     )

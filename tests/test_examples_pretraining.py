@@ -747,7 +747,7 @@ def test_eval_only_and_checks_of_training_arguments(tmp_path):
     assert (tmp_path / "eval" / "model.safetensors").is_file()
     from transformers import TrainingArguments
 
-    from hf_attn_variants.run_record import settle_training_args
+    from script_utils import settle_training_args
 
     args = TrainingArguments(str(tmp_path), max_steps=20, warmup_steps=40)
     with pytest.warns(UserWarning, match="--warmup_steps 40 reaches --max_steps 20"):

@@ -73,6 +73,26 @@ def test_every_subcommand_answers_help_from_an_empty_folder(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing written where it ran
 
 
+def test_the_wings_import_downwards_only():
+    """models/ imports nothing of the package outside itself; training/ imports models/ and the tables it is
+    built from (families, presets, attention_tools), never hub/ nor the command line; hub/ imports neither the
+    command line nor the scripts' runtime."""
+    allowed = {
+        "models": {"models"},
+        "training": {"models", "training", "families", "presets", "attention_tools"},
+        "hub": {"models", "training", "hub", "families", "attention_tools", "convert", "isolation"},
+    }
+    for wing, may in allowed.items():
+        for path in sorted((ROOT / "hf_attn_variants" / wing).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    target = wing if node.level == 1 else (node.module or "").split(".")[0]
+                    assert target in may, f"{wing}/{path.name} imports {'.' * node.level}{node.module}"
+                if isinstance(node, (ast.Import, ast.ImportFrom)) and not getattr(node, "level", 0):
+                    names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                    assert not any(n.split(".")[0] == "hf_attn_variants" for n in names), f"{wing}/{path.name}"
+
+
 @pytest.mark.parametrize("old", sorted(MOVED_MODULES))
 def test_the_0_1_0_module_paths_import_with_a_warning_naming_the_new_one(old):
     """Each module path of 0.1.0 still imports, as the module at its new path (the same object), with a

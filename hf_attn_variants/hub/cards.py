@@ -20,11 +20,11 @@ from pathlib import Path
 
 import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ..attention_tools import STRUCTURE_FIELDS, attention_setups, attention_types_in, tools_of, variant_fields
 from ..convert import TOKENIZER_FILES, checkpoint_shapes
 from ..families import FAMILIES, family_of
+from ..training.run_record import is_hub_id
 
 CARD_DIR = Path(__file__).parent / "model_cards"
 # architecture suffix -> Hub pipeline tag (None: no pipeline fits)
@@ -145,18 +145,6 @@ def _hub_datasets(info: dict) -> list[str]:
     """The Hub dataset ids the run trained and evaluated on (local files and the embedded data are not Hub ids)."""
     records = [info.get("dataset") or {}, *(info.get("evaluation") or [])]
     return list(dict.fromkeys(r["hub_id"] for r in records if r.get("hub_id") and is_hub_id(r["hub_id"])))
-
-
-def is_hub_id(name: str | None) -> bool:
-    """Whether `name` names a Hub repository: a valid repo id that is not a local file or folder (a dataset folder,
-    a checkpoint path). The one test of it that the scripts and the cards use."""
-    if not name or Path(name).exists():
-        return False
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False  # e.g. an absolute local path
-    return True
 
 
 def _table(rows, header=("", "")) -> str:
@@ -520,11 +508,19 @@ def _reproduce_text(reproduce: dict, info: dict) -> str:
     return "\n\n".join(parts)
 
 
+def write_model_card(output_dir, repo_id: str | None = None, revision: str | None = None) -> Path:
+    """README.md in `output_dir`: the card `render_card` makes of the folder, addressed to
+    `repo_id` (default: the folder itself, which loads as it is) without a pinned revision until it is pushed."""
+    path = Path(output_dir) / "README.md"
+    render_card(output_dir, repo_id or str(output_dir), revision).save(path)
+    return path
+
+
 __all__ = [
     "CardRecord",
     "attention_texts",
     "example_input_of",
-    "is_hub_id",
+    "write_model_card",
     "parameter_total",
     "read_card_record",
     "read_run",

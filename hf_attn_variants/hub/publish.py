@@ -109,11 +109,13 @@ def _check_folder(folder: Path) -> dict:
 
 @dataclass(frozen=True)
 class Published:
-    """Where a publish went: the repository URL, the commit holding the model (the card pins it), the card's."""
+    """Where a publish went: the repository URL, the commit holding the model (the card pins it), the card's; and
+    the card's text (the README.md uploaded)."""
 
     url: str
     model_commit: str
     card_commit: str
+    card: str = ""
 
 
 def upload_card(
@@ -156,7 +158,7 @@ def upload_card(
     operations = [CommitOperationAdd("README.md", str(card).encode())]
     operations += [CommitOperationDelete(path) for path in sorted(remote) if not is_published(path)]
     commit = api.create_commit(repo_id, operations, commit_message=commit_message, revision=revision)
-    return Published(f"{api.endpoint}/{repo_id}", info.sha, commit.oid)
+    return Published(f"{api.endpoint}/{repo_id}", info.sha, commit.oid, str(card))
 
 
 def publish(
@@ -209,4 +211,15 @@ def publish(
     )
 
 
-__all__ = ["Published", "check_loads", "is_published", "publish", "upload_card"]
+def push_with_card(trainer) -> Published | None:
+    """Trainer's push, then our card in place of Trainer's default README, on the Hub and in the output folder (the
+    same text: rendered once, pinning the pushed commit). Returns where it went (None on the other processes)."""
+    trainer.push_to_hub()
+    if not trainer.is_world_process_zero():
+        return None
+    published = upload_card(trainer.args.output_dir, trainer.hub_model_id, token=trainer.args.hub_token)
+    (Path(trainer.args.output_dir) / "README.md").write_text(published.card)
+    return published
+
+
+__all__ = ["Published", "check_loads", "is_published", "publish", "push_with_card", "upload_card"]

@@ -25,7 +25,7 @@ except ImportError as error:
         'pip install "hf-attn-variants[examples]" (or pip install datasets).'
     ) from error
 
-from ..hub.cards import is_hub_id
+from .run_record import is_hub_id
 
 
 @dataclass

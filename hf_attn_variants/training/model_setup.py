@@ -11,8 +11,6 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-import hf_attn_variants as hav
-
 from ..families import FAMILIES, family_of
 from ..models.configuration_variant_attention import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
 from ..presets import ATTENTION, PRESETS, SIZES, preset_config
@@ -121,7 +119,7 @@ def load_or_build_model(
     product, so the model starts as the checkpoint), or built from `preset` with the tokenizer's vocabulary.
     `extra` holds task fields (num_labels, id2label, ...)."""
     family = run_family(model_name_or_path, preset)
-    model_class = getattr(hav, f"Variant{FAMILIES[family].prefix}{head}")
+    model_class = FAMILIES[family].model_class(head)
     overrides = {**(config_overrides or {}), **extra}
     if attention_type:
         overrides["attention_type"] = attention_type

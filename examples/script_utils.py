@@ -1,13 +1,11 @@
-"""What a run of a training script does and what it leaves behind (the example scripts'; package-only, for scripts
-of your own too): the stages (`--do_train`, `--do_eval`,
-`--do_predict` as in transformers' examples), the training arguments settled before anything runs, the stages run
-on a `Trainer` (`run_stages`: train, evaluate each evaluation set, predict each prediction set), and the run's
-record: metrics files, trainer state, `training_info.json`, the model card (README.md) and, with --push_to_hub, the
-push.
+"""What the example scripts share at run time, beside them as transformers keeps utils_qa.py beside run_qa.py (a
+script of your own takes the package's pieces instead: docs/training.md): the stages (`--do_train`, `--do_eval`,
+`--do_predict` as in transformers' examples, read from the parsed arguments), the defaults for this machine, the
+training arguments settled before anything runs, the stages run on a `Trainer` (`run_stages`: train, evaluate each
+evaluation set, predict each prediction set, then the run's record and model card), and a user error shown as one
+line (`run_script`).
 """
 
-import argparse
-import json
 import os
 import sys
 import traceback
@@ -16,35 +14,37 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
 
-from .hub.cards import is_hub_id, render_card
-from .hub.publish import upload_card
-from .training.data_loading import check_streaming
-from .training.output_folders import script_name
+import hf_attn_variants
+from hf_attn_variants.hub.cards import write_model_card
+from hf_attn_variants.hub.publish import push_with_card
+from hf_attn_variants.training.data_loading import check_streaming
+from hf_attn_variants.training.run_record import write_training_info
 
-DO_FLAGS = ("--do_train", "--do_eval", "--do_predict")
+STAGES = ("do_train", "do_eval", "do_predict")  # TrainingArguments' stage flags
 
 
-def choose_stages(training_args, argv, has_test_data: bool = False) -> None:
+def choose_stages(training_args, has_test_data: bool = False, default_eval_strategy: str = "no") -> None:
     """--do_train / --do_eval / --do_predict as in transformers' examples, with one default: a command line that
     names none of them trains and evaluates (and predicts when --test_file is given), so the bare script is the
-    offline quick start. A command line that names some runs exactly those; without --do_eval (and without an
-    explicit --eval_strategy) nothing is evaluated, also not during training. Then `settle_training_args`."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    offline quick start. A command line that names some runs exactly those; without --do_eval nothing is evaluated,
+    also not during training (an --eval_strategy other than the script's `default_eval_strategy` then needs
+    --do_eval). The parser tells which were named: `script_defaults()` gives the three flags the default None.
+    Then `settle_training_args`."""
     settle_training_args(training_args)
-    flags = argparse.ArgumentParser(add_help=False)
-    for flag in DO_FLAGS:
-        flags.add_argument(flag, type=string_to_bool, nargs="?", const=True, default=None)
-    given = vars(flags.parse_known_args(argv)[0])  # {"do_train": True/False/None, ...}
+    given = {stage: getattr(training_args, stage) for stage in STAGES}  # None: not on the command line
     if all(value is None for value in given.values()):
         training_args.do_train, training_args.do_eval, training_args.do_predict = True, True, has_test_data
         return
-    training_args.do_train, training_args.do_eval, training_args.do_predict = (
-        bool(given[flag[2:]]) for flag in DO_FLAGS
-    )
-    if not training_args.do_eval and not any(a.split("=")[0] == "--eval_strategy" for a in argv):
+    training_args.do_train, training_args.do_eval, training_args.do_predict = (bool(given[s]) for s in STAGES)
+    strategy = IntervalStrategy(training_args.eval_strategy)
+    if not training_args.do_eval and strategy != IntervalStrategy.NO:
+        if strategy != IntervalStrategy(default_eval_strategy):
+            raise ValueError(
+                f"--eval_strategy {strategy.value} evaluates during training, and --do_eval is not given: add "
+                "--do_eval, or leave out --eval_strategy."
+            )
         training_args.eval_strategy = IntervalStrategy.NO
     if has_test_data and not training_args.do_predict:
         raise ValueError("--test_file is given but --do_predict is not: add --do_predict, or leave out --test_file.")
@@ -52,25 +52,28 @@ def choose_stages(training_args, argv, has_test_data: bool = False) -> None:
         raise ValueError("--do_train, --do_eval and --do_predict are all false: nothing to do.")
 
 
-def device_defaults() -> dict:
-    """`TrainingArguments` defaults for this machine, set before parsing (so the command line still wins): with no
-    accelerator (CUDA, MPS, XPU, ...), `use_cpu=True`. Without it transformers sees no device to train on: under
-    torchrun or accelerate launch each process trains alone into the same folder instead of data-parallel, and
-    --bf16 is refused; with it the processes train data-parallel over gloo and --bf16 runs on the CPU."""
+def script_defaults() -> dict:
+    """`TrainingArguments` defaults for a script on this machine, set before parsing (so the command line still
+    wins): --do_train, --do_eval and --do_predict default to None, so `choose_stages` sees which the command line
+    named; with no accelerator (CUDA, MPS, XPU, ...), `use_cpu=True`. Without it transformers sees no device to
+    train on: under torchrun or accelerate launch each process trains alone into the same folder instead of
+    data-parallel, and --bf16 is refused; with it the processes train data-parallel over gloo and --bf16 runs on the
+    CPU."""
+    stages = dict.fromkeys(STAGES)
     accelerator = getattr(torch, "accelerator", None)
     available = accelerator.is_available() if hasattr(accelerator, "is_available") else torch.cuda.is_available()
     if available:
-        return {}
+        return stages
     # DeepSpeed, imported by transformers whenever it is installed, would warn on every run that it found no
     # accelerator and chose the CPU; it is told so beforehand (a DS_ACCELERATOR of the user's still wins).
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    return {"use_cpu": True}
+    return {**stages, "use_cpu": True}
 
 
-def check_pretraining_args(argv, training_args, data_args) -> None:
+def check_pretraining_args(training_args, data_args, default_eval_strategy: str) -> None:
     """The stages of a pretraining script (`choose_stages`; pretraining has no prediction step) and its streaming
     flags, checked before anything runs."""
-    choose_stages(training_args, argv)
+    choose_stages(training_args, default_eval_strategy=default_eval_strategy)
     if training_args.do_predict or data_args.test_file or data_args.max_predict_samples is not None:
         raise ValueError(
             "Pretraining has no prediction step (--do_predict, --test_file, --max_predict_samples): "
@@ -215,9 +218,10 @@ def run_stages(
             stages=done,
             **training,
         )
-        write_model_card(args.output_dir, args.hub_model_id)
+        if not args.push_to_hub:
+            write_model_card(args.output_dir, args.hub_model_id)
     if args.push_to_hub:
-        push_with_card(trainer)
+        push_with_card(trainer)  # the card, rendered once with the pushed commit pinned
     return results
 
 
@@ -239,66 +243,9 @@ def _measure(trainer, stage: str, sets) -> dict:
     return combined
 
 
-def write_training_info(
-    output_dir,
-    script: str,
-    task: str,
-    preset: str | None,
-    base_model: str | None,
-    dataset: dict,
-    training_args,
-    evaluation: list[dict] | None = None,
-    stages: list[str] | None = None,
-    **training,
-) -> None:
-    """`training_info.json`, read by `hf_attn_variants.hub.publish` for the model card. `dataset` is the training data;
-    `evaluation` says which data each recorded metric comes from: one entry per data set, the metrics named
-    `metric_prefix` + name + `metric_suffix` (e.g. eval_accuracy_mm), with the data's name, source, split and, for
-    a Hub dataset, `hub_id` and config. `stages`: what the run did ("train", "eval", "predict"), when not all
-    of a training run."""
-    info = {
-        "script": script_name(script),
-        "task": task,
-        "preset": None if base_model else preset,
-        "base_model": base_model if is_hub_id(base_model) else None,  # the card's base_model: a Hub id or nothing
-        "started_from": base_model,
-        "dataset": dataset,
-        "training": {
-            "max_steps": training_args.max_steps,
-            "learning_rate": training_args.learning_rate,
-            "per_device_train_batch_size": training_args.per_device_train_batch_size,
-            "seed": training_args.seed,
-            "world_size": training_args.world_size,
-            **training,
-        },
-    }
-    if evaluation is not None:
-        info["evaluation"] = evaluation
-    if stages is not None:
-        info["stages"] = stages
-    Path(output_dir).mkdir(parents=True, exist_ok=True)
-    (Path(output_dir) / "training_info.json").write_text(json.dumps(info, indent=2) + "\n")
-
-
-def write_model_card(output_dir, repo_id: str | None = None, revision: str | None = None) -> Path:
-    """README.md in `output_dir`: the card `hf_attn_variants.hub.cards.render_card` makes of the folder, addressed to
-    `repo_id` (default: the folder itself, which loads as it is) without a pinned revision until it is pushed."""
-    path = Path(output_dir) / "README.md"
-    render_card(output_dir, repo_id or str(output_dir), revision).save(path)
-    return path
-
-
-def push_with_card(trainer) -> None:
-    """Trainer's push, then our card in place of Trainer's default README, on the Hub and in the output folder."""
-    trainer.push_to_hub()
-    if trainer.is_world_process_zero():
-        published = upload_card(trainer.args.output_dir, trainer.hub_model_id, token=trainer.args.hub_token)
-        write_model_card(trainer.args.output_dir, trainer.hub_model_id, published.model_commit)
-
-
 # Where an error raised on purpose comes from: the script's folder and this package (a check that says what to
 # change), and transformers' argument parsing and validation (a bad flag).
-_PACKAGE = str(Path(__file__).resolve().parent)
+_PACKAGE = str(Path(hf_attn_variants.__file__).resolve().parent)
 _ARGUMENT_CODE = ("transformers/training_args.py", "transformers/hf_argparser.py")
 _HUB_UNREACHABLE = ("ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled")
 
