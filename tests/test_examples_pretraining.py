@@ -358,6 +358,7 @@ def test_first_step_on_two_processes_equals_one_process(tmp_path):
         ),
         (["--streaming", "--max_steps", "-1"], ValueError, "--streaming needs --max_steps"),
         (["--do_predict"], ValueError, "no prediction step"),
+        (["--do_train", "--eval_strategy", "epoch"], ValueError, "--eval_strategy epoch evaluates during training"),
         (["--max_seq_length", "256"], ValueError, "max_position_embeddings=128"),
         (
             [
@@ -400,6 +401,23 @@ def test_bad_input_fails_before_training(tmp_path, args, error, match):
             ["--preset", "bert-tiny-dot-product", "--output_dir", str(tmp_path / "x"), "--max_steps", "1", *args]
         )
     assert not (tmp_path / "x" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    "stages,evaluated",
+    [([], True), (["--do_train"], False), (["--do_train", "--do_eval"], True), (["--do_tr", "--do_ev"], True)],
+)
+def test_the_stages_named_are_the_stages_run(tmp_path, stages, evaluated):
+    """No stage flag: train and evaluate, also during training (the script's --eval_strategy steps); the flags
+    named (argparse's abbreviations too): exactly those, so --do_train alone evaluates nothing, not even during
+    training."""
+    out = tmp_path / "run"
+    argv = ["--preset", "bert-tiny-dot-product", "--output_dir", str(out), "--max_steps", "4", "--eval_steps", "2"]
+    metrics = run_pretraining.main([*argv, "--max_seq_length", "32", "--max_eval_samples", "8", *stages])
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    during = [entry["step"] for entry in history if "eval_loss" in entry]
+    assert ("eval_loss" in metrics, during == [2, 4]) == (evaluated, evaluated)
+    assert metrics["train_loss"] > 0  # every case trains
 
 
 @pytest.mark.parametrize("choice", ["closed_form", "profile"])
