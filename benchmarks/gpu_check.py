@@ -19,8 +19,8 @@ and the next one still runs. The exit status is 0 when every stage passed, 1 oth
 
 Stages:
 - tests: `pytest tests` with HAV_TEST_DEVICE=cuda (the device-marked modules: parity, variants, generation, T5,
-  bf16/fp16 precision; the example scripts train on the GPU through Trainer). tests/test_scaleout.py is left out:
-  it runs CPU processes by design and gives the same result here as anywhere; tests/test_talking_heads_triton.py
+  bf16/fp16 precision; the example scripts train on the GPU through Trainer). tests/training/test_scaleout.py is left out:
+  it runs CPU processes by design and gives the same result here as anywhere; tests/kernels/test_talking_heads_triton.py
   runs in the kernel-tests stage (its compilations alone would fill this stage).
 - bench: benchmarks/bench_attention.py --device cuda --dtype bfloat16, BERT-base shapes (width 768, 12 heads,
   batch 8), n = 512 and 2048, fwd and fwd+bwd, every variant against transformers' SDPA (and flash-attn).
@@ -28,14 +28,14 @@ Stages:
 - research (only with --research): experiments/talking_heads.py --device cuda --parallel 2, the two 400-step cells
   dot product and talking heads at h = 16, seed 0, at once on the GPU, into their own results file; the summary
   gives each eval loss beside the CPU row of experiments/results.jsonl.
-- kernel-tests (only with --kernel): tests/test_talking_heads_triton.py on CUDA, the Triton talking-heads kernel
+- kernel-tests (only with --kernel): tests/kernels/test_talking_heads_triton.py on CUDA, the Triton talking-heads kernel
   compiled (not interpreted) against the einsum reference, every case of the table, float32 within 1e-5, bfloat16.
 - kernel (only with --kernel): benchmarks/bench_kernel.py, the kernel against the eager core and SDPA (flash) at
   BERT-base shapes (batch 8, 12 heads of 64), n = 512, 2048, 4096, bf16 and fp32: forward+backward time, peak
   memory, largest difference from the eager core in float32.
 - zero2: the same through torchrun and examples/deepspeed/zero2.json (one process per GPU, at most 2).
 - fsdp: accelerate launch --config_file examples/accelerate/fsdp.yaml (one process per GPU, at most 2): Trainer
-  with accelerate's own FSDP2 preparation, tested on CPU processes by tests/test_scaleout.py but not yet on a GPU;
+  with accelerate's own FSDP2 preparation, tested on CPU processes by tests/training/test_scaleout.py but not yet on a GPU;
   the stage records what this machine does.
 """
 
@@ -87,7 +87,15 @@ def stages(out: Path, gpus: int, research: bool = False, kernel: bool = False) -
                 name="kernel-tests",
                 limit=250,
                 env={"HAV_TEST_DEVICE": "cuda"},
-                command=[PY, "-m", "pytest", "tests/test_talking_heads_triton.py", "-q", "-p", "no:cacheprovider"],
+                command=[
+                    PY,
+                    "-m",
+                    "pytest",
+                    "tests/kernels/test_talking_heads_triton.py",
+                    "-q",
+                    "-p",
+                    "no:cacheprovider",
+                ],
             ),
             dict(
                 name="kernel",
@@ -141,9 +149,9 @@ def stages(out: Path, gpus: int, research: bool = False, kernel: bool = False) -
                 "-p",
                 "no:cacheprovider",
                 "--ignore",
-                "tests/test_scaleout.py",
+                "tests/training/test_scaleout.py",
                 "--ignore",
-                "tests/test_talking_heads_triton.py",
+                "tests/kernels/test_talking_heads_triton.py",
             ],
         ),
         dict(

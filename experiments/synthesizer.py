@@ -49,7 +49,7 @@ VARIANTS = {
 # The baseline: claim (a)'s dot product at h = 4, lr 1e-3 (same preset, overrides and training).
 SHORT_ALIASES = {(CLAIM, "dot-product", SIZE): ("talking_heads", "dot-product", SIZE)}
 # Past the plateau: SCREEN_PICK holds the rate cells.SCREEN_RULE picked from the screen (None: not yet run; the
-# long cells then train at cells.PENDING_LR and are not to be run). tests/test_experiments.py checks it against
+# long cells then train at cells.PENDING_LR and are not to be run). tests/repository/test_experiments.py checks it against
 # the rule applied to the results file (report.screen_pick).
 SCREEN_PICK = {
     "dot-product": "5e-4",

@@ -37,7 +37,7 @@ Variants (config fields on top of the preset; talking heads: both maps, the pape
    the 40 of cells.TRAINING: at width 384 and 6 layers the 40-step screens stalled where the long cells trained, so
    a screen at this depth warms up as the long cells do). Each variant's long learning rate follows cells.SCREEN_RULE
    (with this claim's reference point); SCREEN_PICK records it (None while the screen has not run: the long cells
-   are then defined at cells.PENDING_LR and are NOT to be run; tests/test_experiments_t5.py fails while a finished
+   are then defined at cells.PENDING_LR and are NOT to be run; tests/repository/test_experiments_t5.py fails while a finished
    screen's pick is not written down).
 2. the long cells: 1600 steps (4.0 passes over the training blocks: an epoch is 398 steps), evaluated every 200,
    three seeds, seed-major. Held-out and training loss; the long table's figure pairs each variant with dot product

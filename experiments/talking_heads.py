@@ -83,7 +83,7 @@ ADAFACTOR_SIZE = "h16-adafactor-lr1e-2"
 
 # Past the plateau (steps 6 and 7), with the committed tokenizer. The screened variants' long learning rate follows
 # cells.SCREEN_RULE, written down before the screen ran: SCREEN_PICK holds the rate it picked (None: the screen has
-# not run, and the long cells train at the placeholder cells.PENDING_LR, not to be run). tests/test_experiments.py
+# not run, and the long cells train at the placeholder cells.PENDING_LR, not to be run). tests/repository/test_experiments.py
 # checks SCREEN_PICK against the rule applied to the results file (report.screen_pick).
 SCREEN_PICK = {"th-hk8-h16-hv8": "1e-3"}  # the screen, 2026-12-02
 SCREENED = tuple(SCREEN_PICK)

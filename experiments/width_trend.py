@@ -23,7 +23,7 @@ Variants, each as at width 256 (the same config fields, read from the claim scri
    cheaper), every variant: a learning rate screened at width 256 need not be the best at another width. Each
    variant's long learning rate follows cells.SCREEN_RULE (written before any of these screens ran): SCREEN_PICK
    records it per width and heads (None while the screen has not run: the long cells are then defined at the
-   placeholder cells.PENDING_LR and are NOT to be run; tests/test_experiments.py fails while a finished screen's
+   placeholder cells.PENDING_LR and are NOT to be run; tests/repository/test_experiments.py fails while a finished screen's
    pick is not written down).
 2. the long cells: 1600 steps (3.6 passes), evaluated every 200 steps, three seeds, seed-major (width 128's cells
    of a seed before width 384's). Held-out and training loss are both reported.

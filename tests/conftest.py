@@ -269,3 +269,17 @@ def sharpen_t5(model):
 @pytest.fixture(params=list(VARIANTS))
 def variant(request):
     return request.param
+
+
+class TinyBatches(torch.utils.data.Dataset):
+    """A masked-LM data set of random ids of the tiny configs' vocabulary, the same in every process."""
+
+    def __init__(self, n=16, seq=8):
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(1, TINY["vocab_size"], (n, seq), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones_like(self.ids[i]), "labels": self.ids[i]}

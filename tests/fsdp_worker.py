@@ -1,5 +1,5 @@
 """A few training steps of a BERT, an ALBERT and a T5 model under FSDP2 as accelerate prepares it, on CPU processes
-(gloo); run by tests/test_scaleout.py, not collected by pytest.
+(gloo); run by tests/training/test_scaleout.py, not collected by pytest.
 
     accelerate launch --config_file examples/accelerate/fsdp.yaml --num_processes 2 --mixed_precision no \
         tests/fsdp_worker.py OUTPUT_DIR         # FSDP2: every rank trains its half of each global batch

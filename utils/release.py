@@ -86,7 +86,7 @@ NOT_HYPERPARAMETERS = (
 KJV = "King James Bible (KJV)"
 # The usage examples of the cards: a sentence of each model's own training text, the masked words in braces (one word
 # for fill-mask; T5's span corruption puts a sentinel in each). Genesis 1:1 is in the KJV's training chapters
-# (tests/test_model_cards.py checks it), the CYNIC line in The Devil's Dictionary (checked there too) and not among the
+# (tests/hub/test_model_cards.py checks it), the CYNIC line in The Devil's Dictionary (checked there too) and not among the
 # rows the main job's run held out for validation (seed 42: the blocks of 32 rows holding PATIENCE and PEACE are).
 KJV_EXAMPLE = "In the beginning God created the heaven and the {earth}."
 DEVILS_DICTIONARY_EXAMPLE = (
@@ -535,7 +535,7 @@ record of the run that trained the model; none is written by hand. This folder i
 python utils/release.py cards
 ```
 
-`tests/test_model_cards.py` fails when a file here differs from what that command renders.
+`tests/hub/test_model_cards.py` fails when a file here differs from what that command renders.
 
 ## The release set
 

@@ -13,7 +13,7 @@ What differs from transformers' `modeling_albert.py`:
   is the same. By default the logits are full `[b, n, vocab]`, as transformers' heads give them;
 - layers are `GradientCheckpointingLayer`s: activation checkpointing works (transformers' ALBERT has none);
 - the embeddings, `_init_weights` and the token-classification, QA, classification and multiple-choice heads are
-  VariantBERT's, marked `# Copied from` (tests/test_copies.py keeps them equal): the embeddings accept BERT's
+  VariantBERT's, marked `# Copied from` (tests/models/test_copies.py keeps them equal): the embeddings accept BERT's
   `cache_length` (always 0 here);
 - `config.auto_map` names every head, so a saved checkpoint loads through any `AutoModel*` class with
   `trust_remote_code=True` without this package installed;

@@ -4,7 +4,7 @@ type has and its keys/values through a cache, the keys' positions, Admin's resid
 positions (the `sparse_prediction` argument), and the losses of the classification and span-QA heads.
 
 What a family keeps readable top to bottom (embeddings, heads) and repeats from another family is marked
-`# Copied from modeling_variant_<family>.<name> with A->B`; tests/test_copies.py keeps each copy equal to its original.
+`# Copied from modeling_variant_<family>.<name> with A->B`; tests/models/test_copies.py keeps each copy equal to its original.
 
 Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
 """
