@@ -32,13 +32,13 @@ from .models.configuration_variant_attention import (  # first: the transformers
 from ._moved import MOVED_MODULES, install_moved_modules
 from .attention_tools import AttentionTools, register_attention_type
 from .models import modeling_variant_albert, modeling_variant_bert, modeling_variant_t5
+from .models.attention_base import VariantAttentionCore
+from .models.attention_synthesizer import SynthesizerAttention
 from .models.attention_variants import (
     ATTENTION_CLASSES,
     DotProductAttention,
     GeneralBilinearAttention,
-    SynthesizerAttention,
     TalkingHeadsAttention,
-    VariantAttentionCore,
     attention_core,
 )
 from .models.configuration_variant_albert import VariantAlbertConfig

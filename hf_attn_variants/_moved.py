@@ -18,7 +18,6 @@ MOVED_MODULES = {
     **{
         name: f"models.{name}"
         for name in (
-            "attention_variants",
             "configuration_variant_albert",
             "configuration_variant_attention",
             "configuration_variant_bert",
@@ -46,6 +45,8 @@ MOVED_MODULES = {
             "vocabularies",
         )
     },
+    # split: the types and their registry, the Synthesizer, the base they share
+    "attention_variants": ("models.attention_variants", "models.attention_synthesizer", "models.attention_base"),
     # publish.py was split: checks and uploads, what a card says, what a config.json is
     "publish": ("hub.publish", "hub.cards", "attention_tools"),
 }

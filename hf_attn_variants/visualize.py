@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from .families import family_of
-from .models.attention_variants import ATTENTION_CLASSES, synthesizer_logits
+from .models.attention_synthesizer import synthesizer_logits
+from .models.attention_variants import ATTENTION_CLASSES
 
 DRAWN_TYPES = ("talking_heads", "synthesizer")
 DEFAULT_LENGTH = 32  # positions of a Random synthesizer drawn without an input

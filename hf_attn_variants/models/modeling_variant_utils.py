@@ -21,7 +21,7 @@ from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import logging
 
-from .attention_variants import PackedSequences, VariantAttentionCore
+from .attention_base import PackedSequences, VariantAttentionCore
 from .configuration_variant_attention import ATTENTION_REGISTRY, VARIANT_CONFIG_DEFAULTS
 
 logger = logging.get_logger(__name__)

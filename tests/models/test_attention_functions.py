@@ -19,6 +19,7 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 
 import hf_attn_variants as hav
 from conftest import VARIANTS, make_config
+from hf_attn_variants.models import attention_synthesizer as synthesizer
 from hf_attn_variants.models import attention_variants as av
 from hf_attn_variants.models.talking_heads_blockwise import softmax_keys, talking_heads_reference
 
@@ -77,8 +78,8 @@ def test_every_function_has_transformers_signature():
     functions = [
         av.dot_product_eager_forward,
         av.talking_heads_attention_forward,
-        av.synthesizer_eager_forward,
-        av.synthesizer_sdpa_forward,
+        synthesizer.synthesizer_eager_forward,
+        synthesizer.synthesizer_sdpa_forward,
         av.general_bilinear_eager_forward,
     ]
     for fn in functions:
@@ -153,13 +154,15 @@ def test_synthesizer_sdpa_fold_equals_its_eager_function(monkeypatch, variant, p
     """Every mixture folds: `synthesizer_sdpa_forward` gives what the eager function gives (with T5's position bias
     too), in one call and, for a large attention (here every one), one batch row at a time over its real keys."""
     if per_row:
-        monkeypatch.setattr(av, "SDPA_PER_ROW_ELEMENTS", 1)
+        monkeypatch.setattr(synthesizer, "SDPA_PER_ROW_ELEMENTS", 1)
     core, x, query, key, value, mask = layer_and_inputs(variant)
-    assert core.attention_function("sdpa", False, 0.0, x.device) is av.synthesizer_sdpa_forward
+    assert core.attention_function("sdpa", False, 0.0, x.device) is synthesizer.synthesizer_sdpa_forward
     bias = torch.randn(1, 4, 7, 7)
     with torch.no_grad():
-        expected, weights = call(av.synthesizer_eager_forward, core, x, query, key, value, mask, position_bias=bias)
-        fused, none = call(av.synthesizer_sdpa_forward, core, x, query, key, value, mask, position_bias=bias)
+        expected, weights = call(
+            synthesizer.synthesizer_eager_forward, core, x, query, key, value, mask, position_bias=bias
+        )
+        fused, none = call(synthesizer.synthesizer_sdpa_forward, core, x, query, key, value, mask, position_bias=bias)
     assert none is None and weights.shape == (2, 4, 7, 7)
     torch.testing.assert_close(fused, expected, **CLOSE)
 

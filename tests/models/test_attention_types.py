@@ -19,7 +19,7 @@ import hf_attn_variants as hav
 from hf_attn_variants import attention_tools, presets
 from hf_attn_variants.families import FAMILIES
 from hf_attn_variants.hub import cards
-from hf_attn_variants.models import attention_variants, configuration_variant_attention
+from hf_attn_variants.models import attention_base, attention_variants, configuration_variant_attention
 from hf_attn_variants.models.talking_heads_blockwise import softmax_keys
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,7 @@ def test_every_type_runs_in_the_test_table():
 
 
 # ----------------------------------------------------------------------------- a new type: a class and a registration
-class TemperatureAttention(attention_variants.VariantAttentionCore):
+class TemperatureAttention(attention_base.VariantAttentionCore):
     """A toy type: dot-product attention with a learned temperature per head (1 at init: plain dot product)."""
 
     def __init__(self, spec):
@@ -103,7 +103,7 @@ class TemperatureAttention(attention_variants.VariantAttentionCore):
 def temperature_forward(
     module, query, key, value, attention_mask, scaling=None, dropout=0.0, *, position_bias=None, **kwargs
 ):
-    bias = attention_variants.attention_bias(module, attention_mask, position_bias, query.shape[2], value)
+    bias = attention_base.attention_bias(module, attention_mask, position_bias, query.shape[2], value)
     logits = torch.matmul(query, key.transpose(2, 3)) * (module.scaling * module.temperature[:, None, None])
     weights = F.dropout(softmax_keys(logits if bias is None else logits + bias), p=dropout, training=module.training)
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights

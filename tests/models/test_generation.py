@@ -13,8 +13,8 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
 from conftest import FAMILIES, TINY, TINY_CONFIGS, VARIANTS, build, encoder_inputs, head_kind, on_device, sharpen_t5
-from hf_attn_variants.models import attention_variants
-from hf_attn_variants.models.attention_variants import SynthesizerAttention
+from hf_attn_variants.models import attention_synthesizer
+from hf_attn_variants.models.attention_synthesizer import SynthesizerAttention
 from hf_attn_variants.models.modeling_variant_utils import CACHE_FIELD
 
 pytestmark = pytest.mark.device
@@ -255,7 +255,9 @@ def test_left_padding_leaves_logits_unchanged(variant, head, implementation, mon
             # tokens before it, which the position ids give: tests/models/test_unpadding.py)
             model.config.unpad = False
             monkeypatch.setattr(
-                attention_variants, "synthesizer_positions", lambda key_positions, n, m: (slice(m - n, m), slice(0, m))
+                attention_synthesizer,
+                "synthesizer_positions",
+                lambda key_positions, n, m: (slice(m - n, m), slice(0, m)),
             )
             misread = _read(head, model, padded_ids, padded_mask, padded_mask)
             assert (misread - plain).abs().max() > 1e-4

@@ -15,9 +15,9 @@ import torch
 import hf_attn_variants as hav
 from conftest import TINY_CONFIGS, VARIANTS
 from hf_attn_variants.families import FAMILIES
-from hf_attn_variants.models import attention_variants
+from hf_attn_variants.models import attention_synthesizer
 from hf_attn_variants.models import talking_heads_blockwise as blockwise
-from hf_attn_variants.models.attention_variants import padding_lengths
+from hf_attn_variants.models.attention_base import padding_lengths
 
 EVERY_COMPONENT = ["dot_product", "dense", "random", "factorized_dense", "factorized_random"]
 # variant -> its fields: talking heads' static maps (the dynamic ones take the autograd core), every synthesizer
@@ -76,11 +76,11 @@ def inputs(padded: bool, batch: int = 3, seq: int = 11) -> dict:
 def fast_paths(monkeypatch, variant: str, per_row: bool) -> dict:
     """Spies on the paths an inference call of `variant` should take; with `per_row`, every attention is large."""
     if per_row:
-        monkeypatch.setattr(attention_variants, "SDPA_PER_ROW_ELEMENTS", 1)
+        monkeypatch.setattr(attention_synthesizer, "SDPA_PER_ROW_ELEMENTS", 1)
     if variant.startswith("talking_heads"):
         return {"core": spy(monkeypatch, blockwise, "talking_heads_inference")}
-    paths = {"core": spy(monkeypatch, attention_variants, "synthesizer_sdpa_forward")}
-    paths["rows"] = spy(monkeypatch, attention_variants, "_synthesizer_rows")
+    paths = {"core": spy(monkeypatch, attention_synthesizer, "synthesizer_sdpa_forward")}
+    paths["rows"] = spy(monkeypatch, attention_synthesizer, "_synthesizer_rows")
     return paths
 
 

@@ -14,7 +14,7 @@ import torch
 
 from conftest import TINY, VARIANTS, at_real_tokens, build, on_device
 from hf_attn_variants.isolation import run_isolated
-from hf_attn_variants.models.attention_variants import PackedSequences
+from hf_attn_variants.models.attention_base import PackedSequences
 
 pytestmark = pytest.mark.device  # on HAV_TEST_DEVICE (a GPU where there is one): the packed layout runs there too
 
