@@ -48,6 +48,7 @@ from hf_attn_variants.training.data_loading import (
     pretraining_splits,
     split_info,
 )
+from hf_attn_variants.training.learning_checks import check_first_batch_of
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
     align_tokenizer,
@@ -387,6 +388,10 @@ def main(argv=None) -> dict:
 
     collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking, training_args.seed)
     train_set, eval_set = training_sets(raw, tokenizer, column, data_args, training_args)
+    # a run that cannot learn, or be measured, stops here, before training
+    for data, split in ((train_set, "training"), (eval_set, "validation")):
+        if data is not None:
+            check_first_batch_of(data, collator, training_args.per_device_train_batch_size, tokenizer, split=split)
     if eval_set is None:
         training_args.eval_strategy = "no"
 

@@ -42,6 +42,7 @@ from hf_attn_variants.training.data_loading import (
     pretraining_splits,
     split_info,
 )
+from hf_attn_variants.training.learning_checks import check_first_batch_of
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
     align_tokenizer,
@@ -181,6 +182,12 @@ def main(argv=None) -> dict:
             "or a smaller --max_seq_length."
         )
 
+    # a run that cannot learn, or be measured, stops here, before training
+    for data, split in ((train_set, "training"), (eval_set, "validation")):
+        if data is not None:
+            check_first_batch_of(
+                data, collator, training_args.per_device_train_batch_size, tokenizer, "target", split=split
+            )
     timer = StepTimer()
     training_args.remove_unused_columns = False
     trainer = Trainer(

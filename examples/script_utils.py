@@ -20,6 +20,7 @@ import hf_attn_variants
 from hf_attn_variants.hub.cards import write_model_card
 from hf_attn_variants.hub.publish import push_with_card
 from hf_attn_variants.training.data_loading import check_streaming
+from hf_attn_variants.training.learning_checks import StopOnNonFinite
 from hf_attn_variants.training.run_record import write_training_info
 
 STAGES = ("do_train", "do_eval", "do_predict")  # TrainingArguments' stage flags
@@ -84,10 +85,11 @@ def check_pretraining_args(training_args, data_args, default_eval_strategy: str)
 
 def settle_training_args(training_args) -> None:
     """Settings that make a correct run look broken, or do less than asked: pinned memory without CUDA (a warning
-    at every evaluation) is turned off (this changes `training_args`); warm-up that lasts the whole run gets a
-    warning."""
+    at every evaluation) is turned off, and a NaN training loss is logged as it is (this changes `training_args`);
+    warm-up that lasts the whole run gets a warning."""
     if not torch.cuda.is_available():
         training_args.dataloader_pin_memory = False
+    training_args.logging_nan_inf_filter = False  # a NaN loss is logged as NaN, and stops the run (StopOnNonFinite)
     warmup = training_args.warmup_steps
     if training_args.max_steps > 0 and warmup >= 1 and warmup >= training_args.max_steps:
         warnings.warn(
@@ -175,6 +177,7 @@ def run_stages(
     the checkpoint its card and metrics describe. Returns all metrics."""
     args = trainer.args
     results = {}
+    trainer.add_callback(StopOnNonFinite())  # a NaN or infinite loss stops the run before it is recorded
     if args.do_train:
         train_result = trainer.train(resume_from_checkpoint=resume_checkpoint(args))
         metrics = {

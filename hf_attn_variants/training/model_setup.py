@@ -206,6 +206,28 @@ def _holds_text(dataset, column: str) -> bool:
     return isinstance(feature, Value) and feature.dtype in ("string", "large_string")
 
 
+# the files a saved tokenizer leaves in a folder (any one of them: a fast tokenizer's, a WordPiece or SentencePiece one's)
+TOKENIZER_FILE_NAMES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def check_holds_tokenizer(model_name_or_path: str) -> None:
+    """A local model folder a run takes its tokenizer from holds one: without, transformers hands back an empty
+    tokenizer of a few special tokens, every word becomes [UNK] and the run learns nothing."""
+    folder = Path(model_name_or_path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILE_NAMES):
+        raise ValueError(
+            f"--model_name_or_path {model_name_or_path} holds a model and no tokenizer: pass --tokenizer_name "
+            "with the tokenizer the model was trained with (or save it into the folder: "
+            "tokenizer.save_pretrained(folder))."
+        )
+
+
 def load_tokenizer(model_args, family: str, data_args, training_args, train=None, columns=(), corpus=None):
     """The run's tokenizer: --tokenizer_name's, else the checkpoint's (--model_name_or_path), else the project's
     tokenizer of the family (`FAMILIES[family].tokenizer`, --vocab_size; `train_tokenizer`), trained on the run's
@@ -214,6 +236,8 @@ def load_tokenizer(model_args, family: str, data_args, training_args, train=None
     (the script's embedded corpus). Under torchrun the main process trains it first and the others read its
     cache."""
     with training_args.main_process_first(desc="the tokenizer"):
+        if not model_args.tokenizer_name and model_args.model_name_or_path:
+            check_holds_tokenizer(model_args.model_name_or_path)
         if model_args.tokenizer_name or model_args.model_name_or_path:
             # trust_remote_code: our checkpoints' config names their code; without it transformers asks on the terminal
             return AutoTokenizer.from_pretrained(

@@ -94,10 +94,20 @@ def masked_lm_sums(logits, labels):
     return tuple(outputs)
 
 
+def _check_counted(count, what: str) -> None:
+    """An evaluation that counts no token has no loss: a ValueError, not a NaN recorded as the result."""
+    if float(count.sum()) == 0:
+        raise ValueError(
+            f"The evaluation set has no {what} token: its loss is undefined. Check --mlm_probability / "
+            "--noise_density and that the validation text gives tokens at all."
+        )
+
+
 def masked_lm_metrics(prediction) -> dict:
     """`compute_metrics` after `masked_lm_sums`: `mlm_loss` (the mean over every labelled token of the set, as one
     batch would give it), `perplexity`, and `sentence_accuracy` with NSP/SOP labels."""
     nll, count, *sentence = prediction.predictions
+    _check_counted(count, "masked")
     metrics = {"mlm_loss": float(nll.sum() / count.sum())}
     metrics["perplexity"] = math.exp(min(metrics["mlm_loss"], 50.0))
     if sentence:
@@ -119,6 +129,7 @@ def span_corruption_metrics(prediction) -> dict:
     """`compute_metrics` after `span_corruption_sums`: `target_loss` (the mean over every target token of the set),
     `perplexity` and `target_token_accuracy`."""
     nll, count, correct = prediction.predictions
+    _check_counted(count, "target")
     loss = float(nll.sum() / count.sum())
     return {
         "target_loss": loss,

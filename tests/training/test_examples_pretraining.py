@@ -4,6 +4,7 @@ collators, the same first step on 1 and 2 processes (torchrun), and clear errors
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -12,10 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from transformers import BertTokenizerFast
 
+import hf_attn_variants as hav
 import run_pretraining
 import run_t5_pretraining
 from hf_attn_variants.isolation import run_isolated
+from hf_attn_variants.presets import preset_config
 from hf_attn_variants.training import pretraining_data
 from hf_attn_variants.training.data_collators import (
     DataCollatorForT5SpanCorruption,
@@ -880,6 +884,65 @@ def test_pretraining_from_a_hub_model_by_name(hub, tmp_path):
     assert info["base_model"] == info["started_from"] == "tester/tiny-bert" and info["preset"] is None
     assert card_metadata_errors((out / "README.md").read_text()) == []
     assert ModelCard((out / "README.md").read_text()).data.base_model == "tester/tiny-bert"
+
+
+def _cannot_learn_case(case: str, tmp_path) -> list[str]:
+    """The flags of a run that cannot learn, and what it needs on disk."""
+    specials = tmp_path / "specials.txt"  # text of special tokens only: nothing the masking may choose
+    specials.write_text("[SEP] [PAD] [SEP] [PAD] [SEP]\n" * 400)
+    if case in ("a model folder without its tokenizer", "ids beyond the embeddings"):
+        config = preset_config("bert-tiny-dot-product", vocab_size=8000 if case.startswith("a model") else 100)
+        hav.VariantBertForMaskedLM(config).save_pretrained(tmp_path / "model")  # the model only
+        extra = ["--tokenizer_name", str(EXAMPLES / "data" / "kjv-wordpiece-8000")] if case.startswith("ids") else []
+        return ["--model_name_or_path", str(tmp_path / "model"), "--attention_type", "talking_heads", *extra]
+    if case == "a tokenizer that does not cover the text":
+        vocab = tmp_path / "vocab.txt"
+        vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a"]) + "\n")
+        BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(tmp_path / "tokenizer")
+        return ["--preset", "bert-tiny-dot-product", "--tokenizer_name", str(tmp_path / "tokenizer")]
+    if case == "no masked token in training":
+        return ["--preset", "bert-tiny-dot-product", "--train_file", str(specials), "--max_seq_length", "16"]
+    if case == "no masked token in validation":
+        return ["--preset", "bert-tiny-dot-product", "--train_file", str(CORPUS), "--validation_file", str(specials)]
+    assert case == "a loss that turns NaN"
+    return [
+        "--preset",
+        "bert-tiny-dot-product",
+        "--learning_rate",
+        "1e30",
+        "--logging_steps",
+        "5",
+        "--max_steps",
+        "30",
+    ]
+
+
+CANNOT_LEARN = {
+    "a model folder without its tokenizer": "holds a model and no tokenizer: pass --tokenizer_name",
+    "a tokenizer that does not cover the text": r"of the first training batch's tokens are \[UNK\]",
+    "no masked token in training": "The first training batch has no masked token",
+    "no masked token in validation": "The first validation batch has no masked token",
+    "ids beyond the embeddings": "The tokenizer has 8000 tokens but the model only 100",
+    "a loss that turns NaN": r"step 5: loss is nan, so the run stopped",
+}
+
+
+@pytest.mark.parametrize("case", sorted(CANNOT_LEARN))
+def test_a_run_that_cannot_learn_stops_with_one_line(tmp_path, case):
+    """As a user runs the script: exit status 1, one line naming the cause, and nothing recorded as a result (no
+    metrics, no card); the NaN run after 5 steps, every other one before training."""
+    out = tmp_path / "out"
+    command = [sys.executable, str(EXAMPLES / "run_pretraining.py"), "--output_dir", str(out), "--max_steps", "3"]
+    command += ["--disable_tqdm", "true", *_cannot_learn_case(case, tmp_path)]
+    proc = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("run_pretraining.py: error: ") and re.search(CANNOT_LEARN[case], last), last
+    assert "Traceback" not in proc.stderr
+    recorded = [p.name for p in out.glob("*") if p.name in ("all_results.json", "train_results.json", "README.md")]
+    assert recorded == []
 
 
 def _closed_port() -> str:

@@ -160,3 +160,33 @@ def test_evaluation_sums_give_the_whole_sets_loss(tmp_path, head, variant, spars
     if "PreTraining" in head:
         order = output.sop_logits.argmax(-1) == inputs["sentence_order_label"]
         assert metrics["eval_sentence_accuracy"] == pytest.approx(order.float().mean().item())
+
+
+@pytest.mark.parametrize("metrics,parts", [("masked_lm_metrics", 2), ("span_corruption_metrics", 3)])
+def test_an_evaluation_that_counts_no_token_is_an_error_not_nan(metrics, parts):
+    """The sums of a set without one labelled token: a ValueError naming it, never a NaN loss recorded as a result;
+    one labelled token is enough."""
+    import numpy as np
+    from transformers import EvalPrediction
+
+    from hf_attn_variants.training import trainer as pieces
+
+    summarise = getattr(pieces, metrics)
+    with pytest.raises(ValueError, match="The evaluation set has no .* token"):
+        summarise(EvalPrediction(predictions=(np.zeros(2),) * parts, label_ids=None))
+    one = (np.array([2.0, 0.0]), np.array([1.0, 0.0]), np.array([1.0, 0.0]))[:parts]
+    assert all(math.isfinite(v) for v in summarise(EvalPrediction(predictions=one, label_ids=None)).values())
+
+
+@pytest.mark.parametrize("logs", [{"loss": float("nan")}, {"grad_norm": float("inf")}, {"eval_loss": float("nan")}])
+def test_a_non_finite_loss_or_gradient_stops_the_run_naming_the_step(logs):
+    from transformers import TrainerControl, TrainerState
+
+    from hf_attn_variants.training.learning_checks import StopOnNonFinite
+
+    state = TrainerState()
+    state.global_step = 7
+    args = TrainingArguments(output_dir="unused", report_to=[], use_cpu=True)
+    with pytest.raises(ValueError, match=f"step 7: {next(iter(logs))} is (nan|inf)"):
+        StopOnNonFinite().on_log(args, state, TrainerControl(), logs=logs)
+    StopOnNonFinite().on_log(args, state, TrainerControl(), logs={"loss": 2.5, "grad_norm": 1.0})  # finite: goes on
