@@ -6,13 +6,13 @@ evaluation set, predict each prediction set, then the run's record and model car
 line (`run_script`).
 """
 
-import os
 import sys
 import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import huggingface_hub
 import torch
 from transformers.trainer_utils import IntervalStrategy, get_last_checkpoint
 
@@ -63,12 +63,7 @@ def script_defaults() -> dict:
     stages = dict.fromkeys(STAGES)
     accelerator = getattr(torch, "accelerator", None)
     available = accelerator.is_available() if hasattr(accelerator, "is_available") else torch.cuda.is_available()
-    if available:
-        return stages
-    # DeepSpeed, imported by transformers whenever it is installed, would warn on every run that it found no
-    # accelerator and chose the CPU; it is told so beforehand (a DS_ACCELERATOR of the user's still wins).
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    return {**stages, "use_cpu": True}
+    return stages if available else {**stages, "use_cpu": True}
 
 
 def check_pretraining_args(training_args, data_args, default_eval_strategy: str) -> None:
@@ -263,9 +258,15 @@ def user_error(error: BaseException, script_folder: str) -> str | None:
         chain.append(cause)
         cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
     if any(type(e).__name__ in _HUB_UNREACHABLE for e in chain):
+        reason = f"{type(chain[-1]).__name__}: {chain[-1]}"
+        if huggingface_hub.constants.HF_HUB_OFFLINE:  # offline by choice: a Hub name was given all the same
+            return (
+                f"the run needs the Hugging Face Hub, and HF_HUB_OFFLINE is set ({reason}). Give local paths (a "
+                "model folder, --train_file) and leave out --push_to_hub, or unset HF_HUB_OFFLINE."
+            )
         return (
-            f"the Hugging Face Hub cannot be reached ({type(chain[-1]).__name__}: {chain[-1]}). Check the network "
-            "(or HF_ENDPOINT), or work offline: HF_HUB_OFFLINE=1 with local paths and without --push_to_hub."
+            f"the Hugging Face Hub cannot be reached ({reason}). Check the network (or HF_ENDPOINT), or work "
+            "offline: HF_HUB_OFFLINE=1 with local paths and without --push_to_hub."
         )
     if isinstance(error, (ValueError, FileNotFoundError)) and error.__traceback__ is not None:
         raised_in = traceback.extract_tb(error.__traceback__)[-1].filename

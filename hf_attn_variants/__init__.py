@@ -10,6 +10,7 @@ The pieces for training with `Trainer` (`MaskedLMCollator`, `DataCollatorForT5Sp
 """
 
 import importlib
+import os
 
 # The package's version, read by pyproject.toml (`[tool.setuptools.dynamic]`); the modeling and configuration files,
 # which checkpoints carry as remote code, never read it.
@@ -91,6 +92,21 @@ _register(VariantBertConfig, modeling_variant_bert)
 _register(VariantAlbertConfig, modeling_variant_albert)
 _register(VariantT5Config, modeling_variant_t5)
 install_moved_modules()
+
+
+def _cpu_for_deepspeed() -> None:
+    """DeepSpeed, which transformers and accelerate import wherever it is installed (saving a model does), warns on
+    every run without an accelerator that it found none and chose the CPU, also where DeepSpeed is not used. Where
+    torch sees no accelerator, it is told the CPU beforehand (a DS_ACCELERATOR of the user's wins)."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    available = accelerator.is_available() if hasattr(accelerator, "is_available") else torch.cuda.is_available()
+    if not available:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+_cpu_for_deepspeed()
 
 # name -> the package-only module that defines it, imported on first access (`__getattr__`)
 _LAZY = {

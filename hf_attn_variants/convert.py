@@ -18,6 +18,7 @@ parameters start at their function-preserving values, and the verification prove
 import contextlib
 import copy
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -169,10 +170,14 @@ def _quiet_loading():
     expected here: `_check_loaded` accepts exactly those parameters and `_mismatch` proves the outputs equal."""
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()
+    ours = logging.getLogger(__package__)  # the models' "Warm start: ..." line: convert reports for itself
+    level = ours.level
+    ours.setLevel(logging.ERROR)
     try:
         yield
     finally:
         transformers.logging.set_verbosity(verbosity)
+        ours.setLevel(level)
 
 
 def _load(model_class, source: Path, **kwargs):

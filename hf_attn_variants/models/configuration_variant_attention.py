@@ -270,6 +270,11 @@ def _head_width(config, field_name: str, heads: int) -> int:
     return config.hidden_size // heads
 
 
+def _heads_field(config, name: str) -> str:
+    """The field that gave a head count: `name` where the user set it, else `num_attention_heads` (its default)."""
+    return name if _field(config, name) else "num_attention_heads"
+
+
 def _field(config, name):
     return getattr(config, name, VARIANT_CONFIG_DEFAULTS[name])
 
@@ -317,8 +322,8 @@ def _resolve_talking_heads(config, common: dict) -> dict:
     return dict(
         num_key_heads=h_k,
         num_value_heads=h_v,
-        key_head_size=_head_width(config, "talking_heads_num_key_heads", h_k),
-        value_head_size=_head_width(config, "talking_heads_num_value_heads", h_v),
+        key_head_size=_head_width(config, _heads_field(config, "talking_heads_num_key_heads"), h_k),
+        value_head_size=_head_width(config, _heads_field(config, "talking_heads_num_value_heads"), h_v),
         pre_softmax=pre,
         post_softmax=post,
         talking_heads_init=th_init,

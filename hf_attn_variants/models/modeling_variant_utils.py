@@ -9,7 +9,10 @@ What a family keeps readable top to bottom (embeddings, heads) and repeats from 
 Copied next to every saved checkpoint (remote code): imports only torch, public transformers API and siblings.
 """
 
+import contextlib
 import functools
+import logging as std_logging
+import re
 import warnings
 
 import torch
@@ -30,6 +33,35 @@ logger = logging.get_logger(__name__)
 _HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
 # the fields that choose an attention type (T5 chooses it per place)
 _TYPE_FIELDS = ("attention_type", "encoder_attention_type", "decoder_attention_type", "cross_attention_type")
+# the parameters a variant adds to the upstream model (an attention type's own, Admin's omegas): a vanilla checkpoint
+# never holds them, and a warm start initialises them (`_init_weights`) instead of reporting them missing
+VARIANT_PARAMETERS = (r"\.core\.", r"admin_omega")
+
+
+@contextlib.contextmanager
+def _warm_start_loading(cls, source_type: str):
+    """`from_pretrained` of a vanilla `source_type` checkpoint into `cls`, said once by the caller: transformers'
+    warning that a `bert` config instantiates a `variant_bert` one (what a warm start is) is dropped, and the
+    parameters the variant adds are not reported missing."""
+    ours = cls.config_class.model_type
+
+    def not_the_type_warning(record) -> bool:
+        text = record.getMessage()
+        return not ("model of type" in text and f"`{source_type}`" in text and f"`{ours}`" in text)
+
+    config_logger = std_logging.getLogger("transformers.configuration_utils")
+    config_logger.addFilter(not_the_type_warning)
+    own = cls.__dict__.get("_keys_to_ignore_on_load_missing")
+    cls._keys_to_ignore_on_load_missing = {*(cls._keys_to_ignore_on_load_missing or ()), *VARIANT_PARAMETERS}
+    try:
+        yield
+    finally:
+        config_logger.removeFilter(not_the_type_warning)
+        if own is None:
+            del cls._keys_to_ignore_on_load_missing
+        else:
+            cls._keys_to_ignore_on_load_missing = own
+
 
 # The one compatibility shim: transformers 5.24 renamed `past_key_values` to `cache` (model outputs, mask helpers,
 # `generate`); older 5.x releases know only the old name. Every cache handed to transformers goes through
@@ -276,6 +308,25 @@ def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch
     return (start_loss + end_loss) / 2
 
 
+def _warm_start_line(path, source_type: str, model) -> str:
+    """What a warm start converted, in one line: the checkpoint, the class and attention it became, and the
+    parameters it added with the fields that initialised them (the attention types' warm starts)."""
+    config = model.config
+    types = {f: getattr(config, f) for f in _TYPE_FIELDS if getattr(config, f, None) is not None}
+    starts = {}
+    for name in set(types.values()):
+        warm_start = getattr(ATTENTION_REGISTRY.get(name), "warm_start", None) or {}
+        starts.update({field: getattr(config, field) for field in warm_start})
+    pattern = re.compile("|".join(VARIANT_PARAMETERS))
+    added = sorted({n.rsplit(".", 1)[-1] for n, _ in model.named_parameters() if pattern.search(n)})
+    text = f"Warm start: {path} is a {source_type} checkpoint, loaded as {type(model).__name__} ("
+    text += ", ".join(f"{k}={v!r}" for k, v in types.items()) + ")"
+    if added:
+        text += f"; it adds {', '.join(added)}"
+        text += f", starting with {', '.join(f'{k}={v!r}' for k, v in starts.items())}" if starts else ""
+    return text + "."
+
+
 class VariantPreTrainedModel(PreTrainedModel):
     """Base class of `VariantBertPreTrainedModel`, `VariantAlbertPreTrainedModel`, ...
 
@@ -316,23 +367,32 @@ class VariantPreTrainedModel(PreTrainedModel):
         loaded with an attention type (`attention_type="talking_heads"`, ...) starts as that checkpoint: the type's
         function-preserving fields (identity talking heads, a mixture that starts as the dot product) are the
         defaults. A field given otherwise, or a type that cannot start as the checkpoint, gets a one-line warning
-        that the outputs differ from the checkpoint's."""
-        if not isinstance(kwargs.get("config"), PretrainedConfig) and any(f in kwargs for f in _TYPE_FIELDS):
-            kwargs = cls._warm_start_defaults(pretrained_model_name_or_path, kwargs)
-        result = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        that the outputs differ from the checkpoint's. A warm start says what it converted in one line, in place of
+        transformers' warning about the other model type and its report of the variant's parameters as missing."""
+        source_type = None
+        if not isinstance(kwargs.get("config"), PretrainedConfig):
+            hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
+            source = PretrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub)[0]
+            if source.get("model_type") not in (None, cls.config_class.model_type):
+                source_type = source["model_type"]
+                kwargs = cls._warm_start_defaults(pretrained_model_name_or_path, kwargs, source)
+        if source_type is None:
+            result = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        else:
+            with _warm_start_loading(cls, source_type):
+                result = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
         model = result[0] if isinstance(result, tuple) else result  # (model, loading_info) with output_loading_info
         for module in model.modules():  # loading hands back trainable parameters: re-apply fixed synthesizers
             if isinstance(module, VariantAttentionCore):
                 module.freeze_fixed_parameters()
+        if source_type is not None:
+            logger.warning(_warm_start_line(pretrained_model_name_or_path, source_type, model))
         return result
 
     @classmethod
-    def _warm_start_defaults(cls, path, kwargs: dict) -> dict:
-        """`kwargs` with the warm-start fields of each attention type asked for, when `path` is a vanilla checkpoint
-        (see `from_pretrained`)."""
-        config, _ = PretrainedConfig.get_config_dict(path, **{k: kwargs[k] for k in _HUB_KWARGS if k in kwargs})
-        if config.get("model_type") == cls.config_class.model_type:
-            return kwargs  # one of ours: its own fields decide
+    def _warm_start_defaults(cls, path, kwargs: dict, config: dict) -> dict:
+        """`kwargs` with the warm-start fields of each attention type asked for, `path` being a vanilla checkpoint
+        whose config.json is `config` (see `from_pretrained`)."""
         kwargs = dict(kwargs)
         for name in dict.fromkeys(kwargs[f] for f in _TYPE_FIELDS if f in kwargs):
             entry = ATTENTION_REGISTRY.get(name)

@@ -16,6 +16,10 @@ pytestmark = pytest.mark.device
         (dict(attention_type="talking_heads", talking_heads_num_key_heads=5), r"`talking_heads_num_key_heads` \(5\)"),
         (dict(attention_type="talking_heads", talking_heads_num_value_heads=3), r"`talking_heads_num_value_heads`"),
         (dict(hidden_size=30), r"hidden size \(30\) is not a multiple of `num_attention_heads` \(4\)"),
+        (  # talking heads' key and value heads default to num_attention_heads: the error names the field set
+            dict(attention_type="talking_heads", hidden_size=30),
+            r"hidden size \(30\) is not a multiple of `num_attention_heads` \(4\)",
+        ),
         (dict(attention_type="dot_product", talking_heads_dynamic=["x2l"]), r"needs `attention_type`='talking_heads'"),
         (dict(attention_type="talking_heads", talking_heads_dynamic=["q2l"]), r"`talking_heads_dynamic`='q2l'"),
         (

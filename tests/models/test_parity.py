@@ -283,22 +283,35 @@ DEFAULT_WARM_STARTS = {
 def test_a_vanilla_checkpoint_with_an_attention_type_starts_as_the_checkpoint(tmp_path, ref_name, fields, case):
     """`from_pretrained(vanilla, attention_type=...)` with nothing else starts as the checkpoint (the type's
     function-preserving fields are the defaults); asking for another init, or a type that cannot start so, gives one
-    warning line saying the outputs differ (and they do)."""
+    warning line saying the outputs differ (and they do). Either way one line says what the warm start converted,
+    in place of transformers' model-type warning and its report of the variant's parameters as missing."""
+    import logging
+
     from transformers.testing_utils import CaptureLogger
 
     from hf_attn_variants.models import modeling_variant_utils
 
     warm, preserving, warning = DEFAULT_WARM_STARTS[case]
     ref = _reference(tmp_path, ref_name, fields, "eager")
-    with CaptureLogger(modeling_variant_utils.logger) as captured:
-        ours = getattr(hav, f"Variant{ref_name}").from_pretrained(
-            tmp_path / "ref", attn_implementation="eager", ignore_mismatched_sizes=True, **warm
-        )
+    records, handler = [], logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        with CaptureLogger(modeling_variant_utils.logger) as captured:
+            ours = getattr(hav, f"Variant{ref_name}").from_pretrained(
+                tmp_path / "ref", attn_implementation="eager", ignore_mismatched_sizes=True, **warm
+            )
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    said = [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+    assert not [m for m in said if "model of type" in m or "MISSING" in m], said
+    *before, last = captured.out.strip().splitlines()
+    assert last.startswith(f"Warm start: {tmp_path / 'ref'} is a ") and f"loaded as Variant{ref_name} (" in last
     ours = on_device(ours.eval())
     inputs = _inputs(ref_name)
     with torch.no_grad():
         diff = max(_max_diffs(ref(**inputs), ours(**inputs), real=inputs.get("attention_mask")).values())
     if preserving:
-        assert diff < 1e-5 and captured.out == ""
+        assert diff < 1e-5 and before == [], captured.out
     else:
-        assert diff > 1e-4 and warning in captured.out and len(captured.out.strip().splitlines()) == 1, captured.out
+        assert diff > 1e-4 and len(before) == 1 and warning in before[0], captured.out

@@ -953,7 +953,9 @@ def _closed_port() -> str:
         return str(s.getsockname()[1])
 
 
-@pytest.mark.parametrize("case", ["bad flag", "hub unreachable (model)", "hub unreachable (push)"])
+@pytest.mark.parametrize(
+    "case", ["bad flag", "hub unreachable (model)", "hub unreachable (push)", "hub asked for while offline"]
+)
 def test_expected_user_errors_print_one_line(tmp_path, case):
     """A bad flag, or a Hub that cannot be reached, ends the command line with one clear line and exit status 1,
     not a traceback; and no run prints DeepSpeed's "no accelerator" warning (installed or not, no --deepspeed)."""
@@ -967,10 +969,14 @@ def test_expected_user_errors_print_one_line(tmp_path, case):
             ["--preset", "bert-tiny-dot-product", "--push_to_hub", "--hub_model_id", "tester/x"],
             "error: the Hugging Face Hub cannot be reached",
         ),
+        "hub asked for while offline": (  # not "work offline: HF_HUB_OFFLINE=1", which is set already
+            ["--preset", "bert-tiny-dot-product", "--push_to_hub", "--hub_model_id", "tester/x"],
+            "error: the run needs the Hugging Face Hub, and HF_HUB_OFFLINE is set",
+        ),
     }[case]
     env = {
         **os.environ,
-        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_OFFLINE": "1" if "offline" in case else "0",
         "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
         "HF_HOME": str(tmp_path / "hf_home"),
         "HF_TOKEN": "hf_dummy",
