@@ -4,7 +4,8 @@ of another model or config (`--overwrite_output_dir` lifts it).
 
 The default is `outputs/{task}-{model}` (`outputs/{model}` for pretraining), `{model}` being
 - with --preset: the preset's family and size and the attention the built model has, which is the preset's own name
-  (`bert-mini-talking-heads`) unless --attention_type or --config_overrides change the attention;
+  (`bert-mini-talking-heads`) unless --attention_type or --config_overrides change the attention (a T5 that chooses
+  per place names each place it sets: `t5-tiny-dot-product-encoder-synthesizer-dense-decoder-talking-heads`);
 - with --model_name_or_path: the checkpoint's folder or Hub name and the attention the run gives it
   (`bert-base-uncased-talking-heads`; not repeated where the name already ends with it), plus `-continued` where that
   would be the folder the run starts from.
@@ -19,7 +20,8 @@ from pathlib import Path
 from transformers import AutoConfig
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..attention_tools import attention_setups, identity_fields
+from ..attention_tools import attention_setups, identity_fields, tools_of
+from ..models.configuration_variant_attention import PLACES
 from ..presets import PRESETS
 
 logger = logging.getLogger(__name__)
@@ -47,9 +49,25 @@ def output_folder(*parts: str | None) -> str:
     return str(Path(OUTPUTS) / "-".join(part for part in parts if part))
 
 
+def attention_name(config: dict) -> str:
+    """The attention part of a folder's name: the card sections of the attention a `config.json` (dict) has
+    (`attention_setups`), and where it chooses per place (T5's `encoder_attention_type`, ...) each place it sets,
+    named with its type's section, so two runs that differ only in which place has which attention get two
+    folders ("dot-product-encoder-synthesizer-dense-decoder-talking-heads")."""
+    chosen = [(place, config.get(f"{place}_attention_type")) for place in PLACES]
+    chosen = [(place, name) for place, name in chosen if name]
+    if not chosen:
+        return "-".join(attention_setups(config))
+    base = {**config, **{f"{place}_attention_type": None for place in PLACES}}
+    parts = attention_setups(base)
+    for place, name in chosen:
+        parts += [place, tools_of(name).card_section({**base, "attention_type": name})]
+    return "-".join(parts)
+
+
 def model_name(model_args, config) -> str:
     """What the run trains, for its folder's name: see the module docstring."""
-    attention = "-".join(attention_setups(config.to_dict()))
+    attention = attention_name(config.to_dict())
     if not model_args.model_name_or_path:
         preset = PRESETS[model_args.preset]
         return f"{preset.family}-{preset.size}-{attention}"

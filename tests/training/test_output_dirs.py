@@ -253,6 +253,21 @@ def test_the_default_folder_is_named_after_the_run(preset, source, attention_typ
     assert default_output_dir(model_args, preset_config(preset, **overrides), task) == expected
 
 
+def test_t5_folders_keep_which_place_has_which_attention():
+    """A synthesizer encoder with a talking-heads decoder, and the reverse: two folders, each naming its places."""
+    model_args = SimpleNamespace(preset="t5-tiny-dot-product", model_name_or_path=None)
+    places = {"encoder_attention_type": "synthesizer", "decoder_attention_type": "talking_heads"}
+    reverse = {"encoder_attention_type": "talking_heads", "decoder_attention_type": "synthesizer"}
+    folders = [
+        default_output_dir(model_args, preset_config("t5-tiny-dot-product", synthesizer_components=["dense"], **p))
+        for p in (places, reverse)
+    ]
+    assert folders == [
+        "outputs/t5-tiny-dot-product-encoder-synthesizer-dense-decoder-talking-heads",
+        "outputs/t5-tiny-dot-product-encoder-talking-heads-decoder-synthesizer-dense",
+    ]
+
+
 def test_continuing_a_checkpoint_never_defaults_to_its_own_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "outputs" / "bert-mini-talking-heads").mkdir(parents=True)
