@@ -131,7 +131,7 @@ def main(argv=None) -> int:
         else:
             out = export_admin(args.source, args.output)
             print(f"Wrote {out} (outputs verified equal to {args.source})")
-    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError) as error:
+    except (FileNotFoundError, FileExistsError, ValueError, RuntimeError, ImportError) as error:
         print(f"hf-attn-variants {args.command}: error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .attention_tools import attention_types_in
 from .families import family_of
 from .models.attention_synthesizer import synthesizer_logits
 from .models.attention_variants import ATTENTION_CLASSES
@@ -222,16 +223,22 @@ def attention_maps(model, inputs: dict | None = None, length: int = DEFAULT_LENG
     ]
 
 
-def _figure(**kwargs):
-    """A matplotlib Figure (no pyplot: nothing global, any backend); matplotlib is imported only here."""
+def require_matplotlib():
+    """matplotlib's `Figure` class, or an ImportError that names what to install (raised before any model loads
+    where `draw_checkpoint` draws)."""
     try:
         from matplotlib.figure import Figure
     except ImportError as error:
         raise ImportError(
-            "Drawing attention maps needs matplotlib: pip install matplotlib (or install this package "
-            "with its `examples` extra). `attention_maps` gives the matrices without it."
+            "Drawing attention maps needs matplotlib, which is not installed: pip install matplotlib (or "
+            '"hf-attn-variants[examples]"). `attention_maps` gives the matrices without it.'
         ) from error
-    return Figure(layout="constrained", **kwargs)
+    return Figure
+
+
+def _figure(**kwargs):
+    """A matplotlib Figure (no pyplot: nothing global, any backend); matplotlib is imported only here."""
+    return require_matplotlib()(layout="constrained", **kwargs)
 
 
 def _heatmap(ax, matrix: np.ndarray, scale: float, digits: int = 2):
@@ -375,11 +382,17 @@ def draw_checkpoint(
     only with `text`): what `hf-attn-variants draw` runs."""
     import hf_attn_variants
 
+    require_matplotlib()  # before the model loads
     config_file = Path(folder) / "config.json"
     if not config_file.is_file():
         raise FileNotFoundError(f"{folder} has no config.json: pass a folder written by save_pretrained.")
     config = json.loads(config_file.read_text())
     family = family_of(config)  # refuses a checkpoint of another library, naming the model types it takes
+    if text is not None and "synthesizer" not in {entry.name for entry in attention_types_in(config)}:
+        raise ValueError(
+            "--text changes nothing of what is drawn for this model: only a synthesizer's maps and weights depend "
+            "on the input (talking heads' P_l and P_w do not); leave out --text."
+        )
     architecture = (config.get("architectures") or [family.base_model])[0]
     model = getattr(hf_attn_variants, architecture).from_pretrained(folder)
     tokenizer = None
@@ -392,6 +405,7 @@ def draw_checkpoint(
 
 __all__ = [
     "AttentionMap",
+    "require_matplotlib",
     "attention_maps",
     "draw_attention_maps",
     "draw_checkpoint",

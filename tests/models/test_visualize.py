@@ -243,8 +243,25 @@ def test_draw_command(tmp_path, capsys):
     assert "input-dependent components (dense)" in capsys.readouterr().err
 
 
-def test_drawing_without_matplotlib_says_what_to_install(monkeypatch):
-    maps = attention_maps(build("VariantBertForMaskedLM", "talking_heads"))  # the matrices need no matplotlib
+def test_drawing_without_matplotlib_says_what_to_install(monkeypatch, tmp_path, capsys):
+    """The matrices need no matplotlib; drawing says what to install, and `hf-attn-variants draw` says it in one
+    line before it loads the model (a folder that is not even a checkpoint gets that line, not its own error)."""
+    maps = attention_maps(build("VariantBertForMaskedLM", "talking_heads"))
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ImportError, match="needs matplotlib: pip install matplotlib"):
+    with pytest.raises(ImportError, match="needs matplotlib, which is not installed: pip install matplotlib"):
         plot_talking_heads(maps)
+    assert cli.main(["draw", str(tmp_path / "no-model"), "--out", str(tmp_path / "pics")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("hf-attn-variants draw: error: Drawing attention maps needs matplotlib")
+    assert 'pip install matplotlib (or "hf-attn-variants[examples]")' in err[0]
+
+
+@pytest.mark.parametrize("variant", ["talking_heads", "talking_heads_dynamic", "dot_product"])
+def test_text_on_a_model_whose_drawing_it_cannot_change_is_refused(tmp_path, capsys, variant):
+    """--text draws a synthesizer's maps and weights for that text; on a model without a synthesizer it would draw
+    the same picture as without it (the same bytes), so it is refused with one line instead."""
+    build("VariantBertForMaskedLM", variant).save_pretrained(tmp_path / "model")
+    command = ["draw", str(tmp_path / "model"), "--out", str(tmp_path / "pics"), "--text", "god created"]
+    assert cli.main(command) == 1
+    err = capsys.readouterr().err
+    assert "--text changes nothing of what is drawn for this model" in err and not (tmp_path / "pics").exists()
