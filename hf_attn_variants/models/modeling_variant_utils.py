@@ -186,7 +186,8 @@ def unpadded(
     `is_decoder`: no cache, no causal mask, no cross-attention), unless the call asks for what only the padded batch
     has: the attention weights or the hidden states of every layer (`output_attentions`, `output_hidden_states`, as
     forward arguments or config fields), a chunked feed-forward (`chunk_size_feed_forward` cuts the sequence axis), or
-    a traced graph (`torch.compile`, `torch.export`, `torch.jit`: the packed shapes depend on the mask's values).
+    a traced graph (`torch.compile`, `torch.export`, `torch.jit`: the packed shapes depend on the mask's values). A
+    batch without one real token runs padded too (there is nothing to pack; transformers' outputs, finite).
     """
     return PackedSequences(attention_mask, position_ids) if runs_packed(config, attention_mask, kwargs) else None
 
@@ -204,6 +205,7 @@ def runs_packed(config, attention_mask: torch.Tensor | None, kwargs: dict) -> bo
         or torch.compiler.is_compiling()
         or torch.jit.is_tracing()
         or bool(attention_mask.bool().all())
+        or not bool(attention_mask.bool().any())  # no real token at all: the padded batch, as transformers runs it
     )
 
 

@@ -168,6 +168,23 @@ def test_a_batch_without_padding_runs_as_before(head, packed_runs):
     torch.testing.assert_close(none, padded, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("shape", [(2, 4), (1, 1)], ids=["2x4", "1x1"])
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_batch_without_a_real_token_runs_the_padded_batch(variant, head, shape, packed_runs):
+    """Every row fully masked (or a 1 x 1 batch with mask [[0]]): nothing to pack, so the padded batch runs, as
+    transformers' models run it: finite outputs equal to `unpad=False`'s, no crash."""
+    model = build(head, variant)
+    ids = torch.randint(1, TINY["vocab_size"], shape, generator=torch.Generator().manual_seed(0))
+    inputs = on_device(dict(input_ids=ids, attention_mask=torch.zeros_like(ids)))
+    with torch.no_grad():
+        logits, hidden = _outputs(model, inputs, unpad=True)
+        padded_logits, padded_hidden = _outputs(model, inputs, unpad=False)
+    assert packed_runs == [] and logits.isfinite().all() and hidden.isfinite().all()
+    torch.testing.assert_close(logits, padded_logits, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(hidden, padded_hidden, atol=1e-6, rtol=1e-5)
+
+
 @pytest.mark.parametrize("head", HEADS)
 def test_calls_that_need_the_padded_batch_run_it(head, packed_runs):
     """Every layer's hidden states or attention weights (argument or config field), a chunked feed-forward and
