@@ -458,6 +458,7 @@ def log_then_die(self, logs, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
 Trainer.log = log_then_die
 sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))  # as `python script.py` puts the script's folder
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
