@@ -18,16 +18,15 @@ __version__ = "0.1.0"
 
 import transformers
 
-from .models.configuration_variant_attention import (  # first: the transformers version check
+from .models.attention_types import (
     ATTENTION_REGISTRY,
     ATTENTION_TYPES,
-    SYNTHESIZER_COMPONENTS,
     AttentionSpec,
     AttentionType,
-    VariantAttentionFields,
     describe_attention_types,
     resolve_attention,
 )
+from .models.configuration_variant_attention import SYNTHESIZER_COMPONENTS, VariantAttentionFields
 
 # isort: split
 from ._moved import MOVED_MODULES, install_moved_modules

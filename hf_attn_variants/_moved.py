@@ -19,7 +19,6 @@ MOVED_MODULES = {
         name: f"models.{name}"
         for name in (
             "configuration_variant_albert",
-            "configuration_variant_attention",
             "configuration_variant_bert",
             "configuration_variant_t5",
             "modeling_variant_albert",
@@ -45,6 +44,8 @@ MOVED_MODULES = {
             "vocabularies",
         )
     },
+    # split: the fields' schema, the types' registrations and per-layer resolution
+    "configuration_variant_attention": ("models.configuration_variant_attention", "models.attention_types"),
     # split: the types and their registry, the Synthesizer, the base they share
     "attention_variants": ("models.attention_variants", "models.attention_synthesizer", "models.attention_base"),
     # publish.py was split: checks and uploads, what a card says, what a config.json is

@@ -1,6 +1,6 @@
 """What the package's tools know of each attention type beyond what its models need: its presets, the section of
 the model cards that describes it, the paper it comes from and the help text of its warm start. Package-only: a
-checkpoint carries its models' registration (`models/configuration_variant_attention.py`), not this.
+checkpoint carries its models' registration (`models/attention_types.py`), not this.
 
 Also the questions the tools ask of a checkpoint's `config.json` through these: which card sections describe it
 (`attention_setups`, which also names the default output folders) and which of its fields say which model it is
@@ -13,13 +13,9 @@ named after it ("general-bilinear"), card text made from its help and paper.
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .models.configuration_variant_attention import (
-    ATTENTION_REGISTRY,
-    BASELINE_ATTENTION,
-    PLACES,
-    AttentionType,
-)
-from .models.configuration_variant_attention import register_attention_type as register_model_attention_type
+from .models.attention_types import ATTENTION_REGISTRY, BASELINE_ATTENTION, AttentionType
+from .models.attention_types import register_attention_type as register_model_attention_type
+from .models.configuration_variant_attention import PLACES
 
 
 @dataclass(frozen=True)
@@ -96,7 +92,7 @@ def _synthesizer_card_key(config: dict) -> str:
 TALKING_HEADS_PAPER = "Talking-Heads Attention (Shazeer et al., 2020)"
 SYNTHESIZER_PAPER = "Synthesizer: Rethinking Self-Attention for Transformer Models (Tay et al., 2021)"
 
-# the package's own types (their models' registrations are in models/configuration_variant_attention.py)
+# the package's own types (their models' registrations are in models/attention_types.py)
 for _tools in (
     AttentionTools("dot_product", warm_start_help="a plain variant checkpoint (e.g. to train with admin=True)"),
     AttentionTools(

@@ -31,7 +31,7 @@ import hf_attn_variants as hav
 
 from .admin import admin_residuals
 from .families import FAMILIES, family_of
-from .models.configuration_variant_attention import ATTENTION_REGISTRY, BASELINE_ATTENTION, resolve_attention
+from .models.attention_types import ATTENTION_REGISTRY, BASELINE_ATTENTION, resolve_attention
 
 TOKENIZER_FILES = (
     "tokenizer.json",

@@ -15,7 +15,7 @@ import torch
 
 from .attention_tools import tools_of
 from .families import FAMILIES, family_of
-from .models.configuration_variant_attention import ATTENTION_REGISTRY
+from .models.attention_types import ATTENTION_REGISTRY
 
 # (layers, width, heads): the Turc et al. grid for BERT/ALBERT; t5-small/t5-base widths for T5 small/base.
 SIZES = {

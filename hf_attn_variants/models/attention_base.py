@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .configuration_variant_attention import AttentionSpec
+from .attention_types import AttentionSpec
 from .talking_heads_blockwise import (
     causal_bias,
 )

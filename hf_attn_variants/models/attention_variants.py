@@ -3,8 +3,8 @@
 
 This file is copied next to every saved checkpoint (remote code), so it imports only torch, public transformers API
 and its siblings: `attention_base` (the base and the helpers every type shares), `attention_synthesizer` (the
-Synthesizer, a module of its own), `configuration_variant_attention` (the fields, their validation and the
-`AttentionSpec` it resolves), `talking_heads_blockwise` (the heads map, talking heads' formula and its eager and
+Synthesizer, a module of its own), `attention_types` (the registrations and the `AttentionSpec` a config resolves
+to), `talking_heads_blockwise` (the heads map, talking heads' formula and its eager and
 blockwise algorithms) and, only when that algorithm is asked for, `talking_heads_triton`.
 
 A family's attention module keeps its own projections, named as in the upstream transformers model (so vanilla
@@ -51,7 +51,7 @@ from .attention_base import (
     weighted_values,
 )
 from .attention_synthesizer import SynthesizerAttention
-from .configuration_variant_attention import ATTENTION_REGISTRY, AttentionSpec
+from .attention_types import ATTENTION_REGISTRY, AttentionSpec
 from .talking_heads_blockwise import (
     runs_inference_core,
     softmax_keys,

@@ -2,12 +2,10 @@
 Synthesizer, general bilinear)."""
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import (
-    UNPAD_DOCSTRING,
-    VARIANT_CONFIG_DOCSTRING,
-    VariantAttentionFields,
-    pop_retired_sparse_prediction,
-)
+from .configuration_variant_attention import UNPAD_DOCSTRING, VariantAttentionFields, pop_retired_sparse_prediction
+
+# isort: split
+from .attention_types import VARIANT_CONFIG_DOCSTRING
 
 # isort: split
 from transformers import PretrainedConfig

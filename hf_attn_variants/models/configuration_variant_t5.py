@@ -2,11 +2,10 @@
 general bilinear), and the attention per place."""
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import (
-    VARIANT_CONFIG_DOCSTRING,
-    VariantAttentionFields,
-    place_attention_type,
-)
+from .configuration_variant_attention import VariantAttentionFields
+
+# isort: split
+from .attention_types import VARIANT_CONFIG_DOCSTRING, place_attention_type
 
 # isort: split
 from transformers import PretrainedConfig

@@ -24,7 +24,7 @@ Everything BERT already has keeps transformers' parameter names, so a vanilla BE
 """
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import resolve_attention
+from .attention_types import resolve_attention
 
 # isort: split
 from dataclasses import dataclass

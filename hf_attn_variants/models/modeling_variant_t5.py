@@ -13,7 +13,7 @@ Everything T5 already has keeps transformers' parameter names, so a vanilla T5 c
 """
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import resolve_attention
+from .attention_types import resolve_attention
 
 # isort: split
 import copy

@@ -25,7 +25,8 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import logging
 
 from .attention_base import PackedSequences, VariantAttentionCore
-from .configuration_variant_attention import ATTENTION_REGISTRY, VARIANT_CONFIG_DEFAULTS
+from .attention_types import ATTENTION_REGISTRY
+from .configuration_variant_attention import VARIANT_CONFIG_DEFAULTS
 
 logger = logging.get_logger(__name__)
 

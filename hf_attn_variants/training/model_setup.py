@@ -12,7 +12,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from ..families import FAMILIES, family_of
-from ..models.configuration_variant_attention import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
+from ..models.attention_types import ATTENTION_REGISTRY, ATTENTION_TYPES, describe_attention_types
 from ..presets import ATTENTION, PRESETS, SIZES, preset_config
 from .tokenizer_training import train_tokenizer
 

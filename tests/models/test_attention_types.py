@@ -19,7 +19,7 @@ import hf_attn_variants as hav
 from hf_attn_variants import attention_tools, presets
 from hf_attn_variants.families import FAMILIES
 from hf_attn_variants.hub import cards
-from hf_attn_variants.models import attention_base, attention_variants, configuration_variant_attention
+from hf_attn_variants.models import attention_base, attention_types, attention_variants
 from hf_attn_variants.models.talking_heads_blockwise import softmax_keys
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ TYPES = hav.ATTENTION_TYPES
 # the places a new attention type touches, as docs/computation.md lists them
 TOUCHED = {
     "hf_attn_variants/models/attention_variants.py",
-    "hf_attn_variants/models/configuration_variant_attention.py",
+    "hf_attn_variants/models/attention_types.py",
     "tests/conftest.py",
 }
 
@@ -53,7 +53,7 @@ def test_checkpoints_carry_what_models_need_and_not_what_the_tools_read():
 
 def test_the_registry_holds_the_packages_types_baseline_first():
     assert TYPES == tuple(hav.ATTENTION_REGISTRY) == tuple(hav.ATTENTION_CLASSES)
-    assert TYPES[0] == configuration_variant_attention.BASELINE_ATTENTION
+    assert TYPES[0] == attention_types.BASELINE_ATTENTION
 
 
 @pytest.mark.parametrize("name", TYPES)

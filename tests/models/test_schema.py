@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import hf_attn_variants as hav
-from hf_attn_variants.models import configuration_variant_attention
+from hf_attn_variants.models import attention_types
 from hf_attn_variants.models.configuration_variant_attention import VARIANT_CONFIG_DEFAULTS, VariantAttentionFields
 
 FIELDS = [f.name for f in dataclasses.fields(VariantAttentionFields)]
@@ -130,7 +130,7 @@ def test_cross_attention_follows_the_registry_in_bert_and_t5():
 
     assert set(CROSS) == set(REGISTRY)
     for name, across in CROSS.items():
-        assert configuration_variant_attention.cross_attention_type(name) == across
+        assert attention_types.cross_attention_type(name) == across
         bert = hav.VariantBertLMHeadModel(
             hav.VariantBertConfig(**TINY, attention_type=name, is_decoder=True, add_cross_attention=True)
         )
