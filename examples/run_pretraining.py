@@ -48,7 +48,7 @@ from hf_attn_variants.training.data_loading import (
     pretraining_splits,
     split_info,
 )
-from hf_attn_variants.training.learning_checks import check_first_batch_of
+from hf_attn_variants.training.learning_checks import check_first_batches
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
     align_tokenizer,
@@ -163,6 +163,30 @@ class PretrainingModelArguments(ModelArguments):
             "parameter group of their own). 1: no group of their own."
         },
     )
+
+
+def check_objective(family: str, objective: str) -> str:
+    """The family pretrains with masked LM (not T5's span corruption) and `objective` is its sentence task or none."""
+    if FAMILIES[family].encoder_decoder:
+        raise ValueError(
+            f"{FAMILIES[family].display} pretrains with span corruption: use examples/run_t5_pretraining.py."
+        )
+    if objective not in ("none", "nsp", "sop"):
+        raise ValueError(f"--sentence_objective must be none, nsp or sop, got {objective!r}.")
+    if objective != "none" and objective != FAMILIES[family].sentence_objective:
+        raise ValueError(
+            f"--sentence_objective {objective} is not {family}'s pretraining task: use "
+            f"{FAMILIES[family].sentence_objective} (or none)."
+        )
+    return objective
+
+
+def check_bert_tokenizer(tokenizer) -> None:
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise ValueError(
+            "The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
+            "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer)."
+        )
 
 
 def mask_batch(batch, collator):
@@ -343,18 +367,7 @@ def main(argv=None) -> dict:
     # Everything that can be wrong with the input is checked before any training starts.
     check_pretraining_args(training_args, data_args, DEFAULTS["eval_strategy"])
     family = run_family(model_args.model_name_or_path, model_args.preset)
-    if FAMILIES[family].encoder_decoder:
-        raise ValueError(
-            f"{FAMILIES[family].display} pretrains with span corruption: use examples/run_t5_pretraining.py."
-        )
-    objective = data_args.sentence_objective
-    if objective not in ("none", "nsp", "sop"):
-        raise ValueError(f"--sentence_objective must be none, nsp or sop, got {objective!r}.")
-    if objective != "none" and objective != FAMILIES[family].sentence_objective:
-        raise ValueError(
-            f"--sentence_objective {objective} is not {family}'s pretraining task: use "
-            f"{FAMILIES[family].sentence_objective} (or none)."
-        )
+    objective = check_objective(family, data_args.sentence_objective)
     raw, eval_info = pretraining_splits(data_args, training_args, default_file=CORPUS, default_info=CORPUS_INFO)
     column = pick_column(
         raw["train" if "train" in raw else "validation"],
@@ -363,11 +376,7 @@ def main(argv=None) -> dict:
         default="text",
     )
     tokenizer = load_tokenizer(model_args, family, data_args, training_args, raw.get("train"), [column], corpus=CORPUS)
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise ValueError(
-            "The tokenizer has no [CLS]/[SEP] tokens: BERT-style pretraining needs a BERT-style "
-            "tokenizer (pass --tokenizer_name, or leave it out for the project's WordPiece tokenizer)."
-        )
+    check_bert_tokenizer(tokenizer)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     head = "ForMaskedLM" if objective == "none" else "ForPreTraining"
     model = load_or_build_model(
@@ -388,10 +397,7 @@ def main(argv=None) -> dict:
 
     collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking, training_args.seed)
     train_set, eval_set = training_sets(raw, tokenizer, column, data_args, training_args)
-    # a run that cannot learn, or be measured, stops here, before training
-    for data, split in ((train_set, "training"), (eval_set, "validation")):
-        if data is not None:
-            check_first_batch_of(data, collator, training_args.per_device_train_batch_size, tokenizer, split=split)
+    check_first_batches(train_set, eval_set, collator, training_args.per_device_train_batch_size, tokenizer)
     if eval_set is None:
         training_args.eval_strategy = "no"
 

@@ -42,7 +42,7 @@ from hf_attn_variants.training.data_loading import (
     pretraining_splits,
     split_info,
 )
-from hf_attn_variants.training.learning_checks import check_first_batch_of
+from hf_attn_variants.training.learning_checks import check_first_batches
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
     align_tokenizer,
@@ -115,6 +115,41 @@ def prepare(dataset, tokenizer, column, raw_length, data_args, training_args, sp
     )
 
 
+def training_sets(raw, tokenizer, column: str, raw_length: int, data_args, training_args):
+    """The training blocks (corrupted per batch by the collator) and the validation blocks, corrupted once with the
+    evaluation seed, of the stages the run has (None for a stage it does not)."""
+    train_set = eval_set = None
+    if training_args.do_train:
+        train_set = prepare(raw["train"], tokenizer, column, raw_length, data_args, training_args, "train")
+        if data_args.max_train_samples is not None:
+            train_set = first_rows(train_set, data_args.max_train_samples)
+    if training_args.do_eval:
+        eval_set = prepare(raw["validation"], tokenizer, column, raw_length, data_args, training_args, "validation")
+        if data_args.max_eval_samples is not None:
+            eval_set = first_rows(eval_set, data_args.max_eval_samples)
+        elif data_args.streaming:
+            logger.warning(
+                "--streaming without --max_eval_samples: every evaluation reads the whole validation stream."
+            )
+        eval_collator = DataCollatorForT5SpanCorruption(
+            tokenizer, data_args.noise_density, data_args.mean_noise_span_length, seed=EVAL_SEED
+        )
+        eval_set = map_batched(
+            eval_set,
+            corrupt_batch,
+            training_args,
+            data_args,
+            desc="Corrupting the validation split",
+            fn_kwargs={"collator": eval_collator},
+        )
+    if any(d is not None and is_empty(d) for d in (train_set, eval_set)):
+        raise ValueError(
+            f"The data gives no block of {raw_length} tokens for training and evaluation: use more text "
+            "or a smaller --max_seq_length."
+        )
+    return train_set, eval_set
+
+
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, T5DataArguments, TrainingArguments, OutputArguments))
     parser.set_defaults(**DEFAULTS, **script_defaults())
@@ -150,44 +185,10 @@ def main(argv=None) -> dict:
     settle_output_dir(training_args, output_args, model_args, model, __file__)
     align_tokenizer(tokenizer, model.config)
 
-    train_set = eval_set = None
-    if training_args.do_train:
-        train_set = prepare(raw["train"], tokenizer, column, raw_length, data_args, training_args, "train")
-        if data_args.max_train_samples is not None:
-            train_set = first_rows(train_set, data_args.max_train_samples)
-    if training_args.do_eval:
-        eval_set = prepare(raw["validation"], tokenizer, column, raw_length, data_args, training_args, "validation")
-        if data_args.max_eval_samples is not None:
-            eval_set = first_rows(eval_set, data_args.max_eval_samples)
-        elif data_args.streaming:
-            logger.warning(
-                "--streaming without --max_eval_samples: every evaluation reads the whole validation stream."
-            )
-        eval_collator = DataCollatorForT5SpanCorruption(
-            tokenizer, data_args.noise_density, data_args.mean_noise_span_length, seed=EVAL_SEED
-        )
-        eval_set = map_batched(
-            eval_set,
-            corrupt_batch,
-            training_args,
-            data_args,
-            desc="Corrupting the validation split",
-            fn_kwargs={"collator": eval_collator},
-        )
-    else:
+    train_set, eval_set = training_sets(raw, tokenizer, column, raw_length, data_args, training_args)
+    if eval_set is None:
         training_args.eval_strategy = "no"
-    if any(d is not None and is_empty(d) for d in (train_set, eval_set)):
-        raise ValueError(
-            f"The data gives no block of {raw_length} tokens for training and evaluation: use more text "
-            "or a smaller --max_seq_length."
-        )
-
-    # a run that cannot learn, or be measured, stops here, before training
-    for data, split in ((train_set, "training"), (eval_set, "validation")):
-        if data is not None:
-            check_first_batch_of(
-                data, collator, training_args.per_device_train_batch_size, tokenizer, "target", split=split
-            )
+    check_first_batches(train_set, eval_set, collator, training_args.per_device_train_batch_size, tokenizer, "target")
     timer = StepTimer()
     training_args.remove_unused_columns = False
     trainer = Trainer(

@@ -54,6 +54,14 @@ def check_first_batch_of(
         check_first_batch(collator(rows), tokenizer, what, split)
 
 
+def check_first_batches(training, validation, collator, batch_size: int, tokenizer, what: str = "masked") -> None:
+    """`check_first_batch_of` the `training` and `validation` sets (either may be None): a run that cannot learn,
+    or be measured, stops before training."""
+    for data, split in ((training, "training"), (validation, "validation")):
+        if data is not None:
+            check_first_batch_of(data, collator, batch_size, tokenizer, what, split)
+
+
 class StopOnNonFinite(TrainerCallback):
     """Stops the run with a ValueError at the first logged loss (training or evaluation) or gradient norm that is NaN
     or infinite: the step, the value and the likely causes, instead of training on and recording NaN as a result.
@@ -72,4 +80,4 @@ class StopOnNonFinite(TrainerCallback):
                 )
 
 
-__all__ = ["UNKNOWN_SHARE", "StopOnNonFinite", "check_first_batch", "check_first_batch_of"]
+__all__ = ["UNKNOWN_SHARE", "StopOnNonFinite", "check_first_batch", "check_first_batch_of", "check_first_batches"]
