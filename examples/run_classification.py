@@ -309,13 +309,8 @@ def predictions_writer(path_name: str, labels: Labels):
 
 
 # ------------------------------------------------------------------------------------------------------------ main
-def main(argv=None) -> dict:
-    parser = HfArgumentParser((ModelArguments, ClassificationDataArguments, TrainingArguments, OutputArguments))
-    parser.set_defaults(**DEFAULTS, **script_defaults())
-    model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
-
-    # Everything that can be wrong with the input is checked before any training starts.
-    choose_stages(training_args, bool(data_args.test_file), DEFAULTS["eval_strategy"])
+def settle_task(data_args) -> str | None:
+    """--task_name checked, and the GLUE dataset and its config as the data where the command line names none."""
     task = data_args.task_name
     if task is not None:
         if task not in GLUE_TASKS:
@@ -324,23 +319,12 @@ def main(argv=None) -> dict:
             data_args.dataset_name = GLUE_DATASET
         if data_args.dataset_name and not data_args.dataset_config_name:
             data_args.dataset_config_name = task
-    eval_names, test_names = (list(MNLI_EVAL), list(MNLI_TEST)) if task == "mnli" else (["validation"], ["test"])
-    metric = (
-        load_metric(data_args.metric_name, task if data_args.metric_name.rstrip("/").endswith("glue") else None)
-        if data_args.metric_name
-        else None
-    )
-    splits, info = finetuning_splits(
-        data_args,
-        default_files=RT_POLARITY,
-        default_info=RT_POLARITY_INFO,
-        seed=training_args.seed,
-        eval_splits=eval_names,
-        test_splits=test_names,
-    )
-    evaluated, tested = check_stage_data(training_args, splits, eval_names, test_names)
-    reference = "train" if "train" in splits else (evaluated or tested)[0]
-    where = f"The {reference} data ({info[reference]['name']})"
+    return task
+
+
+def checked_columns(splits, reference: str, evaluated: list[str], data_args, where: str):
+    """The text columns (`text_columns` of the `reference` split), which every split has, and the label column,
+    which the reference and every evaluated split have."""
     columns = text_columns(splits[reference].column_names, data_args, where)
     for split in splits:
         require_columns(
@@ -353,6 +337,65 @@ def main(argv=None) -> dict:
         require_columns(
             splits[split].column_names, [data_args.label_column], f"The {split} data", "pass --label_column"
         )
+    return columns
+
+
+def label_fields(labels) -> dict:
+    """The config fields of the labels: their names, or one output for regression."""
+    if labels.names is None:
+        return dict(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, problem_type="regression")
+    return dict(id2label=dict(enumerate(labels.names)), label2id={n: i for i, n in enumerate(labels.names)})
+
+
+def tokenized(splits, info, stages, tested, tokenizer, columns, labels, data_args, training_args) -> dict:
+    """The features of each split in `stages`, tokenized into the datasets cache; `tested` splits whose labels are
+    GLUE's unlabelled -1 lose them (predicted without labels)."""
+    features = {}
+    for split in stages:
+        rows = splits[split]
+        function = preprocess_function(
+            tokenizer,
+            columns,
+            data_args.label_column,
+            labels,
+            data_args.max_seq_length,
+            f"The {split} data ({info[split]['name']})",
+        )
+        features[split] = map_batched(
+            rows, function, training_args, data_args, remove_columns=rows.column_names, desc=f"Tokenizing {split}"
+        )
+    for split in tested:
+        if (
+            "labels" in features[split].column_names
+            and pyarrow.compute.min(features[split].data.column("labels")).as_py() < 0
+        ):
+            features[split] = features[split].remove_columns("labels")
+    return features
+
+
+def main(argv=None) -> dict:
+    parser = HfArgumentParser((ModelArguments, ClassificationDataArguments, TrainingArguments, OutputArguments))
+    parser.set_defaults(**DEFAULTS, **script_defaults())
+    model_args, data_args, training_args, output_args = parser.parse_args_into_dataclasses(argv)
+
+    # Everything that can be wrong with the input is checked before any training starts.
+    choose_stages(training_args, bool(data_args.test_file), DEFAULTS["eval_strategy"])
+    task = settle_task(data_args)
+    eval_names, test_names = (list(MNLI_EVAL), list(MNLI_TEST)) if task == "mnli" else (["validation"], ["test"])
+    glue_metric = bool(data_args.metric_name) and data_args.metric_name.rstrip("/").endswith("glue")
+    metric = load_metric(data_args.metric_name, task if glue_metric else None) if data_args.metric_name else None
+    splits, info = finetuning_splits(
+        data_args,
+        default_files=RT_POLARITY,
+        default_info=RT_POLARITY_INFO,
+        seed=training_args.seed,
+        eval_splits=eval_names,
+        test_splits=test_names,
+    )
+    evaluated, tested = check_stage_data(training_args, splits, eval_names, test_names)
+    reference = "train" if "train" in splits else (evaluated or tested)[0]
+    where = f"The {reference} data ({info[reference]['name']})"
+    columns = checked_columns(splits, reference, evaluated, data_args, where)
     labels = find_labels(splits[reference], data_args, where)
 
     family = run_family(model_args.model_name_or_path, model_args.preset)
@@ -366,11 +409,6 @@ def main(argv=None) -> dict:
         corpus=TOKENIZER_CORPUS,
     )
     set_seed(training_args.seed)  # the same initial weights on every process and every run
-    label_fields = (
-        dict(id2label={0: "LABEL_0"}, label2id={"LABEL_0": 0}, problem_type="regression")  # 1 output
-        if labels.names is None
-        else dict(id2label=dict(enumerate(labels.names)), label2id={n: i for i, n in enumerate(labels.names)})
-    )
     model = load_or_build_model(
         "ForSequenceClassification",
         model_args.model_name_or_path,
@@ -378,32 +416,14 @@ def main(argv=None) -> dict:
         tokenizer,
         model_args.attention_type,
         parse_config_overrides(model_args.config_overrides),
-        **label_fields,
+        **label_fields(labels),
     )
     check_max_length(model.config, data_args.max_seq_length)
     settle_output_dir(training_args, output_args, model_args, model, __file__, task=task or "classification")
     align_tokenizer(tokenizer, model.config)
 
-    features = {}
-    for split in (["train"] if training_args.do_train else []) + evaluated + tested:
-        rows = splits[split]
-        function = preprocess_function(
-            tokenizer,
-            columns,
-            data_args.label_column,
-            labels,
-            data_args.max_seq_length,
-            f"The {split} data ({info[split]['name']})",
-        )
-        features[split] = map_batched(
-            rows, function, training_args, data_args, remove_columns=rows.column_names, desc=f"Tokenizing {split}"
-        )
-    for split in tested:  # GLUE's test rows are unlabelled (-1): predict without labels
-        if (
-            "labels" in features[split].column_names
-            and pyarrow.compute.min(features[split].data.column("labels")).as_py() < 0
-        ):
-            features[split] = features[split].remove_columns("labels")
+    stages = (["train"] if training_args.do_train else []) + evaluated + tested
+    features = tokenized(splits, info, stages, tested, tokenizer, columns, labels, data_args, training_args)
 
     compute_metrics = metrics_function(data_args, labels, metric)
     evaluations = [Evaluation(features[s], info[s], compute_metrics, MNLI_EVAL.get(s, "")) for s in evaluated]

@@ -184,6 +184,59 @@ def predictions_writer(examples, features, data_args, main_process: bool):
 
 
 # ------------------------------------------------------------------------------------------------------------ main
+def check_fast(tokenizer) -> None:
+    if not tokenizer.is_fast:
+        raise ValueError(
+            "Extractive QA maps tokens back to characters, which needs a fast tokenizer "
+            "(tokenizer.json): pass --tokenizer_name with one."
+        )
+
+
+def check_columns(splits, info, data_args) -> None:
+    """Every split has the question and context columns, and all but test the answers; a split without ids gets
+    them (post-processing groups a question's windows by its id). Changes `splits` in place."""
+    columns = [data_args.question_column, data_args.context_column]
+    for split, rows in splits.items():
+        needed = columns + ([data_args.answer_column] if split != "test" else [])
+        missing = [c for c in needed if c not in rows.column_names]
+        if missing:
+            raise ValueError(
+                f"The {split} data ({info[split]['name']}) has no column {', '.join(map(repr, missing))} "
+                f"(its columns: {', '.join(rows.column_names)}): pass --question_column, "
+                "--context_column and --answer_column, or use SQuAD's format."
+            )
+        if "id" not in rows.column_names:  # post-processing groups windows by question id
+            splits[split] = rows.map(
+                lambda batch, indices: {"id": [str(i) for i in indices]}, batched=True, with_indices=True
+            )
+
+
+def windows(rows, split: str, info, tokenizer, data_args, training_args):
+    """The features of one split: each context cut into overlapping windows of --max_seq_length tokens (answer
+    positions where the split has answers; offsets and question ids where predictions are read back)."""
+    labelled = data_args.answer_column in rows.column_names
+    function = features_function(
+        tokenizer,
+        max_seq_length=data_args.max_seq_length,
+        doc_stride=data_args.doc_stride,
+        positions=labelled,
+        windows=split != "train",
+        version_2_with_negative=data_args.version_2_with_negative,
+        question_column=data_args.question_column,
+        context_column=data_args.context_column,
+        answer_column=data_args.answer_column,
+        where=f"The {split} data ({info[split]['name']})",
+    )
+    return map_batched(
+        rows,
+        function,
+        training_args,
+        data_args,
+        remove_columns=rows.column_names,
+        desc=f"Windows of the {split} contexts",
+    )
+
+
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, QADataArguments, TrainingArguments, OutputArguments))
     parser.set_defaults(**DEFAULTS, **script_defaults())
@@ -201,20 +254,7 @@ def main(argv=None) -> dict:
         data_args, default_files=SQUAD, default_info=SQUAD_INFO, seed=training_args.seed, convert_file=flat_squad_file
     )
     evaluated, tested = check_stage_data(training_args, splits, ["validation"], ["test"])
-    columns = [data_args.question_column, data_args.context_column]
-    for split, rows in splits.items():
-        needed = columns + ([data_args.answer_column] if split != "test" else [])
-        missing = [c for c in needed if c not in rows.column_names]
-        if missing:
-            raise ValueError(
-                f"The {split} data ({info[split]['name']}) has no column {', '.join(map(repr, missing))} "
-                f"(its columns: {', '.join(rows.column_names)}): pass --question_column, "
-                "--context_column and --answer_column, or use SQuAD's format."
-            )
-        if "id" not in rows.column_names:  # post-processing groups windows by question id
-            splits[split] = rows.map(
-                lambda batch, indices: {"id": [str(i) for i in indices]}, batched=True, with_indices=True
-            )
+    check_columns(splits, info, data_args)
 
     family = run_family(model_args.model_name_or_path, model_args.preset)
     tokenizer = load_tokenizer(
@@ -226,11 +266,7 @@ def main(argv=None) -> dict:
         [data_args.question_column, data_args.context_column],
         corpus=TOKENIZER_CORPUS,
     )
-    if not tokenizer.is_fast:
-        raise ValueError(
-            "Extractive QA maps tokens back to characters, which needs a fast tokenizer "
-            "(tokenizer.json): pass --tokenizer_name with one."
-        )
+    check_fast(tokenizer)
     set_seed(training_args.seed)  # the same initial weights on every process and every run
     model = load_or_build_model(
         "ForQuestionAnswering",
@@ -244,30 +280,8 @@ def main(argv=None) -> dict:
     settle_output_dir(training_args, output_args, model_args, model, __file__, task="qa")
     align_tokenizer(tokenizer, model.config)
 
-    features = {}
-    for split in (["train"] if training_args.do_train else []) + evaluated + tested:
-        rows = splits[split]
-        labelled = data_args.answer_column in rows.column_names
-        function = features_function(
-            tokenizer,
-            max_seq_length=data_args.max_seq_length,
-            doc_stride=data_args.doc_stride,
-            positions=labelled,
-            windows=split != "train",
-            version_2_with_negative=data_args.version_2_with_negative,
-            question_column=data_args.question_column,
-            context_column=data_args.context_column,
-            answer_column=data_args.answer_column,
-            where=f"The {split} data ({info[split]['name']})",
-        )
-        features[split] = map_batched(
-            rows,
-            function,
-            training_args,
-            data_args,
-            remove_columns=rows.column_names,
-            desc=f"Windows of the {split} contexts",
-        )
+    stages = (["train"] if training_args.do_train else []) + evaluated + tested
+    features = {split: windows(splits[split], split, info, tokenizer, data_args, training_args) for split in stages}
     main_process = training_args.process_index == 0
     evaluations = [
         Evaluation(

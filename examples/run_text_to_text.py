@@ -193,6 +193,53 @@ class KeepGenerationConfig(TrainerCallback):
     on_predict = on_evaluate
 
 
+def check_t5_and_generation(family: str, training_args) -> None:
+    if not FAMILIES[family].encoder_decoder:
+        raise ValueError(
+            f"run_text_to_text.py fine-tunes T5 variants, not {family}: pass a t5-* --preset or a T5 "
+            "checkpoint (for BERT/ALBERT classification use run_classification.py)."
+        )
+    if not training_args.predict_with_generate:
+        raise ValueError("Evaluation scores generated text: keep --predict_with_generate (the default).")
+
+
+def tokenized(rows, split: str, tested: bool, tokenizer, prefix: str, data_args, training_args):
+    """The features of one split, tokenized into the datasets cache; unlabelled test rows are generated for, not
+    scored (their target column goes)."""
+    if tested and data_args.target_column in rows.column_names and not has_targets(rows, data_args.target_column):
+        rows = rows.remove_columns(data_args.target_column)
+    function = tokenize_function(tokenizer, data_args, prefix, target_texts(rows, data_args.target_column))
+    return map_batched(
+        rows, function, training_args, data_args, remove_columns=rows.column_names, desc=f"Tokenizing {split}"
+    )
+
+
+def metrics_function(tokenizer, metric):
+    """`compute_metrics` of generated text: `metric` (an evaluate module) on the decoded texts, else exact-match
+    accuracy."""
+
+    def compute_metrics(prediction):
+        predicted, targets = decode(tokenizer, prediction.predictions), decode(tokenizer, prediction.label_ids)
+        if metric is not None:
+            return metric.compute(predictions=predicted, references=targets)
+        return {"accuracy": text_accuracy(predicted, targets)}
+
+    return compute_metrics
+
+
+def predictions_writer(tokenizer):
+    """`Prediction.write`: the generated texts, one a line, in generated_predictions.txt."""
+
+    def write_predictions(output, output_dir) -> dict:
+        texts = decode(tokenizer, output.predictions)
+        (Path(output_dir) / "generated_predictions.txt").write_text(
+            "".join(t.strip().replace("\n", " ") + "\n" for t in texts), encoding="utf-8"
+        )
+        return {}
+
+    return write_predictions
+
+
 def main(argv=None) -> dict:
     parser = HfArgumentParser((ModelArguments, TextToTextDataArguments, Seq2SeqTrainingArguments, OutputArguments))
     parser.set_defaults(**DEFAULTS, **script_defaults())
@@ -201,13 +248,7 @@ def main(argv=None) -> dict:
     # Everything that can be wrong with the input is checked before any training starts.
     choose_stages(training_args, bool(data_args.test_file), DEFAULTS["eval_strategy"])
     family = run_family(model_args.model_name_or_path, model_args.preset)
-    if not FAMILIES[family].encoder_decoder:
-        raise ValueError(
-            f"run_text_to_text.py fine-tunes T5 variants, not {family}: pass a t5-* --preset or a T5 "
-            "checkpoint (for BERT/ALBERT classification use run_classification.py)."
-        )
-    if not training_args.predict_with_generate:
-        raise ValueError("Evaluation scores generated text: keep --predict_with_generate (the default).")
+    check_t5_and_generation(family, training_args)
     training_args.generation_max_length = training_args.generation_max_length or data_args.max_target_length
     metric = load_metric(data_args.metric_name) if data_args.metric_name else None
     splits, info = finetuning_splits(
@@ -216,12 +257,8 @@ def main(argv=None) -> dict:
     evaluated, tested = check_stage_data(training_args, splits, ["validation"], ["test"])
     for split, rows in splits.items():
         needed = [data_args.source_column] + ([data_args.target_column] if split != "test" else [])
-        require_columns(
-            rows.column_names,
-            needed,
-            f"The {split} data ({info[split]['name']})",
-            "pass --source_column and --target_column",
-        )
+        where = f"The {split} data ({info[split]['name']})"
+        require_columns(rows.column_names, needed, where, "pass --source_column and --target_column")
     embedded = not (data_args.dataset_name or data_args.train_file or data_args.validation_file)
     prefix = data_args.source_prefix if data_args.source_prefix is not None else SST2_PREFIX if embedded else ""
 
@@ -249,33 +286,10 @@ def main(argv=None) -> dict:
     settle_output_dir(training_args, output_args, model_args, model, __file__, task="text-to-text")
     align_tokenizer(tokenizer, model.config)
 
-    features = {}
-    for split in (["train"] if training_args.do_train else []) + evaluated + tested:
-        rows = splits[split]
-        if (
-            split in tested
-            and data_args.target_column in rows.column_names
-            and not has_targets(rows, data_args.target_column)
-        ):  # unlabelled test rows: generated, not scored
-            rows = rows.remove_columns(data_args.target_column)
-        function = tokenize_function(tokenizer, data_args, prefix, target_texts(rows, data_args.target_column))
-        features[split] = map_batched(
-            rows, function, training_args, data_args, remove_columns=rows.column_names, desc=f"Tokenizing {split}"
-        )
+    stages = (["train"] if training_args.do_train else []) + evaluated + tested
+    features = {s: tokenized(splits[s], s, s in tested, tokenizer, prefix, data_args, training_args) for s in stages}
 
-    def compute_metrics(prediction):
-        predicted, targets = decode(tokenizer, prediction.predictions), decode(tokenizer, prediction.label_ids)
-        if metric is not None:
-            return metric.compute(predictions=predicted, references=targets)
-        return {"accuracy": text_accuracy(predicted, targets)}
-
-    def write_predictions(output, output_dir) -> dict:
-        texts = decode(tokenizer, output.predictions)
-        (Path(output_dir) / "generated_predictions.txt").write_text(
-            "".join(t.strip().replace("\n", " ") + "\n" for t in texts), encoding="utf-8"
-        )
-        return {}
-
+    compute_metrics, write_predictions = metrics_function(tokenizer, metric), predictions_writer(tokenizer)
     evaluations = [Evaluation(features[s], info[s], compute_metrics) for s in evaluated]
     predictions = [
         Prediction(

@@ -32,6 +32,64 @@ def paired_differences(baseline: list[dict], runs: list[dict]) -> dict[int, list
     return {step: [curve[step] - ref[step] for curve, ref in pairs] for step in steps}
 
 
+def _curves_panel(ax, title: str, panel: list, table: Table, reference: float) -> None:
+    """One column's curves: per variant each seed's eval (and, for long runs, training) curve thin, the mean thick."""
+    for index, (label, runs) in enumerate(panel):
+        colour = f"C{index}"
+        for key, style, name in (("eval_curve", "-", label), ("train_curve", ":", None))[: 1 + table.train_loss]:
+            curves = [[(s, v) for s, v in r[key] if v is not None] for r in runs]
+            for curve in curves:
+                if curve:
+                    ax.plot(*zip(*curve), color=colour, alpha=0.3, linewidth=0.8, linestyle=style)
+            steps = sorted(set.intersection(*({s for s, _ in c} for c in curves))) if curves else []
+            if steps:
+                mean = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
+                ax.plot(
+                    steps,
+                    mean,
+                    color=colour,
+                    linewidth=2 if name else 1.2,
+                    linestyle=style,
+                    label=f"{name} (n={len(curves)})" if name else None,
+                )
+    ax.axhline(reference, color="grey", linestyle="--", linewidth=0.8, label=f"unigram {reference}")
+    if table.train_loss:  # the training curve starts near ln(vocabulary size): show from the plateau down
+        ax.set_ylim(top=reference + 0.5)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
+def _differences_panel(ax, title: str, panel: list, baseline_label: str) -> None:
+    """One column's paired differences: each variant's held-out loss minus the baseline's (the panel's first row),
+    thin per seed, thick for the mean."""
+    (_, baseline), *others = panel
+    for index, (label, runs) in enumerate(others, start=1):
+        differences = paired_differences(baseline, runs)
+        if not differences:
+            continue
+        steps = list(differences)
+        pairs = len(differences[steps[0]])
+        for seed_index in range(pairs):
+            ax.plot(steps, [differences[s][seed_index] for s in steps], color=f"C{index}", alpha=0.3, linewidth=0.8)
+        ax.plot(
+            steps,
+            [statistics.fmean(differences[s]) for s in steps],
+            color=f"C{index}",
+            linewidth=2,
+            marker=".",
+            label=f"{label} (n={pairs} pair{'s' * (pairs > 1)})",
+        )
+    ax.axhline(0, color="C0", linewidth=1)
+    ax.set_title(textwrap.fill(f"{title}: minus {baseline_label}, paired by seed", 55), fontsize=9)
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
 def plot_curves(panels: list[list[tuple[str, list[dict]]]], table: Table, path: Path) -> bool:
     """One panel per column, one colour per variant: each seed's eval curve thin, their mean thick (`panels`: per
     column of `table`, (label, runs) per row, as `report.curve_panels` gives them). A table with `train_loss` (the long
@@ -46,63 +104,13 @@ def plot_curves(panels: list[list[tuple[str, list[dict]]]], table: Table, path: 
     width = max(4.2 * len(panels), 6.4)  # one panel of four variants' legends needs more than 4.2 inches
     fig, axes = plt.subplots(grid, len(panels), figsize=(width, 3.4 * grid), squeeze=False, sharey="row")
     for ax, (title, _), panel in zip(axes[0], table.columns, panels):
-        for index, (label, runs) in enumerate(panel):
-            colour = f"C{index}"
-            for key, style, name in (("eval_curve", "-", label), ("train_curve", ":", None))[: 1 + table.train_loss]:
-                curves = [[(s, v) for s, v in r[key] if v is not None] for r in runs]
-                for curve in curves:
-                    if curve:
-                        ax.plot(*zip(*curve), color=colour, alpha=0.3, linewidth=0.8, linestyle=style)
-                steps = sorted(set.intersection(*({s for s, _ in c} for c in curves))) if curves else []
-                if steps:
-                    mean = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
-                    ax.plot(
-                        steps,
-                        mean,
-                        color=colour,
-                        linewidth=2 if name else 1.2,
-                        linestyle=style,
-                        label=f"{name} (n={len(curves)})" if name else None,
-                    )
-        ax.axhline(reference, color="grey", linestyle="--", linewidth=0.8, label=f"unigram {reference}")
-        if table.train_loss:  # the training curve starts near ln(vocabulary size): show from the plateau down
-            ax.set_ylim(top=reference + 0.5)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        _curves_panel(ax, title, panel, table, reference)
     axes[0][0].set_ylabel(
         f"{table.loss_name}: held-out, training dotted" if table.train_loss else f"eval {table.loss_name}"
     )
     if grid == 2:
-        baseline_label = table.rows[0][0]
         for ax, (title, _), panel in zip(axes[1], table.columns, panels):
-            (_, baseline), *others = panel
-            for index, (label, runs) in enumerate(others, start=1):
-                differences = paired_differences(baseline, runs)
-                if not differences:
-                    continue
-                steps = list(differences)
-                pairs = len(differences[steps[0]])
-                for seed_index in range(pairs):
-                    ax.plot(
-                        steps, [differences[s][seed_index] for s in steps], color=f"C{index}", alpha=0.3, linewidth=0.8
-                    )
-                ax.plot(
-                    steps,
-                    [statistics.fmean(differences[s]) for s in steps],
-                    color=f"C{index}",
-                    linewidth=2,
-                    marker=".",
-                    label=f"{label} (n={pairs} pair{'s' * (pairs > 1)})",
-                )
-            ax.axhline(0, color="C0", linewidth=1)
-            ax.set_title(textwrap.fill(f"{title}: minus {baseline_label}, paired by seed", 55), fontsize=9)
-            ax.set_xlabel("step")
-            ax.grid(alpha=0.3)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
+            _differences_panel(ax, title, panel, table.rows[0][0])
         axes[1][0].set_ylabel("held-out loss difference (below 0: ahead)")
     fig.suptitle(textwrap.fill(table.title, width=int(13 * width)), fontsize=9)  # within the figure
     fig.tight_layout()

@@ -111,77 +111,53 @@ def long_fields(variant: str) -> dict:
     return {"dot-product": DOT, "talking-heads": SWEEP_TH}.get(variant) or {**SWEEP_TH, **ABLATIONS[variant]}
 
 
+def _mini(variant: str, size: str, seed: int, fields: dict, **training):
+    """A cell of this claim on the bert-mini shape."""
+    return cell(CLAIM, variant, size, seed, "bert-mini-dot-product", fields, **training)
+
+
+def _seed_cells(seed: int) -> list:
+    """One seed's study (the study's seeds only), head-count sweep and ablations."""
+    study_lrs = STUDY_LRS if seed in STUDY_SEEDS else ()
+    out = [
+        _mini(variant, f"lr-init-h{STUDY_HEADS}-lr{lr}", seed, {**heads(STUDY_HEADS), **fields}, learning_rate=lr)
+        for lr in study_lrs
+        for variant, fields in STUDY_VARIANTS.items()
+    ]
+    out += [
+        _mini(variant, f"h{h}-lr{SWEEP_LR[variant]}", seed, {**heads(h), **fields}, learning_rate=SWEEP_LR[variant])
+        for h in SWEEP_HEADS
+        for variant, fields in (("dot-product", DOT), ("talking-heads", SWEEP_TH))
+    ]
+    lr = SWEEP_LR["talking-heads"]
+    out += [
+        _mini(variant, f"h16-lr{lr}", seed, {**heads(16), **SWEEP_TH, **fields}, learning_rate=lr)
+        for variant, fields in ABLATIONS.items()
+    ]
+    return out
+
+
+# dot product, static and dynamic talking heads: the dynamic maps' second learning rate and Adafactor runs
+DYNAMIC_TRIO = (
+    ("dot-product", DOT),
+    ("talking-heads", SWEEP_TH),
+    ("th-dynamic", {**SWEEP_TH, **ABLATIONS["th-dynamic"]}),
+)
+
+
 def cells() -> list:
-    out = []
-    for seed in SEEDS:  # seed-major: every setting gets a first seed before any gets a second
-        for lr in STUDY_LRS if seed in STUDY_SEEDS else ():
-            for variant, fields in STUDY_VARIANTS.items():
-                out.append(
-                    cell(
-                        CLAIM,
-                        variant,
-                        f"lr-init-h{STUDY_HEADS}-lr{lr}",
-                        seed,
-                        "bert-mini-dot-product",
-                        {**heads(STUDY_HEADS), **fields},
-                        learning_rate=lr,
-                    )
-                )
-        for h in SWEEP_HEADS:
-            for variant, fields in (("dot-product", DOT), ("talking-heads", SWEEP_TH)):
-                lr = SWEEP_LR[variant]
-                out.append(
-                    cell(
-                        CLAIM,
-                        variant,
-                        f"h{h}-lr{lr}",
-                        seed,
-                        "bert-mini-dot-product",
-                        {**heads(h), **fields},
-                        learning_rate=lr,
-                    )
-                )
-        for variant, fields in ABLATIONS.items():
-            lr = SWEEP_LR["talking-heads"]
-            out.append(
-                cell(
-                    CLAIM,
-                    variant,
-                    f"h16-lr{lr}",
-                    seed,
-                    "bert-mini-dot-product",
-                    {**heads(16), **SWEEP_TH, **fields},
-                    learning_rate=lr,
-                )
-            )
-    for variant, fields in (
-        ("dot-product", DOT),
-        ("talking-heads", SWEEP_TH),
-        ("th-dynamic", {**SWEEP_TH, **ABLATIONS["th-dynamic"]}),
-    ):
-        # after the rest: the first two repeat the study's runs at lr 5e-4 (dedupe reads those), the third is new
-        out.append(
-            cell(
-                CLAIM,
-                variant,
-                f"h16-lr{DYNAMIC_LR}",
-                0,
-                "bert-mini-dot-product",
-                {**heads(16), **fields},
-                learning_rate=DYNAMIC_LR,
-            )
-        )
-    for seed in SEEDS:  # seed 0 screened whether the dynamic maps train under Adafactor; they did, so three seeds
-        for variant, fields in (
-            ("dot-product", DOT),
-            ("talking-heads", SWEEP_TH),
-            ("th-dynamic", {**SWEEP_TH, **ABLATIONS["th-dynamic"]}),
-        ):
-            out.append(
-                cell(
-                    CLAIM, variant, ADAFACTOR_SIZE, seed, "bert-mini-dot-product", {**heads(16), **fields}, **ADAFACTOR
-                )
-            )
+    out = [c for seed in SEEDS for c in _seed_cells(seed)]  # seed-major: every setting gets a first seed first
+    # after the rest: the first two repeat the study's runs at lr 5e-4 (dedupe reads those), the third is new
+    out += [
+        _mini(variant, f"h16-lr{DYNAMIC_LR}", 0, {**heads(16), **fields}, learning_rate=DYNAMIC_LR)
+        for variant, fields in DYNAMIC_TRIO
+    ]
+    # seed 0 screened whether the dynamic maps train under Adafactor; they did, so three seeds
+    out += [
+        _mini(variant, ADAFACTOR_SIZE, seed, {**heads(16), **fields}, **ADAFACTOR)
+        for seed in SEEDS
+        for variant, fields in DYNAMIC_TRIO
+    ]
     return out
 
 
