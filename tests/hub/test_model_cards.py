@@ -17,17 +17,9 @@ import kjv
 from conftest import build
 from hf_attn_variants.hub.cards import example_input_of, read_card_record, render_card, render_record
 from hub_server import card_metadata_errors
-from release import (
-    RELEASES,
-    T5_RULE,
-    check_matches,
-    pick,
-    record_from_json,
-    record_run,
-    release_record,
-    release_set,
-    row_record,
-)
+from release_cards import release_record
+from release_set import RELEASES, T5_RULE, pick
+from run_records import check_matches, record_from_json, record_run, release_set, row_record
 
 ROOT = Path(__file__).resolve().parents[2]
 CARDS = ROOT / "model_cards"

@@ -21,8 +21,9 @@ from hf_attn_variants.hub.publish import is_published, publish
 from hf_attn_variants.isolation import run_isolated
 from hf_attn_variants.presets import PRESETS, preset_config
 from hub_server import card_metadata_errors
-from release import RELEASES, record_from_json
 from release import main as release_main
+from release_set import RELEASES
+from run_records import record_from_json
 
 CODE = {
     "attention_variants.py",
