@@ -375,7 +375,10 @@ class VariantPreTrainedModel(PreTrainedModel):
         source_type = None
         if not isinstance(kwargs.get("config"), PretrainedConfig):
             hub = {k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
-            source = PretrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub)[0]
+            try:
+                source = PretrainedConfig.get_config_dict(pretrained_model_name_or_path, **hub)[0]
+            except (OSError, ValueError):  # no config.json to read: transformers' own loading says what is wrong
+                source = {}
             if source.get("model_type") not in (None, cls.config_class.model_type):
                 source_type = source["model_type"]
                 kwargs = cls._warm_start_defaults(pretrained_model_name_or_path, kwargs, source)
