@@ -37,6 +37,7 @@ def cells() -> list:
 
 
 CELLS = cells()
+ALIASES = {}  # every table column names its cells' own size
 TABLES = [
     Table(
         "heads-32",

@@ -25,7 +25,7 @@ from provenance import ROOT
 from results_file import RESULTS, estimate_cpu_seconds, load_results
 from unigram import UNIGRAM_LOSS
 
-CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend", "t5_places", "length")
+CLAIMS = ("talking_heads", "single_head", "synthesizer", "width_trend", "t5_places", "length", "offsets_and_heads")
 PAGE = ROOT / "docs" / "research.md"
 PAGES = (PAGE, ROOT / "docs" / "research-short-runs.md")  # the current findings; the 400-step runs and screens
 FIGURES = "research"  # docs/research/<table>.png, linked relative to the pages (which share a folder)
