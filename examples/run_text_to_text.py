@@ -40,6 +40,7 @@ from transformers import (
 )
 
 from hf_attn_variants.families import FAMILIES
+from hf_attn_variants.training.classification import require_columns
 from hf_attn_variants.training.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
@@ -51,7 +52,7 @@ from hf_attn_variants.training.model_setup import (
     run_family,
 )
 from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
-from run_classification import RT_POLARITY, RT_POLARITY_INFO, TOKENIZER_CORPUS, require_columns
+from run_classification import RT_POLARITY, RT_POLARITY_INFO, TOKENIZER_CORPUS
 from script_utils import (
     Evaluation,
     Prediction,

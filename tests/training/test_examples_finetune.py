@@ -27,6 +27,7 @@ import run_classification
 import run_qa
 import run_text_to_text
 from conftest import run_with_hub
+from hf_attn_variants.training import classification
 from hf_attn_variants.training.question_answering import (
     answer_positions,
     features_function,
@@ -159,7 +160,7 @@ def test_text_columns_found_as_run_glue_finds_them():
     from types import SimpleNamespace
 
     args = SimpleNamespace(text_column=None, text_pair_column=None, task_name=None)
-    columns = run_classification.text_columns
+    columns = classification.text_columns
     assert columns(["sentence1", "sentence2", "label"], args, "f") == ("sentence1", "sentence2")
     assert columns(["idx", "sentence", "label"], args, "f") == ("sentence", None)
     assert columns(
@@ -167,7 +168,7 @@ def test_text_columns_found_as_run_glue_finds_them():
     ) == ("question1", "question2")
     with pytest.raises(ValueError, match="--text_column"):
         columns(["review", "label"], args, "f")
-    assert run_classification.label_names(["10", "2", "2"]) == ["2", "10"]  # integers sorted numerically
+    assert classification.label_names(["10", "2", "2"]) == ["2", "10"]  # integers sorted numerically
 
 
 def test_labels_of_class_label_integer_string_and_float_columns():
@@ -179,7 +180,7 @@ def test_labels_of_class_label_integer_string_and_float_columns():
 
     def labels(values, feature, task=None):
         data = Dataset.from_dict({"label": values}, features=Features({"label": feature}))
-        return run_classification.find_labels(data, SimpleNamespace(label_column="label", task_name=task), "f")
+        return classification.find_labels(data, SimpleNamespace(label_column="label", task_name=task), "f")
 
     mnli = ClassLabel(names=["entailment", "neutral", "contradiction"])
     assert labels([0, 2, 1], mnli, "mnli") == (["entailment", "neutral", "contradiction"], True)

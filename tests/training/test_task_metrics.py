@@ -162,9 +162,9 @@ def test_regression_metrics_equal_scipy_and_name_glue_tasks():
         "spearmanr": pytest.approx(spearmanr(scores, gold)[0], abs=1e-12),
     }
     # the GLUE tasks the classification script accepts are the tasks scored here
-    import run_classification
+    from hf_attn_variants.training import classification
 
-    assert set(GLUE_METRICS) == set(run_classification.GLUE_TASKS)
+    assert set(GLUE_METRICS) == set(classification.GLUE_TASKS)
     with pytest.raises(ValueError, match="Unknown GLUE task 'mnli-mm'; GLUE's tasks are cola, sst2"):
         glue_metrics("mnli-mm", [0], [0])
 
