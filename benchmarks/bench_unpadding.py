@@ -9,6 +9,12 @@ on `--batch-size` rows of `--seq-len` positions whose real lengths are drawn uni
 (interleaved); each row prints the fastest time, its ratio to the fastest transformers time, and the median and range
 of the per-repeat ratios (time / that repeat's transformers time), which show how much a loaded machine moved them.
 `--train` times a training step instead (docs/unpadding.md).
+
+`--packed-row` adds transformers' padding-free input: the same sequences as one row [1, total] with position ids that
+restart at each (as `DataCollatorWithFlattening` gives them, no mask), run by transformers' model (which attends over
+the whole row and masks) and by ours (each sequence within itself); ratios stay against transformers' padded batch.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_unpadding.py --train --packed-row --batch-size 16 --seq-len 256 --min-len 16
 """
 
 import argparse
@@ -21,12 +27,17 @@ from transformers.utils import logging
 
 from hf_attn_variants import VariantBertForMaskedLM
 
-ROWS = {  # name -> VariantBert fields (None: transformers' model)
-    "transformers sdpa": None,
-    "dot product, packed": dict(attention_type="dot_product"),
-    "dot product, padded": dict(attention_type="dot_product", unpad=False),
-    "talking heads, packed": dict(attention_type="talking_heads"),
-    "talking heads, padded": dict(attention_type="talking_heads", unpad=False),
+ROWS = {  # name -> (VariantBert fields, None: transformers' model; the input: "padded" batch or "packed row")
+    "transformers sdpa": (None, "padded"),
+    "dot product, packed": (dict(attention_type="dot_product"), "padded"),
+    "dot product, padded": (dict(attention_type="dot_product", unpad=False), "padded"),
+    "talking heads, packed": (dict(attention_type="talking_heads"), "padded"),
+    "talking heads, padded": (dict(attention_type="talking_heads", unpad=False), "padded"),
+}
+PACKED_ROWS = {
+    "transformers sdpa, row": (None, "packed row"),
+    "dot product, row": (dict(attention_type="dot_product"), "packed row"),
+    "talking heads, row": (dict(attention_type="talking_heads"), "packed row"),
 }
 
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -40,7 +51,9 @@ p.add_argument(
     action="store_true",
     help="time a training step instead: train() (dropout 0.1), labels at 15%% of the real tokens, backward",
 )
+p.add_argument("--packed-row", action="store_true", help="add the rows of the same sequences packed into one row")
 args = p.parse_args()
+rows = {**ROWS, **(PACKED_ROWS if args.packed_row else {})}
 
 logging.set_verbosity_error()  # the variants' own parameters are new: no loading report
 torch.manual_seed(args.seed)
@@ -55,33 +68,43 @@ config = BertConfig(
 models = {}
 with tempfile.TemporaryDirectory() as folder:
     BertForMaskedLM(config).save_pretrained(folder)
-    for name, fields in ROWS.items():
+    for name, (fields, _) in rows.items():
         cls = BertForMaskedLM if fields is None else VariantBertForMaskedLM
         models[name] = cls.from_pretrained(folder, **(fields or {})).train(args.train)
 lengths = torch.randint(args.min_len, args.seq_len + 1, (args.batch_size,))
 ids = torch.randint(1, config.vocab_size, (args.batch_size, args.seq_len))
 mask = (torch.arange(args.seq_len) < lengths[:, None]).long()
 labels = ids.masked_fill((mask == 0) | (torch.rand(ids.shape) > 0.15), -100)
+real = mask.bool()
+inputs = {
+    "padded": dict(input_ids=ids, attention_mask=mask),
+    "packed row": dict(
+        input_ids=ids[real][None], position_ids=torch.cat([torch.arange(n) for n in lengths.tolist()])[None]
+    ),
+}
+targets = {"padded": labels, "packed row": labels[real][None]}
 
 
-def step(model):
+def step(name):
+    model, (_, kind) = models[name], rows[name]
     if args.train:
-        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        model(**inputs[kind], labels=targets[kind]).loss.backward()
         return
     with torch.inference_mode():
-        model(input_ids=ids, attention_mask=mask)
+        model(**inputs[kind])
 
 
 times = {name: [] for name in models}
 for repeat in range(args.repeats + 1):  # the first round warms up
-    for name, model in models.items():
+    for name in models:
         start = time.perf_counter()
-        step(model)
+        step(name)
         if repeat:
             times[name].append(time.perf_counter() - start)
 print(
     f"{'training step' if args.train else 'inference'}, {args.batch_size} x {args.seq_len}, lengths "
-    f"{sorted(lengths.tolist())}, {torch.get_num_threads()} thread(s), fastest of {args.repeats}"
+    f"{sorted(lengths.tolist())} ({int(mask.sum())} real tokens), {torch.get_num_threads()} thread(s), fastest of "
+    f"{args.repeats}"
 )
 base = times["transformers sdpa"]
 for name, t in times.items():

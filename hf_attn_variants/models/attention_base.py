@@ -1,6 +1,6 @@
 """The base every attention type stands on: `VariantAttentionCore` (the part of a layer after the projections and
 before the output projection: the mask, dropout, recomputation and the memory as it is cached), the masks and the
-helpers the types' functions share, and `PackedSequences`, the layout of a padded batch's real tokens.
+helpers the types' functions share, and `attend_per_sequence`, a type's attention within each of packed sequences.
 
 This file is copied next to every saved checkpoint (remote code), so it imports only torch, public transformers API
 and its siblings. The types themselves are in `attention_variants` (dot product, talking heads, general bilinear
@@ -15,8 +15,9 @@ transformers' ``eager_attention_forward``: the attn_weights a function returns a
 dropout (an eager function drops only while `module.training`, as transformers' own), and half-precision logits go
 through one softmax, in float32 (`talking_heads_blockwise.softmax_keys`).
 
-`PackedSequences` is the layout of a padded batch's real tokens, packed on the token axis: an encoder hands it to a
-core in place of the mask, and the core runs its type's function within each sequence. Shapes: b batch, n query
+Packed sequences (`packed_sequences.PackedSequences`: a padded batch's real tokens, or a packed row) reach a core as
+transformers' flash-attention keyword arguments, `cu_seq_lens_q`/`cu_seq_lens_k` and `max_length_q`/`max_length_k`,
+with no mask: the core runs its type's function within each sequence (`attend_per_sequence`). Shapes: b batch, n query
 length, m key length, h_k/h/h_v key, softmax and value heads, d_k/d_v head sizes.
 """
 
@@ -107,72 +108,74 @@ def weighted_values(module, weights: torch.Tensor, value: torch.Tensor, dropout:
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights  # [b, n, h, d_v]
 
 
-class PackedSequences:
-    """The real tokens of a padded batch, packed one sequence after another on the token axis: the layout an encoder
-    runs in where its 2D attention mask has padding (BERT and ALBERT, `unpad`; `modeling_variant_utils.unpadded`).
-
-    Every per-token step (projections, feed-forward, LayerNorms) runs on `[1, total, d]`, the `total` real tokens
-    only. Attention runs per sequence: handed to a core as its attention mask, the layout makes it attend within each
-    run of equal-length sequences, unmasked (`attend`). The sequences are packed shortest first, so sequences of one
-    length sit together and share one call ([count, heads, length, d] blocks of the packed heads, views without
-    copies); on a CPU a call per length costs less than the padded keys it skips (docs/unpadding.md).
-
-    `indices` [total]: where each packed token sits in the padded batch flattened to [b * n]; `positions` [1, total]:
-    its position (id), where the position embeddings put it and the synthesizers read their tables; `runs`: (count,
-    length) of each run of equal-length sequences, in packed order; `shape`: (b, n) of the padded batch.
-    """
-
-    def __init__(self, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None):
-        """The layout of a 2D mask [b, n] (1 or True: a real token) and the batch's position ids [b or 1, n] (None:
-        each token's column, as the position embeddings count them)."""
-        b, n = self.shape = tuple(attention_mask.shape)
-        real = attention_mask.bool()
-        lengths = real.sum(-1)  # [b]
-        order = torch.argsort(lengths, stable=True)  # shortest first: equal lengths side by side
-        rows, columns = real[order].nonzero(as_tuple=True)  # row-major: each sequence's tokens in order
-        self.indices = order[rows] * n + columns  # [total]
-        if position_ids is None:
-            self.positions = columns[None]  # [1, total]
+def sequence_runs(cu_seq_lens: torch.Tensor) -> list[tuple[int, int]]:
+    """(count, length) of each run of equal-length sequences side by side in a packing's cumulative lengths."""
+    runs = []
+    for length in torch.diff(cu_seq_lens).tolist():
+        if runs and runs[-1][1] == length:
+            runs[-1] = (runs[-1][0] + 1, length)
         else:
-            self.positions = position_ids.expand(b, n).reshape(-1)[self.indices][None]
-        runs = {}
-        for length in lengths[order].tolist():
-            runs[length] = runs.get(length, 0) + 1
-        self.runs = tuple((count, length) for length, count in runs.items() if length > 0)
+            runs.append((1, length))
+    return runs
 
-    def pack(self, padded: torch.Tensor) -> torch.Tensor:
-        """[b, n, ...] -> the real tokens [1, total, ...]."""
-        return padded.flatten(0, 1).index_select(0, self.indices)[None]
 
-    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
-        """[1, total, ...] -> [b, n, ...], the tokens back where they were and zeros at the padded positions."""
-        flat = packed.new_zeros(self.shape[0] * self.shape[1], *packed.shape[2:])
-        return flat.index_copy(0, self.indices, packed[0]).view(*self.shape, *packed.shape[2:])
+def attend_per_sequence(
+    attention_forward: AttentionFunction,
+    module,
+    query,
+    key,
+    value,
+    hidden_states,
+    *,
+    cu_seq_lens_q,
+    cu_seq_lens_k,
+    max_length_q=None,
+    max_length_k=None,
+    key_positions=None,
+    position_bias=None,
+    output_attentions=False,
+    **kwargs,
+):
+    """`attention_forward` (a type's attention function) within each of the packed sequences that the flash-attention
+    keyword arguments describe: query [1, h_k, total, d_k], key and value as `prepare_memory` makes them from the
+    packed memory, hidden_states [1, total, d], `key_positions` [1, total] (None: each sequence counts from 0).
 
-    def attend(self, core: "VariantAttentionCore", query, key, value, hidden_states, **kwargs):
-        """`core`'s attention of the packed heads (query [1, h_k, total, d_k], key and value as `prepare_memory`
-        makes them from the packed memory, hidden_states [1, total, d]) within each sequence: one unmasked call of
-        the core per run of equal-length sequences, at the tokens' `positions`. Returns [1, total, h_v, d_v] and no
-        weights (the encoders run the padded batch where the weights are asked for)."""
-        if kwargs.pop("position_bias", None) is not None or kwargs.pop("output_attentions", False):
-            raise ValueError(
-                "Packed sequences attend without a position bias and without returning the weights: "
-                "run the padded batch (`unpad=False`) for those."
-            )
-        kwargs.pop("key_positions", None)  # the padded batch's: the packed tokens' are `positions`
-        outputs, start = [], 0
-        for count, length in self.runs:
-            tokens = slice(start, start + count * length)
-            start = tokens.stop
+    One unmasked call per run of equal-length sequences side by side, on [count, heads, length, d] blocks (views of
+    the packed heads, no copy), so a type runs on a sequence exactly as on that sequence alone. A `position_bias`
+    [1, heads, m, m] (T5's relative bias of m >= every length positions) is read at each block's top-left corner, the
+    bias of a sequence of that length. Returns [1, total, h_v, d_v] and no weights."""
+    if output_attentions:
+        raise ValueError("Packed sequences return no attention weights: run the padded batch (`unpad=False`).")
+    if cu_seq_lens_k is not cu_seq_lens_q and not torch.equal(cu_seq_lens_q, cu_seq_lens_k):
+        raise ValueError("Packed self-attention needs cu_seq_lens_q == cu_seq_lens_k.")
+    outputs, start = [], 0
+    for count, length in sequence_runs(cu_seq_lens_q):
+        tokens = slice(start, start + count * length)
+        start = tokens.stop
 
-            def block(t):  # [1, heads, total, d] -> [count, heads, length, d], a view
-                return None if t is None else t[0, :, tokens].unflatten(1, (count, length)).transpose(0, 1)
+        def block(t):  # [1, heads, total, d] -> [count, heads, length, d], a view
+            return None if t is None else t[0, :, tokens].unflatten(1, (count, length)).transpose(0, 1)
 
-            x = hidden_states[0, tokens].view(count, length, -1)
-            positions = self.positions[0, tokens].view(count, length)
-            out, _ = core(block(query), block(key), block(value), None, x, key_positions=positions, **kwargs)
-            outputs.append(out.flatten(0, 1))  # [count * length, h_v, d_v]
-        return torch.cat(outputs)[None], None
+        if key_positions is None:
+            positions = torch.arange(length, device=hidden_states.device).expand(count, length)
+        else:
+            positions = key_positions[0, tokens].view(count, length)
+        bias = None if position_bias is None else position_bias[:, :, :length, :length]
+        module.check_lengths(length, length, positions)
+        out, _ = attention_forward(
+            module,
+            block(query),
+            block(key),
+            block(value),
+            None,
+            position_bias=bias,
+            hidden_states=hidden_states[0, tokens].view(count, length, -1),
+            key_positions=positions,
+            output_attentions=False,
+            **kwargs,
+        )
+        outputs.append(out.flatten(0, 1))  # [count * length, h_v, d_v]
+    return torch.cat(outputs)[None], None
 
 
 class VariantAttentionCore(nn.Module):
@@ -245,7 +248,7 @@ class VariantAttentionCore(nn.Module):
         query: torch.Tensor | None,
         key: torch.Tensor,
         value: torch.Tensor,
-        attention_mask: torch.Tensor | PackedSequences | None,
+        attention_mask: torch.Tensor | None,
         hidden_states: torch.Tensor,
         *,
         position_bias: torch.Tensor | None = None,
@@ -255,24 +258,27 @@ class VariantAttentionCore(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states [b, n, d] is the query input (dense synthesizers and dynamic x2l/x2w read it). A
         self-attention's `key_positions` [b or 1, m] (in kwargs; None: 0..m-1) are the keys' positions, cached keys
-        first and the n queries last (synthesizers read them). An encoder running the packed real tokens of a padded
-        batch passes their layout, a `PackedSequences`, as `attention_mask`: the type's attention then runs within
-        each sequence (`PackedSequences.attend`)."""
-        if isinstance(attention_mask, PackedSequences):  # the real tokens of a padded batch: attend per sequence
-            return attention_mask.attend(
+        first and the n queries last (synthesizers read them). Packed sequences come as `cu_seq_lens_q`/`cu_seq_lens_k`
+        (in kwargs) with no mask: the type's attention then runs within each (`attend_per_sequence`)."""
+        dropout = self.spec.dropout if self.training else 0.0
+        attention_forward = self.attention_function(attn_implementation, output_attentions, dropout, value.device)
+        if kwargs.get("cu_seq_lens_q") is not None:  # packed sequences: attend within each
+            return attend_per_sequence(
+                attention_forward,
                 self,
                 query,
                 key,
                 value,
                 hidden_states,
+                scaling=self.scaling,
+                dropout=dropout,
                 position_bias=position_bias,
-                attn_implementation=attn_implementation,
                 output_attentions=output_attentions,
                 **kwargs,
             )
-        dropout = self.spec.dropout if self.training else 0.0
+        for name in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
+            kwargs.pop(name, None)
         self.check_lengths(hidden_states.shape[1], value.shape[2], kwargs.get("key_positions"))
-        attention_forward = self.attention_function(attn_implementation, output_attentions, dropout, value.device)
         return attention_forward(
             self,
             query,

@@ -166,16 +166,17 @@ VARIANT_CONFIG_DEFAULTS = {f.name: f.default for f in fields(VariantAttentionFie
 VARIANT_CONFIG_DEFAULTS.update(talking_heads_dynamic=[], synthesizer_components=["dense"])
 
 
-# The field of the encoder families' configs (BERT, ALBERT; T5 has none), documented once for both docstrings: how
-# their encoder runs a padded batch (`modeling_variant_utils.unpadded`, docs/unpadding.md).
+# The field of every family's config, documented once for the docstrings: how an encoder runs a padded batch or a
+# packed row (`packed_sequences.runs_packed`, docs/unpadding.md).
 UNPAD_DOCSTRING = r"""
         unpad (`bool`, defaults to `True`):
-            Run the encoder on the real tokens only where the 2D attention mask has padding: the projections,
-            feed-forward and LayerNorms on the packed real tokens, attention within each sequence. The outputs at the
-            real tokens are the padded batch's (to float rounding); the padded positions of the last hidden state hold
-            zeros. A call that asks for every layer's hidden states or attention weights, a decoder, a chunked
-            feed-forward and a traced graph (`torch.compile`, `torch.export`) run the padded batch. `False`: always
-            the padded batch, as transformers' models."""
+            Run the encoder on packed sequences, each attending only within itself: a padded batch's real tokens
+            (where the 2D attention mask has padding) or the sequences of a packed row (BERT and ALBERT: position ids
+            that restart, or `cu_seq_lens_q`/`cu_seq_lens_k`). The projections, feed-forward and LayerNorms run on
+            those tokens only. The outputs at the real tokens are the padded batch's (to float rounding); the padded
+            positions of the last hidden state hold zeros. A call that asks for the attention weights, a padded
+            batch's every layer's hidden states, a decoder and a traced graph (`torch.compile`, `torch.export`) run
+            with a mask instead. `False`: always with a mask, as transformers' models."""
 
 
 __all__ = [

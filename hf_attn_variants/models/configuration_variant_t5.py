@@ -2,7 +2,7 @@
 general bilinear), and the attention per place."""
 
 # First: the transformers version check runs before anything of transformers is imported.
-from .configuration_variant_attention import VariantAttentionFields
+from .configuration_variant_attention import UNPAD_DOCSTRING, VariantAttentionFields
 
 # isort: split
 from .attention_types import VARIANT_CONFIG_DOCSTRING, place_attention_type
@@ -43,7 +43,7 @@ class VariantT5Config(PretrainedConfig):
             defaults to 512 here.
     """
 
-    __doc__ += VARIANT_CONFIG_DOCSTRING
+    __doc__ += UNPAD_DOCSTRING + VARIANT_CONFIG_DOCSTRING
 
     model_type = "variant_t5"
     keys_to_ignore_at_inference = ["cache"]
@@ -83,6 +83,7 @@ class VariantT5Config(PretrainedConfig):
         encoder_attention_type=None,
         decoder_attention_type=None,
         cross_attention_type=None,
+        unpad=True,
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -119,6 +120,7 @@ class VariantT5Config(PretrainedConfig):
         self.encoder_attention_type = encoder_attention_type
         self.decoder_attention_type = decoder_attention_type
         self.cross_attention_type = cross_attention_type
+        self.unpad = unpad
         super().__init__(
             pad_token_id=pad_token_id,
             eos_token_id=eos_token_id,

@@ -44,7 +44,6 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
@@ -57,12 +56,14 @@ from .modeling_variant_utils import (
     add_output_bias,
     admin_residual,
     attention_projections,
+    chunked_feed_forward,
     masked_lm_scores,
     output_attentions_from_config,
+    pooled_choices,
     sequence_classification_loss,
     span_loss,
-    unpadded,
 )
+from .packed_sequences import encoder_layout, packed_row
 
 AUTO_MAP = {
     "AutoConfig": "configuration_variant_albert.VariantAlbertConfig",
@@ -150,7 +151,6 @@ class VariantAlbertLayer(GradientCheckpointingLayer):
     def __init__(self, config):
         super().__init__()
         self.chunk_size_feed_forward = config.chunk_size_feed_forward
-        self.seq_len_dim = 1
         self.full_layer_layer_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.attention = VariantAlbertAttention(config)
         self.ffn = nn.Linear(config.hidden_size, config.intermediate_size)
@@ -161,9 +161,7 @@ class VariantAlbertLayer(GradientCheckpointingLayer):
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
         attention_output, _ = self.attention(hidden_states, attention_mask, **kwargs)
-        ffn_output = apply_chunking_to_forward(
-            self.ff_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
-        )
+        ffn_output = chunked_feed_forward(self.ff_chunk, self.chunk_size_feed_forward, attention_output)
         return self.full_layer_layer_norm(admin_residual(self, attention_output, ffn_output))
 
     def ff_chunk(self, attention_output):
@@ -258,23 +256,29 @@ class VariantAlbertModel(VariantAlbertPreTrainedModel):
     ):
         if (input_ids is None) ^ (inputs_embeds is not None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
+        input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        row, position_ids = packed_row(attention_mask, position_ids, input_shape, kwargs)  # a packed row's sequences
         embedding_output = self.embeddings(
             input_ids, position_ids=position_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds
         )
-        packed = unpadded(self.config, attention_mask, position_ids, kwargs)  # None: the padded batch runs
-        if packed is not None:  # the real tokens only, attending within each sequence
-            embedding_output, attention_mask = packed.pack(embedding_output), packed
+        kwargs["key_positions"] = position_ids  # where the synthesizers read their tables (None: 0..n-1)
+        layout = encoder_layout(self.config, attention_mask, position_ids, row, kwargs)  # None: the mask path
+        if layout is not None:  # packed sequences, each attending within itself
+            embedding_output, attention_mask = layout.pack(embedding_output), None
+            kwargs.update(layout.attention_kwargs())
+        elif row is not None:  # a packed row on the mask path: its block-diagonal mask
+            attention_mask = row.block_mask()
         else:
             attention_mask = create_bidirectional_mask(
                 config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask
             )
-        kwargs["key_positions"] = position_ids  # where the synthesizers read their tables (None: 0..n-1)
         sequence_output = self.encoder(embedding_output, attention_mask, **kwargs).last_hidden_state
-        if packed is not None:
-            sequence_output = packed.unpack(sequence_output)  # [b, n, d], zeros at the padded positions
+        if layout is not None:
+            sequence_output = layout.unpack(sequence_output)  # [b, n, d], zeros at a padded batch's padding
         pooled_output = None
-        if self.pooler is not None:
-            pooled_output = self.pooler_activation(self.pooler(sequence_output[:, 0]))
+        if self.pooler is not None:  # a packed row: one pooled vector per sequence, from its first token
+            first = sequence_output[:, 0] if row is None else row.first_tokens(sequence_output)
+            pooled_output = self.pooler_activation(self.pooler(first))
         return BaseModelOutputWithPooling(last_hidden_state=sequence_output, pooler_output=pooled_output)
 
 
@@ -578,7 +582,10 @@ class VariantAlbertForMultipleChoice(VariantAlbertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
+        pooled_output = pooled_choices(
+            outputs.pooler_output, flat(input_ids if input_ids is not None else inputs_embeds).shape[0]
+        )
+        logits = self.classifier(self.dropout(pooled_output)).view(-1, num_choices)
         loss = CrossEntropyLoss()(logits, labels) if labels is not None else None
         return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions

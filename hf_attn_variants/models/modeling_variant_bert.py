@@ -49,7 +49,6 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.pytorch_utils import apply_chunking_to_forward
 from transformers.utils import ModelOutput, logging
 from transformers.utils.generic import can_return_tuple, merge_with_config_defaults
 from transformers.utils.output_capturing import capture_outputs
@@ -66,14 +65,16 @@ from .modeling_variant_utils import (
     cache_field,
     cache_unless_checkpointing,
     cached_keys_values,
+    chunked_feed_forward,
     key_positions,
     legacy_cache,
     masked_lm_scores,
     output_attentions_from_config,
+    pooled_choices,
     sequence_classification_loss,
     span_loss,
-    unpadded,
 )
+from .packed_sequences import encoder_layout, packed_row
 
 logger = logging.get_logger(__name__)
 
@@ -241,7 +242,6 @@ class VariantBertLayer(GradientCheckpointingLayer):
     def __init__(self, config, layer_idx=None):
         super().__init__()
         self.chunk_size_feed_forward = config.chunk_size_feed_forward
-        self.seq_len_dim = 1
         self.attention = VariantBertAttention(config, is_causal=config.is_decoder, layer_idx=layer_idx)
         self.is_decoder = config.is_decoder
         self.add_cross_attention = config.add_cross_attention
@@ -275,9 +275,7 @@ class VariantBertLayer(GradientCheckpointingLayer):
             attention_output, _ = self.crossattention(
                 attention_output, None, encoder_hidden_states, encoder_attention_mask, cache=cache, **kwargs
             )
-        return apply_chunking_to_forward(
-            self.feed_forward_chunk, self.chunk_size_feed_forward, self.seq_len_dim, attention_output
-        )
+        return chunked_feed_forward(self.feed_forward_chunk, self.chunk_size_feed_forward, attention_output)
 
     def feed_forward_chunk(self, attention_output):
         return self.output(self.intermediate(attention_output), attention_output)
@@ -460,6 +458,8 @@ class VariantBertModel(VariantBertPreTrainedModel):
                 else DynamicCache(config=self.config)
             )
         cache_length = cache.get_seq_length() if cache is not None else 0
+        input_shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:-1]
+        row, position_ids = packed_row(attention_mask, position_ids, input_shape, kwargs)  # a packed row's sequences
         kwargs["key_positions"] = key_positions(position_ids, attention_mask, cache_length)  # synthesizers' rows
         embedding_output = self.embeddings(
             input_ids=input_ids,
@@ -468,9 +468,12 @@ class VariantBertModel(VariantBertPreTrainedModel):
             inputs_embeds=inputs_embeds,
             cache_length=cache_length,
         )
-        packed = unpadded(self.config, attention_mask, position_ids, kwargs)  # None: the padded batch runs
-        if packed is not None:  # the real tokens only, attending within each sequence
-            embedding_output, attention_mask = packed.pack(embedding_output), packed
+        layout = encoder_layout(self.config, attention_mask, position_ids, row, kwargs)  # None: the mask path
+        if layout is not None:  # packed sequences, each attending within itself
+            embedding_output, attention_mask = layout.pack(embedding_output), None
+            kwargs.update(layout.attention_kwargs())
+        elif row is not None and cache_length == 0:  # a packed row on the mask path: its block-diagonal mask
+            attention_mask = row.block_mask(causal=self.config.is_decoder)
         elif self.config.is_decoder:
             attention_mask = create_causal_mask(
                 config=self.config, inputs_embeds=embedding_output, attention_mask=attention_mask, **cache_field(cache)
@@ -496,9 +499,11 @@ class VariantBertModel(VariantBertPreTrainedModel):
             **kwargs,
         )
         sequence_output = encoder_outputs.last_hidden_state
-        if packed is not None:
-            sequence_output = packed.unpack(sequence_output)  # [b, n, d], zeros at the padded positions
-        pooled_output = self.pooler(sequence_output) if self.pooler is not None else None
+        if layout is not None:
+            sequence_output = layout.unpack(sequence_output)  # [b, n, d], zeros at a padded batch's padding
+        pooled_output = None
+        if self.pooler is not None:  # a packed row: one pooled vector per sequence, from its first token
+            pooled_output = self.pooler(sequence_output if row is None else row.first_tokens(sequence_output)[:, None])
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=sequence_output,
             pooler_output=pooled_output,
@@ -812,7 +817,10 @@ class VariantBertForMultipleChoice(VariantBertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)
+        pooled_output = pooled_choices(
+            outputs.pooler_output, flat(input_ids if input_ids is not None else inputs_embeds).shape[0]
+        )
+        logits = self.classifier(self.dropout(pooled_output)).view(-1, num_choices)
         loss = CrossEntropyLoss()(logits, labels) if labels is not None else None
         return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions

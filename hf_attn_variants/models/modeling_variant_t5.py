@@ -55,6 +55,7 @@ from .modeling_variant_utils import (
     sequence_classification_loss,
     span_loss,
 )
+from .packed_sequences import encoder_layout
 
 AUTO_MAP = {
     "AutoConfig": "configuration_variant_t5.VariantT5Config",
@@ -259,7 +260,12 @@ class VariantT5Attention(nn.Module):
             self.core, self.k, self.v, memory, cache, self.layer_idx, self.is_cross_attention
         )
         if position_bias is None and self.has_relative_attention_bias:
-            position_bias = self.compute_bias(n, value.shape[2], hidden_states.device, past_seen_tokens)
+            if kwargs.get("cu_seq_lens_q") is not None:  # packed sequences: the bias of the longest, which each
+                # shorter one reads at its top-left corner (it depends on the offset alone)
+                length = kwargs["max_length_q"]
+                position_bias = self.compute_bias(length, length, hidden_states.device)
+            else:
+                position_bias = self.compute_bias(n, value.shape[2], hidden_states.device, past_seen_tokens)
         attn_output, attn_weights = self.core(
             query,
             key,
@@ -469,7 +475,11 @@ class VariantT5Stack(VariantT5PreTrainedModel):
                 attention_mask=attention_mask,
                 **cache_field(self_cache),
             )
-        else:
+        layout = None if self.is_decoder else encoder_layout(self.config, attention_mask, None, None, kwargs)
+        if layout is not None:  # a padded batch's real tokens, each sequence attending within itself
+            inputs_embeds, attention_mask = layout.pack(inputs_embeds), None
+            kwargs.update(layout.attention_kwargs())
+        elif not self.is_decoder:
             attention_mask = create_bidirectional_mask(
                 config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
             )
@@ -496,6 +506,8 @@ class VariantT5Stack(VariantT5PreTrainedModel):
             if self.is_decoder and encoder_hidden_states is not None:
                 encoder_decoder_position_bias = cross_bias
         hidden_states = self.dropout(self.final_layer_norm(hidden_states))
+        if layout is not None:
+            hidden_states = layout.unpack(hidden_states)  # [b, n, d], zeros at the padding
         return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **cache_field(cache))
 
 

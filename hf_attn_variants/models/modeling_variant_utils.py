@@ -24,9 +24,10 @@ from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.utils import logging
 
-from .attention_base import PackedSequences, VariantAttentionCore
+from .attention_base import VariantAttentionCore
 from .attention_types import ATTENTION_REGISTRY
 from .configuration_variant_attention import VARIANT_CONFIG_DEFAULTS
+from .packed_sequences import runs_packed
 
 logger = logging.get_logger(__name__)
 
@@ -177,37 +178,14 @@ def key_positions(position_ids: torch.Tensor | None, attention_mask: torch.Tenso
     return torch.cat([cached.expand(b, -1), position_ids.expand(b, -1)], dim=-1)
 
 
-def unpadded(
-    config, attention_mask: torch.Tensor | None, position_ids: torch.Tensor | None, kwargs: dict
-) -> PackedSequences | None:
-    """The packed layout an encoder's layers run in (`PackedSequences`: the real tokens only, attention within each
-    sequence), or None where they run the padded batch as transformers' do.
-
-    They run packed when `config.unpad` is on and the 2D `attention_mask` [b, n] has padding, in an encoder (not
-    `is_decoder`: no cache, no causal mask, no cross-attention), unless the call asks for what only the padded batch
-    has: the attention weights or the hidden states of every layer (`output_attentions`, `output_hidden_states`, as
-    forward arguments or config fields), a chunked feed-forward (`chunk_size_feed_forward` cuts the sequence axis), or
-    a traced graph (`torch.compile`, `torch.export`, `torch.jit`: the packed shapes depend on the mask's values). A
-    batch without one real token runs padded too (there is nothing to pack; transformers' outputs, finite).
-    """
-    return PackedSequences(attention_mask, position_ids) if runs_packed(config, attention_mask, kwargs) else None
-
-
-def runs_packed(config, attention_mask: torch.Tensor | None, kwargs: dict) -> bool:
-    """Whether an encoder called with `attention_mask` and `kwargs` runs packed (`unpadded`)."""
-    return not (
-        not config.unpad
-        or getattr(config, "is_decoder", False)
-        or attention_mask is None
-        or attention_mask.dim() != 2
-        or kwargs.get("output_attentions", getattr(config, "output_attentions", False))
-        or kwargs.get("output_hidden_states", getattr(config, "output_hidden_states", False))
-        or getattr(config, "chunk_size_feed_forward", 0)
-        or torch.compiler.is_compiling()
-        or torch.jit.is_tracing()
-        or bool(attention_mask.bool().all())
-        or not bool(attention_mask.bool().any())  # no real token at all: the padded batch, as transformers runs it
-    )
+def chunked_feed_forward(forward, chunk_size: int, hidden_states: torch.Tensor) -> torch.Tensor:
+    """`forward` (a per-token feed-forward) of hidden_states [b, n, d] in chunks of `chunk_size` tokens along the
+    token axis (`chunk_size_feed_forward`; 0: one call), to bound the intermediate activations' memory. Unlike
+    transformers' `apply_chunking_to_forward`, the last chunk may be shorter: a packed batch's token count is whatever
+    its sequences add up to."""
+    if chunk_size <= 0:
+        return forward(hidden_states)
+    return torch.cat([forward(chunk) for chunk in hidden_states.split(chunk_size, dim=1)], dim=1)
 
 
 def admin_residual(module, residual: torch.Tensor, branch: torch.Tensor) -> torch.Tensor:
@@ -265,14 +243,14 @@ def masked_lm_scores(
     """A masked-LM head's scores and the labels they are scored on (`scored_positions`), from the encoder's
     `hidden_states` and the call's `attention_mask` and `kwargs`.
 
-    Where the encoder ran packed (`runs_packed`), its hidden states are zero at the padded positions, so the head's
+    Where the encoder ran a padded batch's real tokens (`packed_sequences.runs_packed`), its hidden states are zero at the padded positions, so the head's
     value there is its value at the zero vector: the head (transform and vocabulary projection) runs on the real
     tokens, once on a zero vector, and the padded positions get that row. The scores are those of the head at every
     position (to float rounding) without the vocabulary projection of the padded positions (half of a batch padded
     to twice its mean length).
     """
     hidden_states, labels = scored_positions(hidden_states, labels, sparse_prediction)
-    if hidden_states.dim() != 3 or not runs_packed(config, attention_mask, kwargs):
+    if hidden_states.dim() != 3 or not runs_packed(config, attention_mask, None, kwargs):
         return predictions(hidden_states), labels
     padded = attention_mask.to(hidden_states.device) == 0  # [b, n]
     real = predictions(hidden_states[~padded])  # [n_real, vocab]
@@ -298,6 +276,19 @@ def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Ten
     if config.problem_type == "single_label_classification":
         return CrossEntropyLoss()(logits.view(-1, num_labels), labels.view(-1))
     return BCEWithLogitsLoss()(logits, labels)
+
+
+def pooled_choices(pooled_output: torch.Tensor, rows: int) -> torch.Tensor:
+    """A multiple-choice head's pooled vectors, one per choice row of the flattened [batch * choices, n] input; a
+    packed row (sequences packed by restarting position ids or `cu_seq_lens`) pools once per sequence and cannot say
+    which sequences are one question's choices, so it is refused."""
+    if pooled_output.shape[0] != rows:
+        raise ValueError(
+            f"Multiple choice scores each of its {rows} choice rows, but the input packs {pooled_output.shape[0]} "
+            "sequences (position ids that restart, or `cu_seq_lens`): pass the choices as [batch, choices, length] "
+            "with an attention mask."
+        )
+    return pooled_output
 
 
 def span_loss(start_logits, end_logits, start_positions, end_positions) -> torch.Tensor | None:

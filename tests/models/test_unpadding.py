@@ -1,10 +1,11 @@
 """The packed layout of BERT and ALBERT (`unpad`, their default): on a padded batch the encoder runs on the real
-tokens only and attends within each sequence (`attention_variants.PackedSequences`). Against the padded batch
+tokens only and attends within each sequence (`packed_sequences.PackedSequences`). Against the padded batch
 (`unpad=False`, transformers' layout) for every attention type of the test table: the logits and the last hidden
 state at the real tokens and every gradient are equal within float tolerance, each row's output is the row's alone,
 the padded positions of the last hidden state are zeros; a batch without padding and the calls that need the padded
-layout (every layer's hidden states or weights, a decoder, a chunked feed-forward) run it; a saved checkpoint runs
-packed as remote code. docs/unpadding.md describes the layout."""
+layout (every layer's hidden states or weights, a decoder) run it, a chunked feed-forward runs packed; a saved
+checkpoint runs packed as remote code. T5's encoder packs a padded batch too (its outputs, logits, gradients and generated tokens are
+the padded batch's). docs/unpadding.md describes the layout."""
 
 import json
 import textwrap
@@ -14,7 +15,9 @@ import torch
 
 from conftest import TINY, VARIANTS, at_real_tokens, build, on_device
 from hf_attn_variants.isolation import run_isolated
-from hf_attn_variants.models.attention_base import PackedSequences
+from hf_attn_variants.models import attention_base
+from hf_attn_variants.models.attention_base import sequence_runs
+from hf_attn_variants.models.packed_sequences import PackedSequences
 
 pytestmark = pytest.mark.device  # on HAV_TEST_DEVICE (a GPU where there is one): the packed layout runs there too
 
@@ -37,14 +40,15 @@ def _batch(position_ids: bool = False, seed: int = 0) -> dict:
 
 @pytest.fixture
 def packed_runs(monkeypatch) -> list:
-    """The `runs` of every packed attention call (one per layer application) made while the test runs."""
-    runs, attend = [], PackedSequences.attend
+    """The runs of equal-length sequences of every packed attention call (one per layer application) made while the
+    test runs."""
+    runs, attend = [], attention_base.attend_per_sequence
 
-    def spy(self, *args, **kwargs):
-        runs.append(self.runs)
-        return attend(self, *args, **kwargs)
+    def spy(*args, **kwargs):
+        runs.append(tuple(sequence_runs(kwargs["cu_seq_lens_q"])))
+        return attend(*args, **kwargs)
 
-    monkeypatch.setattr(PackedSequences, "attend", spy)
+    monkeypatch.setattr(attention_base, "attend_per_sequence", spy)
     return runs
 
 
@@ -70,7 +74,8 @@ def test_packed_equals_padded_at_the_real_tokens(variant, head, position_ids, pa
         padded = _outputs(model, inputs, unpad=False)
         # a row's output is its own: the right-padded row of 7 alone, without padding
         alone = _outputs(model, {k: v[1:2, :7] for k, v in inputs.items() if k != "attention_mask"}, unpad=True)
-        unmasked = _outputs(model, {k: v for k, v in inputs.items() if k != "attention_mask"}, unpad=True)
+        unmasked = _outputs(model, {"input_ids": inputs["input_ids"]}, unpad=True)  # (position ids that repeat at
+        # the pads would be packed sequences of their own, as transformers' masks read them)
     for ours, theirs, single, dropped in zip(packed, padded, alone, unmasked, strict=True):
         torch.testing.assert_close(at_real_tokens(ours, real), at_real_tokens(theirs, real), **TOLERANCE)
         torch.testing.assert_close(ours[1:2, :7], single, **TOLERANCE)
@@ -187,8 +192,8 @@ def test_a_batch_without_a_real_token_runs_the_padded_batch(variant, head, shape
 
 @pytest.mark.parametrize("head", HEADS)
 def test_calls_that_need_the_padded_batch_run_it(head, packed_runs):
-    """Every layer's hidden states or attention weights (argument or config field), a chunked feed-forward and
-    `unpad=False` run the padded batch, with transformers' shapes; its real tokens are the packed run's."""
+    """Every layer's hidden states or attention weights (argument or config field) and `unpad=False` run the padded
+    batch, with transformers' shapes; its real tokens are the packed run's."""
     model = build(head, "talking_heads")
     inputs = _batch()
     real = inputs["attention_mask"]
@@ -197,7 +202,7 @@ def test_calls_that_need_the_padded_batch_run_it(head, packed_runs):
         packed_calls = len(packed_runs)
         hidden = model.base_model(**inputs, output_hidden_states=True).hidden_states
         weights = model.base_model(**inputs, output_attentions=True).attentions
-        for field, value in (("output_hidden_states", True), ("chunk_size_feed_forward", 4), ("unpad", False)):
+        for field, value in (("output_hidden_states", True), ("unpad", False)):
             default = getattr(model.config, field)
             setattr(model.config, field, value)
             padded = model.base_model(**inputs).last_hidden_state
@@ -208,6 +213,23 @@ def test_calls_that_need_the_padded_batch_run_it(head, packed_runs):
     assert [h.shape for h in hidden] == [(5, 12, TINY["hidden_size"])] * (layers + 1)
     assert [w.shape for w in weights] == [(5, TINY["num_attention_heads"], 12, 12)] * layers
     torch.testing.assert_close(at_real_tokens(hidden[-1], real), at_real_tokens(expected, real), **TOLERANCE)
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_a_chunked_feed_forward_runs_packed(head, packed_runs):
+    """`chunk_size_feed_forward` cuts the packed token axis (the feed-forward is per token): the same outputs,
+    packed, as without chunks and as the padded batch at the real tokens."""
+    model, chunked_model = build(head, "talking_heads"), build(head, "talking_heads", chunk_size_feed_forward=4)
+    inputs = _batch()
+    real = inputs["attention_mask"]
+    with torch.no_grad():
+        whole = model.base_model(**inputs).last_hidden_state
+        calls = len(packed_runs)
+        chunked = chunked_model.base_model(**inputs).last_hidden_state
+        assert len(packed_runs) > calls  # it ran packed
+        padded = _outputs(chunked_model, inputs, unpad=False)[1]
+    torch.testing.assert_close(chunked, whole, **TOLERANCE)
+    torch.testing.assert_close(at_real_tokens(padded, real), at_real_tokens(chunked, real), **TOLERANCE)
 
 
 def test_a_decoder_runs_the_padded_batch(packed_runs):
@@ -221,8 +243,8 @@ def test_the_layout_of_a_mask():
     """Shortest first, equal lengths side by side, an empty row skipped; pack and unpack round trip; positions are
     the columns or the given position ids."""
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 0]])
-    layout = PackedSequences(mask)
-    assert layout.runs == ((2, 2), (2, 3))
+    layout = PackedSequences.of_padding(mask)
+    assert sequence_runs(layout.cu_seq_lens) == [(2, 2), (2, 3)] and layout.lengths == [2, 2, 3, 3]
     assert layout.indices.tolist() == [4, 5, 16, 17, 0, 1, 2, 9, 10, 11]
     assert layout.positions.tolist() == [[0, 1, 0, 1, 0, 1, 2, 1, 2, 3]]
     x = torch.randn(5, 4, 3)
@@ -230,7 +252,7 @@ def test_the_layout_of_a_mask():
     assert packed.shape == (1, 10, 3)
     torch.testing.assert_close(layout.unpack(packed), x * mask[..., None])
     positions = torch.arange(20).view(5, 4)
-    assert PackedSequences(mask, positions).positions.tolist() == [[4, 5, 16, 17, 0, 1, 2, 9, 10, 11]]
+    assert PackedSequences.of_padding(mask, positions).positions.tolist() == [[4, 5, 16, 17, 0, 1, 2, 9, 10, 11]]
 
 
 # Runs in a fresh interpreter that cannot import the package: each checkpoint through AutoModel, packed (the saved
@@ -270,3 +292,64 @@ def test_a_saved_checkpoint_runs_packed_as_remote_code(tmp_path):
         torch.testing.assert_close(packed, expected[path], atol=1e-6, rtol=1e-5)  # zeros at the pads: packed
         assert packed[real == 0].abs().max() == 0 < padded[real == 0].abs().max()
         torch.testing.assert_close(at_real_tokens(padded, real), at_real_tokens(packed, real), **TOLERANCE)
+
+
+def _t5_batch() -> dict:
+    """4 encoder rows of 11 tokens (full, right-padded to 6 and to 3, left-padded by 2) and 5 decoder tokens."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, 99, (4, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = mask[2, 3:] = mask[3, :2] = 0
+    return on_device(
+        dict(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.randint(2, 99, (4, 5), generator=g))
+    )
+
+
+def _t5_unpad(model, unpad: bool) -> None:
+    """`unpad` for T5's encoder stack (its config is its own copy of the model's)."""
+    model.encoder.config.unpad = unpad
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_t5_encoder_runs_a_padded_batch_on_its_real_tokens(variant, packed_runs):
+    """T5's encoder packs a padded batch (its relative position bias per sequence: the longest's, read at each
+    sequence's top-left corner): the encoder output at the real tokens, the logits and every gradient equal the
+    padded batch's; zeros at the padding; the decoder runs as before."""
+    model = build("VariantT5ForConditionalGeneration", variant).train()
+    inputs = _t5_batch()
+    inputs["labels"] = inputs.pop("decoder_input_ids")
+    real = inputs["attention_mask"]
+    results = []
+    for unpad in (True, False):
+        _t5_unpad(model, unpad)
+        model.zero_grad(set_to_none=True)
+        calls = len(packed_runs)
+        out = model(**inputs)
+        out.loss.backward()
+        results.append((out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}))
+        assert (len(packed_runs) > calls) == unpad  # the encoder's layers ran packed, the decoder's never
+    assert set(packed_runs) == {((1, 3), (1, 6), (1, 9), (1, 11))}
+    (packed, grads), (padded, padded_grads) = results
+    torch.testing.assert_close(
+        at_real_tokens(packed.encoder_last_hidden_state, real),
+        at_real_tokens(padded.encoder_last_hidden_state, real),
+        **TOLERANCE,
+    )
+    assert packed.encoder_last_hidden_state[real == 0].abs().max() == 0
+    torch.testing.assert_close(packed.logits, padded.logits, **TOLERANCE)
+    assert grads.keys() == padded_grads.keys()
+    for name, grad in padded_grads.items():
+        torch.testing.assert_close(grads[name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_t5_generates_the_same_tokens_packed(packed_runs):
+    from conftest import sharpen_t5
+
+    model = build("VariantT5ForConditionalGeneration", "talking_heads")
+    sharpen_t5(model)
+    inputs = {k: v for k, v in _t5_batch().items() if k != "decoder_input_ids"}
+    tokens = {}
+    for unpad in (True, False):
+        _t5_unpad(model, unpad)
+        tokens[unpad] = model.generate(**inputs, max_new_tokens=6, do_sample=False, num_beams=2)
+    assert packed_runs and torch.equal(tokens[True], tokens[False])
