@@ -59,7 +59,7 @@ from hf_attn_variants.training.model_setup import (
     run_family,
 )
 from hf_attn_variants.training.output_folders import NAMED_AFTER_THE_RUN, OutputArguments, settle_output_dir
-from hf_attn_variants.training.pretraining_data import pack_batch, pair_batch, sentence_label
+from hf_attn_variants.training.pretraining_data import line_batch, pack_batch, pair_batch, sentence_label
 from hf_attn_variants.training.trainer import (
     EpochCallback,
     MaskedLMTrainer,
@@ -111,6 +111,22 @@ class PretrainingDataArguments(DataArguments):
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict."})
     whole_word_masking: bool = field(
         default=False, metadata={"help": "Mask whole words (a word's WordPiece continuations with it)."}
+    )
+    line_by_line: bool = field(
+        default=False,
+        metadata={
+            "help": "One sequence per non-empty line of text ([CLS] line [SEP], cut at --max_seq_length), as "
+            "transformers' run_mlm --line_by_line; default: the text packed into full blocks of --max_seq_length."
+        },
+    )
+    padding_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Collate each batch into one row with position ids that restart at each sequence and no padding "
+            "(transformers' padding-free input, as DataCollatorWithFlattening): BERT and ALBERT attend within each "
+            "sequence, so no token is computed for nothing. Pays with --line_by_line or a sentence objective "
+            "(sequences of many lengths); full blocks have no padding to drop."
+        },
     )
     sentence_objective: str = field(
         default="none",
@@ -165,8 +181,9 @@ class PretrainingModelArguments(ModelArguments):
     )
 
 
-def check_objective(family: str, objective: str) -> str:
-    """The family pretrains with masked LM (not T5's span corruption) and `objective` is its sentence task or none."""
+def check_objective(family: str, objective: str, line_by_line: bool = False) -> str:
+    """The family pretrains with masked LM (not T5's span corruption) and `objective` is its sentence task or none
+    (and none where each line is a sequence: a sentence task builds its own pairs of segments)."""
     if FAMILIES[family].encoder_decoder:
         raise ValueError(
             f"{FAMILIES[family].display} pretrains with span corruption: use examples/run_t5_pretraining.py."
@@ -177,6 +194,11 @@ def check_objective(family: str, objective: str) -> str:
         raise ValueError(
             f"--sentence_objective {objective} is not {family}'s pretraining task: use "
             f"{FAMILIES[family].sentence_objective} (or none)."
+        )
+    if line_by_line and objective != "none":
+        raise ValueError(
+            f"--line_by_line makes each line a sequence, but --sentence_objective {objective} builds pairs of "
+            "segments from the text: drop one of them."
         )
     return objective
 
@@ -302,7 +324,7 @@ def prepare(dataset, tokenizer, column, data_args, training_args, seed, split):
     """Raw rows -> training examples (packed blocks or segment pairs), a batched map into the datasets cache."""
     objective = data_args.sentence_objective
     if objective == "none":
-        function, kwargs = pack_batch, {}
+        function, kwargs = (line_batch if data_args.line_by_line else pack_batch), {}
     else:
         function, kwargs = pair_batch, {"objective": objective, "seed": seed}
     return map_batched(
@@ -345,7 +367,7 @@ def training_sets(raw, tokenizer, column, data_args, training_args):
             )
         eval_collator = MaskedLMCollator(
             tokenizer, data_args.mlm_probability, data_args.whole_word_masking, seed=EVAL_SEED
-        )
+        )  # labels the set once; the training collator below collates it
         eval_set = map_batched(
             eval_set,
             mask_batch,
@@ -367,7 +389,7 @@ def main(argv=None) -> dict:
     # Everything that can be wrong with the input is checked before any training starts.
     check_pretraining_args(training_args, data_args, DEFAULTS["eval_strategy"])
     family = run_family(model_args.model_name_or_path, model_args.preset)
-    objective = check_objective(family, data_args.sentence_objective)
+    objective = check_objective(family, data_args.sentence_objective, data_args.line_by_line)
     raw, eval_info = pretraining_splits(data_args, training_args, default_file=CORPUS, default_info=CORPUS_INFO)
     column = pick_column(
         raw["train" if "train" in raw else "validation"],
@@ -395,7 +417,13 @@ def main(argv=None) -> dict:
     admin_init = admin_init_for(model_args, training_args, model.config, family)
     align_tokenizer(tokenizer, model.config)
 
-    collator = MaskedLMCollator(tokenizer, data_args.mlm_probability, data_args.whole_word_masking, training_args.seed)
+    collator = MaskedLMCollator(
+        tokenizer,
+        data_args.mlm_probability,
+        data_args.whole_word_masking,
+        training_args.seed,
+        padding_free=data_args.padding_free,
+    )
     train_set, eval_set = training_sets(raw, tokenizer, column, data_args, training_args)
     check_first_batches(train_set, eval_set, collator, training_args.per_device_train_batch_size, tokenizer)
     if eval_set is None:

@@ -48,6 +48,19 @@ def pad_batch(examples: list[dict], pad_token_id: int) -> dict:
     return batch
 
 
+def flatten_batch(examples: list[dict]) -> dict:
+    """The examples packed into one row, transformers' padding-free input (as `DataCollatorWithFlattening` makes
+    it): every sequence field concatenated into [1, total], `position_ids` that restart at 0 at each example, and no
+    attention mask. BERT and ALBERT keep the examples apart (each attends only within itself), so no token is padding
+    and none is computed for nothing. A field of one value per example (a class label) stays one per example."""
+    batch = {}
+    for key in examples[0]:
+        values = [torch.as_tensor(e[key]) for e in examples]
+        batch[key] = torch.stack(values) if values[0].dim() == 0 else torch.cat(values)[None]
+    batch["position_ids"] = torch.cat([torch.arange(len(e["input_ids"])) for e in examples])[None]
+    return batch
+
+
 # ------------------------------------------------------------------------------------------------------ masked LM
 def word_continuation(tokenizer):
     """Whether a token continues the word before it: WordPiece marks continuations with '##', SentencePiece-style
@@ -100,19 +113,24 @@ class MaskedLMCollator:
         probability: the share of the tokens predicted (BERT: 0.15).
         whole_word: mask a word's continuation tokens with it (`word_continuation`).
         seed: with the epoch and the example's tokens, seeds each example's masks.
+        padding_free: pack a batch into one row with restarting position ids and no mask (`flatten_batch`) instead
+            of padding it; the masks drawn are the same.
 
     Examples that already carry `labels` (a pre-masked eval set: the same masks at every evaluation and for every
     model) are only padded. `epoch` is advanced by `EpochCallback`, so each epoch masks differently. With the heads'
     sparse prediction (`MaskedLMTrainer`), only the masked positions reach the vocabulary projection.
     """
 
-    def __init__(self, tokenizer, probability: float = 0.15, whole_word: bool = False, seed: int = 0):
+    def __init__(
+        self, tokenizer, probability: float = 0.15, whole_word: bool = False, seed: int = 0, padding_free: bool = False
+    ):
         if not 0 < probability < 1:
             raise ValueError(f"`mlm_probability` must be in (0, 1), got {probability}.")
         if tokenizer.mask_token_id is None:
             raise ValueError("The tokenizer has no mask token, which masked-LM pretraining needs.")
         self.tokenizer, self.probability, self.seed, self.epoch = tokenizer, probability, seed, 0
         self.continues = word_continuation(tokenizer) if whole_word else None
+        self.padding_free = padding_free
 
     def mask(self, example: dict) -> dict:
         """The example with its masked `input_ids` and its `labels` (-100 where nothing is predicted)."""
@@ -124,6 +142,8 @@ class MaskedLMCollator:
 
     def __call__(self, examples: list[dict]) -> dict:
         examples = [e if "labels" in e else self.mask(e) for e in examples]
+        if self.padding_free:
+            return flatten_batch(examples)
         return pad_batch(examples, self.tokenizer.pad_token_id)
 
 

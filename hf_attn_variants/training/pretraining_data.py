@@ -69,6 +69,15 @@ def pack_batch(batch, tokenizer, column: str, max_seq_length: int) -> dict:
     return {"input_ids": np.concatenate([edge * tokenizer.cls_token_id, blocks, edge * tokenizer.sep_token_id], 1)}
 
 
+def line_batch(batch, tokenizer, column: str, max_seq_length: int) -> dict:
+    """Masked LM line by line (a batched map): each non-empty row one sequence, [CLS] row [SEP], its tokens past
+    max_seq_length cut (as run_mlm's --line_by_line). Sequences of many lengths: padded per batch, or packed into one
+    row with --padding_free."""
+    encoded = encode_texts(tokenizer, [t for t in batch[column] if t and t.strip()])
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    return {"input_ids": [[cls, *ids[: max_seq_length - 2], sep] for ids in encoded if ids]}
+
+
 def block_batch(batch, tokenizer, column: str, raw_length: int) -> dict:
     """Span corruption (a batched map): the batch's token stream (no </s>) cut into blocks of `raw_length`
     (`data_collators.raw_length_for`)."""

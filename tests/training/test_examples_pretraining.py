@@ -1057,6 +1057,42 @@ def test_pretraining_predicts_sparsely_by_default_with_the_dense_losses(tmp_path
     assert len(fill("the [MASK] of it")) == 5
 
 
+@pytest.mark.parametrize("objective", ["none", "sop"])
+def test_padding_free_pretraining_trains_as_the_padded_batch(tmp_path, objective, monkeypatch):
+    """--padding_free collates each batch into one row (restarting position ids, no mask, no padding): with dropout
+    off, the same losses as the padded batches, line by line or in sentence pairs; the model saw packed rows."""
+    from hf_attn_variants.models import attention_base
+
+    packed = []
+    attend = attention_base.attend_per_sequence
+    monkeypatch.setattr(
+        attention_base, "attend_per_sequence", lambda *a, **k: packed.append(k["cu_seq_lens_q"]) or attend(*a, **k)
+    )
+    preset = "bert-tiny-talking-heads" if objective == "none" else "albert-tiny-synthesizer-mixture"
+    layout = ["--line_by_line"] if objective == "none" else ["--sentence_objective", objective]
+    runs = {}
+    for flag in ("--padding_free", None):
+        packed.clear()
+        runs[flag] = run_pretraining.main(
+            FAST
+            + [*layout, *([flag] if flag else []), "--preset", preset, "--output_dir", str(tmp_path / str(flag))]
+            + ["--max_steps", "3", "--seed", "3", "--config_overrides", NO_DROPOUT, "--max_seq_length", "48"]
+        )
+        if flag:
+            assert packed and all(len(cu) > 2 for cu in packed)  # several sequences in each packed row
+    for key in ("train_loss", "eval_loss", "eval_mlm_loss"):
+        assert runs["--padding_free"][key] == pytest.approx(runs[None][key], rel=1e-5, abs=1e-5), key
+
+
+def test_line_by_line_keeps_each_line_a_sequence():
+    tokenizer = train_tokenizer("wordpiece", 300, lines=LINES[:200])
+    out = pretraining_data.line_batch({"text": ["a cynic", "", "  ", "x " * 100]}, tokenizer, "text", 16)
+    assert [len(ids) for ids in out["input_ids"]][1] == 16 and len(out["input_ids"]) == 2
+    assert all(ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id for ids in out["input_ids"])
+    with pytest.raises(ValueError, match="--line_by_line makes each line a sequence"):
+        run_pretraining.check_objective("bert", "nsp", line_by_line=True)
+
+
 # Evaluation code written for transformers (run_mlm's `preprocess_logits_for_metrics` and `compute_metrics`), on a
 # checkpoint made by run_pretraining (sparse prediction on), loaded where the package is absent; `accuracy` is also
 # computed by hand from the same model called without labels, batch by batch.
