@@ -143,6 +143,9 @@ VARIANTS = {
     "synth_random_frozen": dict(
         attention_type="synthesizer", synthesizer_components=["random"], synthesizer_random_trainable=False
     ),
+    "synth_random_offset": dict(
+        attention_type="synthesizer", synthesizer_components=["dot_product", "random"], synthesizer_random_offset=True
+    ),
     "synth_factorized_dense": dict(attention_type="synthesizer", synthesizer_components=["factorized_dense"]),
     "synth_factorized_random": dict(
         attention_type="synthesizer", synthesizer_components=["factorized_random"], synthesizer_factorized_rank=4

@@ -51,8 +51,9 @@ class SynthesizerAttention(VariantAttentionCore):
             a, b = spec.dense_factors
             self.factorized_dense_a = nn.Parameter(torch.empty(h, d_h, a))
             self.factorized_dense_b = nn.Parameter(torch.empty(h, d_h, b))
-        if "random" in comps:
-            self.random_logits = nn.Parameter(torch.empty(h, L, L), requires_grad=spec.random_trainable)
+        if "random" in comps:  # R [h, L, L], or tied to the offset: r [h, 2L - 1], R[i, j] = r[j - i]
+            shape = (h, 2 * L - 1) if spec.random_offset else (h, L, L)
+            self.random_logits = nn.Parameter(torch.empty(shape), requires_grad=spec.random_trainable)
         if "factorized_random" in comps:
             k = spec.factorized_rank
             self.factorized_random_r1 = nn.Parameter(torch.empty(h, L, k), requires_grad=spec.random_trainable)
@@ -91,6 +92,14 @@ class SynthesizerAttention(VariantAttentionCore):
             for name in ("random_logits", "factorized_random_r1", "factorized_random_r2"):
                 if hasattr(self, name):
                     getattr(self, name).requires_grad_(False)
+
+    def random_map(self) -> torch.Tensor:
+        """The Random maps R [h, L, L]: the parameter itself, or (`random_offset`) its offsets laid out as a
+        Toeplitz map, R[i, j] = r[j - i]."""
+        if not self.spec.random_offset:
+            return self.random_logits
+        positions = torch.arange(self.spec.max_position, device=self.random_logits.device)
+        return self.random_logits[:, positions[None, :] - positions[:, None] + self.spec.max_position - 1]
 
     def prepare_memory(self, key, value, memory):
         """A pure synthesizer has no keys: a [b, 1, m, 1] placeholder, since transformers' caches read their length
@@ -200,7 +209,7 @@ def synthesizer_logits(
         elif comp == "factorized_dense":  # A[j // b] * B[j % b] for the key at position j
             terms.append(_factorized_dense_logits(factorized_dense_heads(core, hidden), cols, m))
         elif comp == "random":
-            terms.append(_pairs(core.random_logits, rows, cols))
+            terms.append(_pairs(core.random_map(), rows, cols))
         else:  # factorized_random: R1 R2^T, rank k
             terms.append(
                 torch.matmul(
@@ -407,7 +416,7 @@ def synthesizer_sdpa_terms(module, query, key, x, scaling: float, rows, cols):
             table = torch.matmul(_at(module.factorized_random_r1, rows), _at(module.factorized_random_r2, cols).mT)
             bias = _add(bias, (table * weight).to(x.dtype))
         elif comp == "random":
-            bias = _add(bias, (_pairs(module.random_logits, rows, cols) * weight).to(x.dtype))
+            bias = _add(bias, (_pairs(module.random_map(), rows, cols) * weight).to(x.dtype))
         else:  # factorized dense
             factorized = factorized_dense_heads(module, hidden, weight)
     if not qs:

@@ -78,6 +78,7 @@ class SynthesizerSpec(AttentionSpec):
     components: tuple[str, ...] = ("dense",)
     max_position: int = 512
     random_trainable: bool = True
+    random_offset: bool = False
     factorized_rank: int = 8
     dense_factors: tuple[int, int] = (16, 32)
     mixture_normalize: bool = True
@@ -212,6 +213,12 @@ def _resolve_synthesizer(config, common: dict) -> dict:
             f"`synthesizer_dense_factors`={list(factors)} must be two integers whose product is the "
             f"synthesizer's maximum position ({max_position})."
         )
+    random_offset = bool(_field(config, "synthesizer_random_offset"))
+    if random_offset and "random" not in components:
+        raise ValueError(
+            "`synthesizer_random_offset`=True ties the Random maps to the offset, but `synthesizer_components`="
+            f"{list(components)} has no 'random' component: add it, or drop `synthesizer_random_offset`."
+        )
     rank = _field(config, "synthesizer_factorized_rank")
     if "factorized_random" in components and (not isinstance(rank, int) or rank < 1):
         raise ValueError(f"`synthesizer_factorized_rank` must be a positive integer, got {rank!r}.")
@@ -224,6 +231,7 @@ def _resolve_synthesizer(config, common: dict) -> dict:
         components=components,
         max_position=max_position,
         random_trainable=bool(_field(config, "synthesizer_random_trainable")),
+        random_offset=random_offset,
         factorized_rank=rank,
         dense_factors=factors,
         mixture_normalize=bool(_field(config, "synthesizer_mixture_normalize")),

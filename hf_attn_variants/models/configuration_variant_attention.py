@@ -105,6 +105,10 @@ class VariantAttentionFields:
             The longest sequence a synthesizer attends over. Defaults to `max_position_embeddings` (512 in T5).
         synthesizer_random_trainable (`bool`, defaults to `True`):
             Train the random (and factorized random) matrices; `False` keeps them fixed (still saved).
+        synthesizer_random_offset (`bool`, defaults to `False`):
+            Tie each head's Random map to the offset between key and query: R[i, j] = r[j - i], 2L - 1 numbers per
+            head (a Toeplitz map, a learned relative position bias) instead of L * L. Needs the `"random"`
+            component.
         synthesizer_factorized_rank (`int`, defaults to 8):
             Rank k of the factorized random synthesizer R = R1 R2^T.
         synthesizer_dense_factors (`list[int]`, *optional*):
@@ -137,6 +141,7 @@ class VariantAttentionFields:
     synthesizer_components: list[str] | None = None
     synthesizer_max_position: int | None = None
     synthesizer_random_trainable: bool = True
+    synthesizer_random_offset: bool = False
     synthesizer_factorized_rank: int = 8
     synthesizer_dense_factors: list[int] | None = None
     synthesizer_mixture_normalize: bool = True

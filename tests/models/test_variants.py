@@ -435,3 +435,19 @@ def test_sequence_classification_problem_types(head, problem):
     else:
         expected = torch.nn.functional.binary_cross_entropy_with_logits(out.logits, labels)
     torch.testing.assert_close(out.loss, expected)
+
+
+def test_random_maps_tied_to_the_offset_are_toeplitz():
+    """`synthesizer_random_offset`: 2L - 1 numbers per head, read as R[i, j] = r[j - i]; a trained offset table
+    moves every pair of one offset together. Without the random component it is refused."""
+    model = build("VariantBertModel", "synth_random_offset")
+    core = model.encoder.layer[0].attention.self.core
+    L, h = core.spec.max_position, core.spec.num_heads
+    assert core.random_logits.shape == (h, 2 * L - 1)
+    table = core.random_map()
+    assert table.shape == (h, L, L)
+    assert torch.equal(table[:, 1:, 1:], table[:, :-1, :-1])  # constant along every diagonal
+    assert torch.equal(table[:, 0, :], core.random_logits[:, L - 1 :])  # row 0: offsets 0..L-1
+    assert torch.equal(table[:, :, 0], core.random_logits[:, :L].flip(-1))  # column 0: offsets 0..-(L-1)
+    with pytest.raises(ValueError, match="has no 'random' component"):
+        build("VariantBertModel", "synth_dense", synthesizer_random_offset=True)
