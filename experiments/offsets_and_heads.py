@@ -5,6 +5,16 @@
    claim (a)'s 6400-step pair (width 256, paper init, lr 1e-3 both) at h = 32 (32 heads of 8), three seeds, paired
    by seed, evaluated every 400 steps.
 
+2. Is the Random + dot-product mixture's lead (claim (c), h = 4) a learned bias of the offset? Its trained Random
+   maps hold little but their diagonals. The control is dot product with a learned per-head bias of the offset, one
+   logit per offset j - i (2L - 1 per head, L = 128): the Synthesizer of dot product and a Random map tied to the
+   offset (`synthesizer_random_offset`), its two weights learned but not normalised (both start at 1/2, as the
+   mixture's alphas do; a factor on q . k is the projections' to absorb, so this is dot product plus a learned
+   offset bias). A start at exactly dot product (weights 1 and 0) was not chosen: the bias and its weight would
+   both start near zero, each's gradient proportional to the other. At the mixture's rate 1e-3, three seeds; one
+   seed at 5e-4. And the mixture itself with its Random maps tied to the
+   offset (claim (c)'s fields otherwise), one seed at 1e-3: does the offset alone carry the lead?
+
     nice -n 19 python experiments/offsets_and_heads.py --only 'offsets_and_heads/*/h32-*/seed0'
     python experiments/offsets_and_heads.py --list
 """
@@ -12,9 +22,45 @@
 from cells import Table, cell
 from length import CONTRASTS, SEEDS, STEPS, TRAINING_6400, size
 from runner import main
+from synthesizer import LONG_FIELDS
 
 CLAIM = "offsets_and_heads"
 HEADS = 32  # claim (a)'s pair at twice the h of its 6400-step cells
+OFFSET_HEADS = 4  # claim (c)'s setting
+OFFSET_FIELDS = {
+    "dot-offset-bias": dict(
+        attention_type="synthesizer",
+        synthesizer_components=["dot_product", "random"],
+        synthesizer_random_offset=True,
+        synthesizer_mixture_normalize=False,
+    ),
+    "mixture-random-dot-offset": dict(LONG_FIELDS["mixture-random-dot"], synthesizer_random_offset=True),
+}
+# (variant, learning rate, seeds)
+OFFSET_CELLS = [
+    ("dot-offset-bias", "1e-3", SEEDS),
+    ("dot-offset-bias", "5e-4", (0,)),
+    ("mixture-random-dot-offset", "1e-3", (0,)),
+]
+
+
+def offset_cells() -> list:
+    """The offset control and the tied mixture, seed-major."""
+    return [
+        cell(
+            CLAIM,
+            variant,
+            size(OFFSET_HEADS, lr),
+            seed,
+            "bert-mini-dot-product",
+            {"num_attention_heads": OFFSET_HEADS, **OFFSET_FIELDS[variant]},
+            learning_rate=lr,
+            **TRAINING_6400,
+        )
+        for seed in SEEDS
+        for variant, lr, seeds in OFFSET_CELLS
+        if seed in seeds
+    ]
 
 
 def cells() -> list:
@@ -36,7 +82,7 @@ def cells() -> list:
     ]
 
 
-CELLS = cells()
+CELLS = cells() + offset_cells()
 ALIASES = {}  # every table column names its cells' own size
 TABLES = [
     Table(
