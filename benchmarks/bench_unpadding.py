@@ -15,6 +15,10 @@ restart at each (as `DataCollatorWithFlattening` gives them, no mask), run by tr
 the whole row and masks) and by ours (each sequence within itself); ratios stay against transformers' padded batch.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_unpadding.py --train --packed-row --batch-size 16 --seq-len 256 --min-len 16
+
+`--t5` runs T5's encoder instead (`T5EncoderModel` of the same shape: d_model 256, 4 layers, 4 heads of 64, FFN
+1024, vocab 8000, SDPA, against `VariantT5EncoderModel` from its weights; a training step's loss is the mean square
+of the last hidden state at the real tokens).
 """
 
 import argparse
@@ -22,10 +26,10 @@ import tempfile
 import time
 
 import torch
-from transformers import BertConfig, BertForMaskedLM
+from transformers import BertConfig, BertForMaskedLM, T5Config, T5EncoderModel
 from transformers.utils import logging
 
-from hf_attn_variants import VariantBertForMaskedLM
+from hf_attn_variants import VariantBertForMaskedLM, VariantT5EncoderModel
 
 ROWS = {  # name -> (VariantBert fields, None: transformers' model; the input: "padded" batch or "packed row")
     "transformers sdpa": (None, "padded"),
@@ -52,25 +56,29 @@ p.add_argument(
     help="time a training step instead: train() (dropout 0.1), labels at 15%% of the real tokens, backward",
 )
 p.add_argument("--packed-row", action="store_true", help="add the rows of the same sequences packed into one row")
+p.add_argument("--t5", action="store_true", help="T5's encoder instead of BERT's masked LM")
 args = p.parse_args()
+if args.t5 and args.packed_row:
+    p.error("--packed-row is BERT's: T5's encoder takes no position ids")
 rows = {**ROWS, **(PACKED_ROWS if args.packed_row else {})}
 
 logging.set_verbosity_error()  # the variants' own parameters are new: no loading report
 torch.manual_seed(args.seed)
-config = BertConfig(
-    vocab_size=8000,
-    hidden_size=256,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=1024,
-    attn_implementation="sdpa",
-)
+if args.t5:
+    config = T5Config(vocab_size=8000, d_model=256, d_kv=64, d_ff=1024, num_layers=4, num_heads=4)
+    reference, ours = T5EncoderModel, VariantT5EncoderModel
+else:
+    config = BertConfig(
+        vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024
+    )
+    reference, ours = BertForMaskedLM, VariantBertForMaskedLM
 models = {}
 with tempfile.TemporaryDirectory() as folder:
-    BertForMaskedLM(config).save_pretrained(folder)
+    reference(config).save_pretrained(folder)
     for name, (fields, _) in rows.items():
-        cls = BertForMaskedLM if fields is None else VariantBertForMaskedLM
-        models[name] = cls.from_pretrained(folder, **(fields or {})).train(args.train)
+        cls = reference if fields is None else ours
+        model = cls.from_pretrained(folder, attn_implementation="sdpa", **(fields or {}))
+        models[name] = model.train(args.train)
 lengths = torch.randint(args.min_len, args.seq_len + 1, (args.batch_size,))
 ids = torch.randint(1, config.vocab_size, (args.batch_size, args.seq_len))
 mask = (torch.arange(args.seq_len) < lengths[:, None]).long()
@@ -87,6 +95,9 @@ targets = {"padded": labels, "packed row": labels[real][None]}
 
 def step(name):
     model, (_, kind) = models[name], rows[name]
+    if args.train and args.t5:
+        model(**inputs[kind]).last_hidden_state[real].pow(2).mean().backward()
+        return
     if args.train:
         model(**inputs[kind], labels=targets[kind]).loss.backward()
         return
@@ -102,7 +113,8 @@ for repeat in range(args.repeats + 1):  # the first round warms up
         if repeat:
             times[name].append(time.perf_counter() - start)
 print(
-    f"{'training step' if args.train else 'inference'}, {args.batch_size} x {args.seq_len}, lengths "
+    f"{'T5 encoder ' if args.t5 else ''}{'training step' if args.train else 'inference'}, {args.batch_size} x "
+    f"{args.seq_len}, lengths "
     f"{sorted(lengths.tolist())} ({int(mask.sum())} real tokens), {torch.get_num_threads()} thread(s), fastest of "
     f"{args.repeats}"
 )

@@ -1,6 +1,6 @@
 """The README is a front page: at most 250 lines, linking every page of docs/; every relative link resolves; no doc,
-test or source file names a file outside the repository; the README's first example and the training page's own
-Trainer script run as pasted."""
+test or source file names a file outside the repository; the README's first example, the training page's own
+Trainer script and the unpadding page's packed one run as pasted."""
 
 import re
 import subprocess
@@ -104,6 +104,36 @@ def test_the_training_pages_own_trainer_script_pretrains_a_talking_heads_t5(tmp_
     assert check.returncode == 0, check.stderr[-3000:]
     module, attention_type = check.stdout.split()
     assert module.startswith("transformers_modules.") and attention_type == "talking_heads"
+
+
+def test_the_unpadding_pages_packed_trainer_script_trains_on_packed_rows(tmp_path):
+    """docs/unpadding.md's Trainer script, as pasted, beside only its text file: every batch reaches the model as one
+    packed row (restarting position ids, no mask) and the loss falls over its 20 steps."""
+    import json
+    import os
+    import shutil
+    import sys
+
+    page = (ROOT / "docs" / "unpadding.md").read_text()
+    [script] = [b for b in re.findall(r"```python\n(.*?)```", page, re.DOTALL) if "padding_free=True" in b]
+    assert "Trainer(" in script and len(script.splitlines()) <= 30
+    shutil.copy(ROOT / "examples" / "data" / "devils_dictionary.txt", tmp_path / "my_corpus.txt")
+    spy = (  # every batch the model is called with: no mask, one row, several sequences
+        "import hf_attn_variants as hav\n"
+        "forward = hav.VariantBertForMaskedLM.forward\n"
+        "def checked(self, input_ids=None, attention_mask=None, position_ids=None, **kwargs):\n"
+        "    assert attention_mask is None and input_ids.shape[0] == 1 and int((position_ids == 0).sum()) > 1\n"
+        "    return forward(self, input_ids, attention_mask=attention_mask, position_ids=position_ids, **kwargs)\n"
+        "hav.VariantBertForMaskedLM.forward = checked\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "datasets")}
+    proc = subprocess.run(
+        [sys.executable, "-c", spy + script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    history = json.loads((tmp_path / "my-packed-bert" / "checkpoint-20" / "trainer_state.json").read_text())
+    losses = [entry["loss"] for entry in history["log_history"] if "loss" in entry]
+    assert len(losses) == 4 and losses[-1] < losses[0] - 0.3, losses
 
 
 def project_text_files() -> list[Path]:
