@@ -57,6 +57,7 @@ p.add_argument(
 )
 p.add_argument("--packed-row", action="store_true", help="add the rows of the same sequences packed into one row")
 p.add_argument("--t5", action="store_true", help="T5's encoder instead of BERT's masked LM")
+p.add_argument("--device", default="cpu", help="where the models run (cuda: each time waits for the GPU)")
 args = p.parse_args()
 if args.t5 and args.packed_row:
     p.error("--packed-row is BERT's: T5's encoder takes no position ids")
@@ -78,7 +79,7 @@ with tempfile.TemporaryDirectory() as folder:
     for name, (fields, _) in rows.items():
         cls = reference if fields is None else ours
         model = cls.from_pretrained(folder, attn_implementation="sdpa", **(fields or {}))
-        models[name] = model.train(args.train)
+        models[name] = model.to(args.device).train(args.train)
 lengths = torch.randint(args.min_len, args.seq_len + 1, (args.batch_size,))
 ids = torch.randint(1, config.vocab_size, (args.batch_size, args.seq_len))
 mask = (torch.arange(args.seq_len) < lengths[:, None]).long()
@@ -91,6 +92,14 @@ inputs = {
     ),
 }
 targets = {"padded": labels, "packed row": labels[real][None]}
+ids, mask, labels, real = (t.to(args.device) for t in (ids, mask, labels, real))
+inputs = {kind: {k: v.to(args.device) for k, v in given.items()} for kind, given in inputs.items()}
+targets = {kind: t.to(args.device) for kind, t in targets.items()}
+
+
+def synchronize():
+    if args.device.startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def step(name):
@@ -108,8 +117,10 @@ def step(name):
 times = {name: [] for name in models}
 for repeat in range(args.repeats + 1):  # the first round warms up
     for name in models:
+        synchronize()
         start = time.perf_counter()
         step(name)
+        synchronize()
         if repeat:
             times[name].append(time.perf_counter() - start)
 print(

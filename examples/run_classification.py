@@ -48,6 +48,7 @@ from transformers import (
     set_seed,
 )
 
+from hf_attn_variants.families import FAMILIES
 from hf_attn_variants.training.classification import (
     GLUE_DATASET,
     GLUE_TASKS,
@@ -59,6 +60,7 @@ from hf_attn_variants.training.classification import (
     require_columns,
     text_columns,
 )
+from hf_attn_variants.training.data_collators import PaddingFreeCollator
 from hf_attn_variants.training.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
@@ -140,6 +142,14 @@ class ClassificationDataArguments(DataArguments):
         default=128,
         metadata={"help": "Tokens per example after truncation, special tokens included; at most the model's limit."},
     )
+    padding_free: bool = field(
+        default=False,
+        metadata={
+            "help": "Collate each batch into one row with position ids that restart at each example and no padding "
+            "(transformers' padding-free input): BERT and ALBERT attend within each example and classify each from "
+            "its own first token, so no token is computed for nothing. Not T5 (its classifier reads the decoder)."
+        },
+    )
     metric_name: str | None = field(
         default=None,
         metadata={
@@ -150,6 +160,18 @@ class ClassificationDataArguments(DataArguments):
 
 
 # ------------------------------------------------------------------------------------------------------------ main
+def collator_for(data_args, family: str, tokenizer):
+    """Batches padded to their longest example, or (--padding_free) packed into one row without padding."""
+    if not data_args.padding_free:
+        return DataCollatorWithPadding(tokenizer)
+    if FAMILIES[family].encoder_decoder:
+        raise ValueError(
+            f"--padding_free packs the examples into one row for an encoder (BERT, ALBERT); "
+            f"{FAMILIES[family].display}'s classifier reads its decoder: drop --padding_free."
+        )
+    return PaddingFreeCollator()
+
+
 def settle_task(data_args) -> str | None:
     """--task_name checked, and the GLUE dataset and its config as the data where the command line names none."""
     task = data_args.task_name
@@ -284,7 +306,7 @@ def main(argv=None) -> dict:
         args=training_args,
         train_dataset=features.get("train"),
         eval_dataset=evaluations[0].dataset if evaluations else None,
-        data_collator=DataCollatorWithPadding(tokenizer),
+        data_collator=collator_for(data_args, family, tokenizer),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
         preprocess_logits_for_metrics=predictions_of,

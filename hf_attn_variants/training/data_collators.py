@@ -51,14 +51,28 @@ def pad_batch(examples: list[dict], pad_token_id: int) -> dict:
 def flatten_batch(examples: list[dict]) -> dict:
     """The examples packed into one row, transformers' padding-free input (as `DataCollatorWithFlattening` makes
     it): every sequence field concatenated into [1, total], `position_ids` that restart at 0 at each example, and no
-    attention mask. BERT and ALBERT keep the examples apart (each attends only within itself), so no token is padding
-    and none is computed for nothing. A field of one value per example (a class label) stays one per example."""
+    attention mask (an example's own is dropped). BERT and ALBERT keep the examples apart (each attends only within
+    itself), so no token is padding and none is computed for nothing. A field of one value per example (a class
+    label) stays one per example, [examples], and `label`/`label_ids` are named `labels` (as transformers' collators
+    name them): the sequence-level heads answer once per packed sequence."""
     batch = {}
     for key in examples[0]:
+        if key == "attention_mask":
+            continue
         values = [torch.as_tensor(e[key]) for e in examples]
-        batch[key] = torch.stack(values) if values[0].dim() == 0 else torch.cat(values)[None]
+        name = "labels" if key in ("label", "label_ids") else key
+        batch[name] = torch.stack(values) if values[0].dim() == 0 else torch.cat(values)[None]
     batch["position_ids"] = torch.cat([torch.arange(len(e["input_ids"])) for e in examples])[None]
     return batch
+
+
+class PaddingFreeCollator:
+    """Collates tokenized examples into one packed row (`flatten_batch`) instead of padding them: the drop-in for
+    `DataCollatorWithPadding` that BERT and ALBERT train and evaluate on without padding. Sequence classification
+    gets one label per example, a per-token task (token classification) one per token."""
+
+    def __call__(self, examples: list[dict]) -> dict:
+        return flatten_batch(examples)
 
 
 # ------------------------------------------------------------------------------------------------------ masked LM
