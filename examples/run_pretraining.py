@@ -28,12 +28,11 @@ with a fixed seed. The tokenizer: see --tokenizer_name. `--do_train`/`--do_eval`
 """
 
 import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
+from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_attn_variants.admin import ADMIN_INIT_METHODS, AdminInitCallback
 from hf_attn_variants.families import FAMILIES
@@ -159,26 +158,6 @@ class PretrainingModelArguments(ModelArguments):
             "[batch, seq, vocab] logits to anyone who calls it, with or without labels."
         },
     )
-    t5_adafactor: bool = field(
-        default=False,
-        metadata={
-            "help": "Train with T5's Adafactor (mesh-tensorflow's, as T5 pretrained) instead of --optim: transformers' "
-            "Adafactor with parameter-scaled steps (scale_parameter=True: each step is --learning_rate on the "
-            "--lr_scheduler_type schedule times the parameter's RMS, at least 1e-3; eps=(1e-30, 1e-3)), "
-            "relative_step=False, warmup_init=False, clip_threshold=1.0, decay_rate=-0.8, no first moment "
-            "(beta1=None), no weight decay (pass --weight_decay 0). T5's own step, min(1e-2, 1/sqrt(step)), is "
-            "--learning_rate 1e-2 --lr_scheduler_type constant --warmup_steps 0 for runs under 10k steps. "
-            "(--optim adafactor is not this: transformers sets scale_parameter=False there.)"
-        },
-    )
-    dynamic_lr_scale: float = field(
-        default=1.0,
-        metadata={
-            "help": "Multiply the learning rate of the dynamic talking-heads weights (the dynamic_x2l/m2l/x2w/m2w "
-            "parameters of talking_heads_dynamic) by this, with --optim's optimizer or --t5_adafactor (a "
-            "parameter group of their own). 1: no group of their own."
-        },
-    )
 
 
 def check_objective(family: str, objective: str, line_by_line: bool = False) -> str:
@@ -216,63 +195,6 @@ def mask_batch(batch, collator):
     sees the same masks."""
     masked = [collator.mask({"input_ids": ids}) for ids in batch["input_ids"]]
     return {"input_ids": [m["input_ids"].tolist() for m in masked], "labels": [m["labels"].tolist() for m in masked]}
-
-
-def build_optimizer(model, model_args, training_args, decay_names: list[str]):
-    """The optimizer of --t5_adafactor / --dynamic_lr_scale (None: neither is set, Trainer builds --optim's). Its
-    parameter groups are Trainer's (weight decay on `decay_names`, none on biases and norms), each split once more
-    when --dynamic_lr_scale is not 1: the dynamic talking-heads weights at that multiple of --learning_rate."""
-    from transformers.optimization import Adafactor
-
-    scale = model_args.dynamic_lr_scale
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"--dynamic_lr_scale must be a positive number, got {scale}.")
-    if not model_args.t5_adafactor and scale == 1.0:
-        return None
-    if training_args.deepspeed or training_args.fsdp:
-        raise ValueError(
-            "--t5_adafactor and --dynamic_lr_scale build the optimizer here; DeepSpeed and FSDP build "
-            "their own: leave them out, or drop --deepspeed/--fsdp."
-        )
-    if model_args.t5_adafactor and training_args.weight_decay != 0:
-        raise ValueError(
-            f"--t5_adafactor: T5's Adafactor has no weight decay; pass --weight_decay 0 (got "
-            f"{training_args.weight_decay})."
-        )
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    dynamic = {n for n, _ in named if n.rsplit(".", 1)[-1].startswith("dynamic_")}
-    if scale != 1.0 and not dynamic:
-        raise ValueError(
-            f"--dynamic_lr_scale {scale}: the model has no dynamic talking-heads weights (config "
-            "talking_heads_dynamic); leave it out."
-        )
-    groups = []
-    for decay in (True, False):
-        for is_dynamic in (False, True):
-            params = [p for n, p in named if (n in decay_names) == decay and (n in dynamic) == is_dynamic]
-            if params:
-                groups.append(
-                    {
-                        "params": params,
-                        "weight_decay": training_args.weight_decay if decay else 0.0,
-                        "lr": training_args.learning_rate * (scale if is_dynamic else 1.0),
-                    }
-                )
-    if model_args.t5_adafactor:
-        return Adafactor(
-            groups,
-            lr=training_args.learning_rate,
-            eps=(1e-30, 1e-3),
-            clip_threshold=1.0,
-            decay_rate=-0.8,
-            beta1=None,
-            weight_decay=0.0,
-            scale_parameter=True,
-            relative_step=False,
-            warmup_init=False,
-        )
-    optimizer_cls, kwargs = Trainer.get_optimizer_cls_and_kwargs(training_args, model)
-    return optimizer_cls(groups, **kwargs)
 
 
 def admin_init_for(model_args, training_args, config, family: str) -> str | None:
@@ -339,6 +261,13 @@ def prepare(dataset, tokenizer, column, data_args, training_args, seed, split):
     )
 
 
+def training_collator(tokenizer, data_args, seed: int) -> MaskedLMCollator:
+    """Masks each training batch as it is drawn; pads it, or (--padding_free) packs it into one row."""
+    return MaskedLMCollator(
+        tokenizer, data_args.mlm_probability, data_args.whole_word_masking, seed, padding_free=data_args.padding_free
+    )
+
+
 def training_sets(raw, tokenizer, column, data_args, training_args):
     """(train set, eval set) of the chosen stages (None for a stage not chosen): packed blocks or segment pairs; the
     eval set masked once (`mask_batch`), with its own seed; max_{train,eval}_samples count sequences."""
@@ -379,7 +308,9 @@ def training_sets(raw, tokenizer, column, data_args, training_args):
     return train_set, eval_set
 
 
-def main(argv=None) -> dict:
+def main(argv=None, optimizer_factory=None) -> dict:
+    """`optimizer_factory(model, training_args, decay_names)`, where given, builds the optimizer in place of --optim's
+    (experiments/pretrain_research.py: T5's Adafactor); None from it leaves --optim's."""
     parser = HfArgumentParser(
         (PretrainingModelArguments, PretrainingDataArguments, TrainingArguments, OutputArguments)
     )
@@ -417,13 +348,7 @@ def main(argv=None) -> dict:
     admin_init = admin_init_for(model_args, training_args, model.config, family)
     align_tokenizer(tokenizer, model.config)
 
-    collator = MaskedLMCollator(
-        tokenizer,
-        data_args.mlm_probability,
-        data_args.whole_word_masking,
-        training_args.seed,
-        padding_free=data_args.padding_free,
-    )
+    collator = training_collator(tokenizer, data_args, training_args.seed)
     train_set, eval_set = training_sets(raw, tokenizer, column, data_args, training_args)
     check_first_batches(train_set, eval_set, collator, training_args.per_device_train_batch_size, tokenizer)
     if eval_set is None:
@@ -449,7 +374,8 @@ def main(argv=None) -> dict:
         callbacks=callbacks,
         sparse_prediction=model_args.sparse_prediction,
     )
-    trainer.optimizer = build_optimizer(model, model_args, training_args, trainer.get_decay_parameter_names(model))
+    if optimizer_factory is not None:  # (None from it: Trainer builds --optim's)
+        trainer.optimizer = optimizer_factory(model, training_args, trainer.get_decay_parameter_names(model))
 
     def train_metrics():
         metrics = {"train_seconds_per_step": timer.seconds_per_step}

@@ -89,6 +89,23 @@ def long_note(fixed: dict, picked: dict) -> str:
 
 # run_pretraining flags a cell may add that TRAINING leaves at the script's default
 EXTRA_FLAGS = {"max_train_samples", "admin_init", "t5_adafactor", "dynamic_lr_scale", "sparse_prediction"}
+# the flags only pretrain_research.py knows (run_pretraining's, plus the research cells' optimizers)
+RESEARCH_FLAGS = {"t5_adafactor", "dynamic_lr_scale"}
+RESEARCH_SCRIPT = "experiments/pretrain_research.py"
+
+
+def launched_script(cell: "Cell") -> str:
+    """The script a cell's command runs: its own (`Cell.script`), or pretrain_research.py where the cell sets one of
+    RESEARCH_FLAGS (it is run_pretraining with them)."""
+    return RESEARCH_SCRIPT if RESEARCH_FLAGS & dict(cell.training).keys() else cell.script
+
+
+def current_command(command: str) -> str:
+    """A recorded train_command as it runs today: a row made when run_pretraining still took the research optimizer
+    flags (RESEARCH_FLAGS) runs pretrain_research.py, which takes every other flag as run_pretraining does."""
+    if f"python {SCRIPT} " in command and any(f" --{flag} " in command for flag in RESEARCH_FLAGS):
+        return command.replace(f"python {SCRIPT} ", f"python {RESEARCH_SCRIPT} ", 1)
+    return command
 
 
 @dataclass(frozen=True)
@@ -199,7 +216,7 @@ def train_command(cell: Cell, recorded_data: dict[str, str], output_dir: str, ex
     flags = [*cell.flags({k: "\0" + k for k in recorded_data}, output_dir), *extra]
     for word in flags:
         words.append(recorded_data[word[1:]] if word.startswith("\0") else shlex.quote(word))
-    return f"OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python {cell.script} " + " ".join(words)
+    return f"OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python {launched_script(cell)} " + " ".join(words)
 
 
 @dataclass(frozen=True)

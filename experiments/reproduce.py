@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cells import EVAL_METRICS, SCRIPT
+from cells import EVAL_METRICS, SCRIPT, current_command
 from provenance import ROOT, sha256
 from results_file import RESULTS, load_results
 
@@ -60,7 +60,7 @@ def find_row(rows: list[dict], cell_id: str) -> dict:
 def reproduce_command(row: dict, output_dir: str | os.PathLike, until_step: int | None = None) -> str:
     """The row's train_command writing to `output_dir` instead of its recorded folder; with `until_step`, also a
     checkpoint at that step (its --save_strategy replaced)."""
-    command = row.get("train_command")
+    command = current_command(row.get("train_command") or "")
     if not command or len(_OUTPUT_DIR.findall(command)) != 1:
         raise ValueError(f"Row {row.get('id')!r} has no train_command with one --output_dir: it cannot be re-run.")
     command = _OUTPUT_DIR.sub(lambda _: "--output_dir " + shlex.quote(str(output_dir)), command)

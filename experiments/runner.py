@@ -7,7 +7,8 @@ cells and tables (cells.py) and call `main`:
     python experiments/talking_heads.py --list                                               # every cell, done or not
 
 Each cell not yet in the results file (results_file.py) is run as a subprocess of its script (`Cell.script`:
-examples/run_pretraining.py, or cells.T5_SCRIPT), resuming an earlier attempt at the same run (attempts.py), and its
+examples/run_pretraining.py, or cells.T5_SCRIPT; pretrain_research.py where the cell sets a research optimizer flag,
+`cells.launched_script`), resuming an earlier attempt at the same run (attempts.py), and its
 row records what it was made from (provenance.py). A failed or killed run leaves no row. Several runners may work
 on the same list at once (one per core): a cell being run holds a lock (`fcntl.flock`, released when its runner
 dies), and the others pass over it; `--parallel N` runs N cells at once from one runner (on one GPU with `--device
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attempts import checkpointing, clear_models, run_attempt, start_attempt
-from cells import SCRIPT, T5_SCRIPT, Cell, rerun_command, select, train_command
+from cells import SCRIPT, T5_SCRIPT, Cell, launched_script, rerun_command, select, train_command
 from provenance import ROOT, code_state, git_commit, hardware, sha256
 from results_file import RESULTS, append_row, cell_row, done_ids
 
@@ -205,7 +206,11 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
         print(f"  {cell.id}: resuming from {checkpoint.name}", flush=True)
         flags = [*flags, "--resume_from_checkpoint", str(checkpoint)]  # a new list: the record keeps the run's
     returncode, timed_out = run_attempt(
-        [args.python, str(ROOT / cell.script), *flags], env, output_dir, record, args.cell_timeout_minutes * 60
+        [args.python, str(ROOT / launched_script(cell)), *flags],
+        env,
+        output_dir,
+        record,
+        args.cell_timeout_minutes * 60,
     )
     if timed_out:
         print(f"  {cell.id}: killed after {args.cell_timeout_minutes} min; no row", file=sys.stderr)

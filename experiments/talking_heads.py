@@ -14,7 +14,7 @@ Cells (width 256, 4 layers, FFN 1024, MLM on the KJV, 128 tokens, batch 16, 400 
 4. the dynamic maps at lr 5e-4 (one seed, beside the study's dot product and talking heads there). Added after the
    dynamic maps' first two seeds at lr 1e-3 stalled where every static talking-heads seed trained: is that a
    defect, or do the dynamic maps need a smaller step (the original code warns that large ones train badly)?
-5. the dynamic maps under T5's Adafactor (run_pretraining --t5_adafactor: parameter-scaled steps, T5's constant
+5. the dynamic maps under T5's Adafactor (pretrain_research.py --t5_adafactor: parameter-scaled steps, T5's constant
    relative step 1e-2 below 10k steps, no weight decay), beside the dot product and static talking heads under it
    (one seed, a screen; three seeds once the dynamic maps trained there). Under AdamW every weight moves by about
    the learning rate; under Adafactor by the step times its own RMS, so the small dynamic weights (RMS ~0.0016)
@@ -255,7 +255,7 @@ TABLES = [
         ),
         (("Adafactor, step 1e-2", ADAFACTOR_SIZE),),
         SEEDS,
-        note="run_pretraining --t5_adafactor: parameter-scaled steps, constant relative step 1e-2, no weight "
+        note="pretrain_research.py --t5_adafactor: parameter-scaled steps, constant relative step 1e-2, no weight "
         "decay, no warm-up; committed tokenizer. Seed 0 was the screen (do the dynamic maps leave the "
         "plateau?); they did, so seeds 1 and 2 followed.",
     ),

@@ -135,13 +135,17 @@ def test_cells_are_checked():
 
 
 def test_every_defined_cell_has_a_valid_command():
-    """Each claim's cells: unique ids, a config that builds, and flags that run_pretraining's parser accepts."""
+    """Each claim's cells: unique ids, a config that builds, and flags that run_pretraining's parser accepts (with
+    pretrain_research.py's optimizer flags, for the cells it launches)."""
     from transformers import HfArgumentParser, TrainingArguments
 
     from hf_attn_variants.presets import preset_config
+    from pretrain_research import ResearchOptimizerArguments
     from run_pretraining import DEFAULTS, PretrainingDataArguments, PretrainingModelArguments
 
-    parser = HfArgumentParser((PretrainingModelArguments, PretrainingDataArguments, TrainingArguments))
+    parser = HfArgumentParser(
+        (PretrainingModelArguments, PretrainingDataArguments, TrainingArguments, ResearchOptimizerArguments)
+    )
     parser.set_defaults(**DEFAULTS)
     claims = report.load_claims()
     ids = [c.id for claim in claims for c in claim.CELLS]
@@ -163,7 +167,7 @@ def test_every_defined_cell_has_a_valid_command():
                         size,
                     )
     cell = claims[0].CELLS[0]
-    model, data, training = parser.parse_args_into_dataclasses(
+    model, data, training, _ = parser.parse_args_into_dataclasses(
         cell.flags({"train_file": "t.txt", "validation_file": "v.txt"}, "/tmp/out")
     )
     assert (training.max_steps, training.learning_rate, data.max_seq_length) == (400, 5e-4, 128)
@@ -173,13 +177,13 @@ def test_every_defined_cell_has_a_valid_command():
     wider = next(
         c for claim in claims for c in claim.CELLS if c.id == "single_head/twin-admin/search-h8-lr1e-3-init0.07/seed0"
     )
-    model, _, training = parser.parse_args_into_dataclasses(wider.flags({}, "/tmp/out"))
+    model, _, training, _ = parser.parse_args_into_dataclasses(wider.flags({}, "/tmp/out"))
     assert (training.max_steps, training.learning_rate, model.admin_init) == (400, 1e-3, None)
     assert json.loads(model.config_overrides) == {"initializer_range": 0.07, "num_attention_heads": 8}
     closed = next(
         c for claim in claims for c in claim.CELLS if c.id == "single_head/twin-admin-closed/h8-lr1e-3/seed1"
     )
-    model, _, training = parser.parse_args_into_dataclasses(closed.flags({}, "/tmp/out"))
+    model, _, training, _ = parser.parse_args_into_dataclasses(closed.flags({}, "/tmp/out"))
     assert (model.preset, model.admin_init, training.learning_rate, training.seed) == (
         "bert-mini-single-head-admin",
         "closed_form",
@@ -942,7 +946,7 @@ def test_long_cells_and_screens():
         a, b = by_id[new], by_id[old]
         assert (a.preset, a.overrides, a.training, a.seed) == (b.preset, b.overrides, b.training, b.seed)
     ablation = by_id["talking_heads/th-hk8-h16-hv8/h16-lr1e-3-steps1600/seed1"]
-    model, _, training = parser.parse_args_into_dataclasses(ablation.flags({}, "/tmp/out"))
+    model, _, training, _ = parser.parse_args_into_dataclasses(ablation.flags({}, "/tmp/out"))
     assert (training.max_steps, training.eval_steps, training.learning_rate, training.logging_steps) == (
         1600,
         200,

@@ -1,12 +1,17 @@
-"""run_pretraining's --t5_adafactor and --dynamic_lr_scale: the optimizer they build on a tiny model (no training):
-transformers' Adafactor with T5's settings, the parameter groups the flags say, the parameter-scaled first step, and
-clear errors for values that would do nothing or something else."""
+"""experiments/pretrain_research.py's --t5_adafactor and --dynamic_lr_scale (run_pretraining with the research
+cells' optimizers): the optimizer they build on a tiny model (no training): transformers' Adafactor with T5's
+settings, the parameter groups the flags say, the parameter-scaled first step, and clear errors for values that would
+do nothing or something else; run as a command, it trains through run_pretraining with that optimizer, and
+run_pretraining itself no longer takes the flags."""
+
+import dataclasses
 
 import pytest
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 from transformers.optimization import Adafactor
 
+import pretrain_research
 import run_pretraining
 from hf_attn_variants import VariantBertForMaskedLM
 from hf_attn_variants.presets import preset_config
@@ -27,15 +32,14 @@ def tiny_model(dynamic=DYNAMIC):
 
 
 def optimizer_for(model, tmp_path, *flags):
-    parser = HfArgumentParser(
-        (run_pretraining.PretrainingModelArguments, run_pretraining.PretrainingDataArguments, TrainingArguments)
-    )
-    parser.set_defaults(**run_pretraining.DEFAULTS)
-    model_args, _, training_args = parser.parse_args_into_dataclasses(
+    parser = HfArgumentParser((pretrain_research.ResearchOptimizerArguments, TrainingArguments))
+    known = {f.name for f in dataclasses.fields(TrainingArguments)}
+    parser.set_defaults(**{k: v for k, v in run_pretraining.DEFAULTS.items() if k in known})  # the script's
+    options, training_args = parser.parse_args_into_dataclasses(
         ["--output_dir", str(tmp_path), "--eval_strategy", "no", *flags]
     )
     trainer = Trainer(model=model, args=training_args)
-    return run_pretraining.build_optimizer(model, model_args, training_args, trainer.get_decay_parameter_names(model))
+    return pretrain_research.build_optimizer(options, model, training_args, trainer.get_decay_parameter_names(model))
 
 
 def group_of(optimizer):
@@ -114,3 +118,28 @@ def test_bad_values_are_refused(tmp_path, flags, message):
 def test_dynamic_scale_without_dynamic_weights_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no dynamic talking-heads weights"):
         optimizer_for(tiny_model(dynamic=[]), tmp_path, "--dynamic_lr_scale", "0.5")
+
+
+def test_the_command_trains_with_t5s_adafactor_and_run_pretraining_refuses_the_flags(tmp_path):
+    """As the runner launches it (a fresh interpreter, from the repository root): two steps under T5's Adafactor
+    through run_pretraining, whose own parser does not know the research flags."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    common = ["--preset", "bert-tiny-talking-heads", "--max_steps", "2", "--per_device_train_batch_size", "4"]
+    common += ["--eval_strategy", "no", "--save_strategy", "no", "--max_seq_length", "32", "--do_train"]
+    research = ["--t5_adafactor", "--weight_decay", "0", "--learning_rate", "1e-2", "--lr_scheduler_type", "constant"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+
+    def run(script, *flags):
+        command = [sys.executable, script, *common, *flags, "--output_dir", str(tmp_path / Path(script).stem)]
+        return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+
+    trained = run("experiments/pretrain_research.py", *research)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert (tmp_path / "pretrain_research" / "model.safetensors").is_file()
+    refused = run("examples/run_pretraining.py", *research)
+    assert refused.returncode != 0 and "--t5_adafactor" in refused.stderr
