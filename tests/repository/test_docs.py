@@ -136,6 +136,23 @@ def test_the_unpadding_pages_packed_trainer_script_trains_on_packed_rows(tmp_pat
     assert len(losses) == 4 and losses[-1] < losses[0] - 0.3, losses
 
 
+def test_every_python_snippet_of_the_readme_and_docs_is_valid_python():
+    """Every ```python block of README.md and docs/ (dedented where it sits in a list item) parses: a snippet a user
+    pastes is at least Python. The ones that need nothing but this checkout run as pasted in the tests above."""
+    import ast
+    import textwrap
+
+    blocks = 0
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(), re.DOTALL):
+            blocks += 1
+            try:
+                ast.parse(textwrap.dedent(block))
+            except SyntaxError as error:
+                pytest.fail(f"{page.relative_to(ROOT)}: a snippet is not Python ({error.msg}):\n{block[:300]}")
+    assert blocks >= 20
+
+
 def project_text_files() -> list[Path]:
     """Every file of the project's own text that git knows of (tracked, or new and not ignored): ignored outputs
     (research runs, virtual environments) are not the project's, nor are data (examples/data) and recorded results."""
