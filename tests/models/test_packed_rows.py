@@ -239,3 +239,16 @@ def test_bad_cumulative_lengths_are_refused(fam):
         model(**row, position_ids=on_device(torch.arange(cu[-1].item())[None]))
     with pytest.raises(ValueError, match="shorter than the longest"):
         model(**{**row, "max_length_q": 3})
+
+
+@pytest.mark.parametrize("case", ["dot_product", "talking_heads", "synth_mixture"])
+def test_a_decoder_keeps_a_packed_rows_sequences_apart_causally(case, packed_calls):
+    """`is_decoder` (BERT's causal LM head) on a packed row runs the mask path with a block-causal mask: each
+    sequence's logits are its logits alone, as transformers' BertLMHeadModel gives them."""
+    model = _build("VariantBertLMHeadModel", case)
+    features = _sequences(3)
+    with torch.no_grad():
+        packed = model(**_row(features, "position_ids"), use_cache=False).logits[0]
+        alone = torch.cat([model(**on_device({k: v[None] for k, v in f.items()})).logits[0] for f in features])
+    assert packed_calls == []  # a decoder runs with a mask
+    torch.testing.assert_close(packed, alone, **TOLERANCE)
