@@ -38,10 +38,10 @@ def fast_and_eager(head: str, variant: str, family: str = "bert", **overrides):
     (T5's already are about that wide), so the attention is not drowned by the residual stream: a 1e-3 change of
     one entry moves the logits by 1e-4 or more."""
     torch.manual_seed(0)
-    if (
-        family != "t5"
-    ):  # the padded layout: the packed one (unpad) is checked against it in tests/models/test_unpadding.py
-        overrides = dict(initializer_range=0.2, unpad=False, **overrides)
+    # the padded layout: the packed one (unpad) is checked against it in tests/models/test_unpadding.py
+    overrides = dict(unpad=False, **overrides)
+    if family != "t5":
+        overrides = dict(initializer_range=0.2, **overrides)
 
     def config(**fields):
         return FAMILIES[family].config_class(**{**TINY_CONFIGS[family], **TYPES[variant], **overrides, **fields})

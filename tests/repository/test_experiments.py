@@ -946,7 +946,7 @@ def test_long_cells_and_screens():
         a, b = by_id[new], by_id[old]
         assert (a.preset, a.overrides, a.training, a.seed) == (b.preset, b.overrides, b.training, b.seed)
     ablation = by_id["talking_heads/th-hk8-h16-hv8/h16-lr1e-3-steps1600/seed1"]
-    model, _, training, _ = parser.parse_args_into_dataclasses(ablation.flags({}, "/tmp/out"))
+    model, _, training = parser.parse_args_into_dataclasses(ablation.flags({}, "/tmp/out"))
     assert (training.max_steps, training.eval_steps, training.learning_rate, training.logging_steps) == (
         1600,
         200,
