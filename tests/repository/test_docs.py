@@ -153,6 +153,26 @@ def test_every_python_snippet_of_the_readme_and_docs_is_valid_python():
     assert blocks >= 20
 
 
+def test_every_folder_a_snippet_loads_is_made_by_it_or_by_a_command_just_before():
+    """A literal folder a snippet of README.md or docs/ loads (`from_pretrained("...")`) is a placeholder the reader
+    fills (`path/to/...`), saved earlier in the same snippet, or named by a command (`python examples/...`) in the
+    15 lines before where it is loaded: a reader who pastes the snippets in order knows what to run first."""
+    checked = 0
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        for block in re.finditer(r"```python\n(.*?)```", text, re.DOTALL):
+            code = block.group(1)
+            for load in re.finditer(r"from_pretrained\(\s*[\"']([^\"']+)[\"']", code):
+                folder, checked = load.group(1), checked + 1
+                saved = re.search(r"save_(?:pretrained|model)\(\s*[\"']" + re.escape(folder), code[: load.start()])
+                line = text[: block.start(1) + load.start()].count("\n")
+                before = "\n".join(text.splitlines()[max(0, line - 15) : line + 1])
+                assert folder.startswith("path/to/") or saved or "python examples/" in before, (
+                    f"{page.relative_to(ROOT)}:{line + 1} loads {folder!r}: say which command makes it"
+                )
+    assert checked >= 8
+
+
 def project_text_files() -> list[Path]:
     """Every file of the project's own text that git knows of (tracked, or new and not ignored): ignored outputs
     (research runs, virtual environments) are not the project's, nor are data (examples/data) and recorded results."""
