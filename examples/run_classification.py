@@ -60,7 +60,7 @@ from hf_attn_variants.training.classification import (
     require_columns,
     text_columns,
 )
-from hf_attn_variants.training.data_collators import PaddingFreeCollator
+from hf_attn_variants.training.data_collators import flatten_batch
 from hf_attn_variants.training.data_loading import DataArguments, check_stage_data, finetuning_splits, map_batched
 from hf_attn_variants.training.model_setup import (
     ModelArguments,
@@ -169,7 +169,7 @@ def collator_for(data_args, family: str, tokenizer):
             f"--padding_free packs the examples into one row for an encoder (BERT, ALBERT); "
             f"{FAMILIES[family].display}'s classifier reads its decoder: drop --padding_free."
         )
-    return PaddingFreeCollator()
+    return flatten_batch
 
 
 def settle_task(data_args) -> str | None:

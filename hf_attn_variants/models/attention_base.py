@@ -156,10 +156,7 @@ def attend_per_sequence(
         def block(t):  # [1, heads, total, d] -> [count, heads, length, d], a view
             return None if t is None else t[0, :, tokens].unflatten(1, (count, length)).transpose(0, 1)
 
-        if key_positions is None:
-            positions = torch.arange(length, device=hidden_states.device).expand(count, length)
-        else:
-            positions = key_positions[0, tokens].view(count, length)
+        positions = None if key_positions is None else key_positions[0, tokens].view(count, length)
         bias = None if position_bias is None else position_bias[:, :, :length, :length]
         module.check_lengths(length, length, positions)
         out, _ = attention_forward(
@@ -276,8 +273,6 @@ class VariantAttentionCore(nn.Module):
                 output_attentions=output_attentions,
                 **kwargs,
             )
-        for name in ("cu_seq_lens_k", "max_length_q", "max_length_k"):
-            kwargs.pop(name, None)
         self.check_lengths(hidden_states.shape[1], value.shape[2], kwargs.get("key_positions"))
         return attention_forward(
             self,

@@ -582,9 +582,7 @@ class VariantAlbertForMultipleChoice(VariantAlbertPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        pooled_output = pooled_choices(
-            outputs.pooler_output, flat(input_ids if input_ids is not None else inputs_embeds).shape[0]
-        )
+        pooled_output = pooled_choices(outputs.pooler_output, outputs.last_hidden_state.shape[0])
         logits = self.classifier(self.dropout(pooled_output)).view(-1, num_choices)
         loss = CrossEntropyLoss()(logits, labels) if labels is not None else None
         return MultipleChoiceModelOutput(

@@ -54,7 +54,8 @@ def flatten_batch(examples: list[dict]) -> dict:
     attention mask (an example's own is dropped). BERT and ALBERT keep the examples apart (each attends only within
     itself), so no token is padding and none is computed for nothing. A field of one value per example (a class
     label) stays one per example, [examples], and `label`/`label_ids` are named `labels` (as transformers' collators
-    name them): the sequence-level heads answer once per packed sequence."""
+    name them): the sequence-level heads answer once per packed sequence. A `Trainer`'s `data_collator` as it is:
+    the drop-in for `DataCollatorWithPadding` on BERT and ALBERT."""
     batch = {}
     for key in examples[0]:
         if key == "attention_mask":
@@ -64,15 +65,6 @@ def flatten_batch(examples: list[dict]) -> dict:
         batch[name] = torch.stack(values) if values[0].dim() == 0 else torch.cat(values)[None]
     batch["position_ids"] = torch.cat([torch.arange(len(e["input_ids"])) for e in examples])[None]
     return batch
-
-
-class PaddingFreeCollator:
-    """Collates tokenized examples into one packed row (`flatten_batch`) instead of padding them: the drop-in for
-    `DataCollatorWithPadding` that BERT and ALBERT train and evaluate on without padding. Sequence classification
-    gets one label per example, a per-token task (token classification) one per token."""
-
-    def __call__(self, examples: list[dict]) -> dict:
-        return flatten_batch(examples)
 
 
 # ------------------------------------------------------------------------------------------------------ masked LM
