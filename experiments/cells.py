@@ -228,7 +228,8 @@ class Table:
     `note` goes under the table. `reference` is the unigram point of the table's loss (None: masked LM's,
     unigram.UNIGRAM_LOSS), against which a run counts as stalled; `loss_name` names the loss in its figure. With
     `paired`, a second table under it gives each later row's final held-out loss minus the first row's (the
-    baseline's) of the same seed, per column, as a `Trend` does."""
+    baseline's) of the same seed, per column, as a `Trend` does. `not_run` names the (variant, size) entries that
+    the design leaves out: they read "not run", where an entry no run has reached yet reads "pending"."""
 
     name: str
     title: str
@@ -242,6 +243,7 @@ class Table:
     reference: float | None = None
     loss_name: str = "MLM loss"
     paired: bool = False
+    not_run: tuple = ()  # ((variant, size), ...)
 
     def groups(self, variant: str, size: str, aliases: dict | None = None) -> list[tuple[str, str, str]]:
         """The (claim, variant, size) groups whose rows fill an entry: its own, then the groups that hold the runs

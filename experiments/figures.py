@@ -137,7 +137,9 @@ def plot_trend(series: list, trend: Trend, path: Path) -> bool:
         if not means:
             continue
         for stall, marker in ((False, "o"), (True, "x")):
-            seeds = [(x + offset, d) for x, pairs in zip(trend.xs, per_column) for _, d, s in pairs if s == stall]
+            seeds = [
+                (x + offset, d) for x, pairs in zip(trend.xs, per_column) for _, d, s in pairs or () if s == stall
+            ]
             if seeds:
                 ax.scatter(*zip(*seeds), color=colour, s=14 if marker == "o" else 30, alpha=0.6, marker=marker)
         ax.plot(

@@ -83,7 +83,24 @@ def cells() -> list:
 
 
 CELLS = cells() + offset_cells()
-ALIASES = {}  # every table column names its cells' own size
+_OWN = f"h{OFFSET_HEADS}-steps{STEPS}"  # each variant at its own rate, claim (c)'s pairing in section (e)
+_OWN_RUNS = {  # variant: (the claim that runs it, its rate)
+    "dot-product": ("length", "5e-4"),
+    "mixture-random-dot": ("length", "1e-3"),
+    "dot-offset-bias": (CLAIM, "1e-3"),
+}
+ALIASES = {
+    (CLAIM, variant, _OWN): (claim, variant, size(OFFSET_HEADS, lr)) for variant, (claim, lr) in _OWN_RUNS.items()
+} | {  # claim (c)'s pair at both rates: section (e)'s cells
+    (CLAIM, variant, size(OFFSET_HEADS, lr)): ("length", variant, size(OFFSET_HEADS, lr))
+    for variant in ("dot-product", "mixture-random-dot")
+    for lr in ("5e-4", "1e-3")
+}
+_CLAIM_C = (
+    ("dot product", "dot-product"),
+    ("Mixture: Random + dot product", "mixture-random-dot"),
+    ("dot product + learned offset bias", "dot-offset-bias"),
+)
 TABLES = [
     Table(
         "heads-32",
@@ -97,17 +114,27 @@ TABLES = [
     ),
     Table(
         "offset-control",
-        f"A learned offset bias at h = {OFFSET_HEADS}, {STEPS} steps, lr 1e-3 (MLM loss)",
+        f"A learned offset bias against claim (c)'s pair at h = {OFFSET_HEADS}, {STEPS} steps (MLM loss)",
         CLAIM,
-        (
-            ("dot product + learned offset bias", "dot-offset-bias"),
-            ("Mixture: offset-tied Random + dot product", "mixture-random-dot-offset"),
-        ),
-        ((f"h = {OFFSET_HEADS}", size(OFFSET_HEADS, "1e-3")),),
+        tuple((f"{label} (lr {_OWN_RUNS[variant][1]})", variant) for label, variant in _CLAIM_C),
+        ((f"h = {OFFSET_HEADS}", _OWN),),
         SEEDS,
-        note="Section (e)'s claim (c) rows at the same schedule: dot product 5e-4 and the Random + dot-product "
-        "mixture 1e-3 (table length-c). The offset control's 5e-4 seed is in results.jsonl beside these.",
+        note="Each model at its own learning rate, as in section (e)'s table length-c (whose rows the first two are); "
+        "paired by seed (the same data order and masks).",
         train_loss=True,
+        paired=True,
+    ),
+    Table(
+        "offset-control-lr",
+        "The offset control at both learning rates, and the mixture with offset-tied Random maps, seed 0 (MLM loss)",
+        CLAIM,
+        (*_CLAIM_C, ("Mixture: offset-tied Random + dot product", "mixture-random-dot-offset")),
+        (("lr 5e-4", size(OFFSET_HEADS, "5e-4")), ("lr 1e-3", size(OFFSET_HEADS, "1e-3"))),
+        seeds=(0,),
+        note="One seed. The first two rows are section (e)'s table length-c-lr. Does the offset alone carry the "
+        "mixture's lead, and does the offset bias need the higher rate as the mixture's Random maps do?",
+        paired=True,
+        not_run=(("mixture-random-dot-offset", size(OFFSET_HEADS, "5e-4")),),
     ),
 ]
 

@@ -1,8 +1,8 @@
 """Render the results file into docs/research.md and docs/research-short-runs.md: every claim's tables (mean ± std
-of the final eval MLM loss over the seeds, with the number of seeds; "pending" where no run is in yet; a table with
-`train_loss` has a column of the final training loss beside each held-out one) and eval-curve PNGs
-(docs/research/*.png, drawn by figures.py; such a table's training curves dotted). `screen_pick` applies the learning-rate rule of the
-screening tables.
+of the final eval MLM loss over the seeds, with the number of seeds; "pending" where no run is in yet, "not run"
+where the design leaves an entry out; a table with `train_loss` has a column of the final training loss beside each
+held-out one) and eval-curve PNGs (docs/research/*.png, drawn by figures.py; such a table's training curves
+dotted). `screen_pick` applies the learning-rate rule of the screening tables.
 
     python experiments/report.py            # after any cells have run; rewrites only the generated blocks
 
@@ -145,6 +145,9 @@ def render_table(rows: list[dict], table: Table, aliases: dict) -> str:
     for label, variant in table.rows:
         cells = []
         for _, size in table.columns:
+            if (variant, size) in table.not_run:
+                cells += ["not run"] * (2 if table.train_loss else 1)
+                continue
             cells.append(entry(rows, table, variant, size, aliases).render())
             if table.train_loss:
                 cells.append(train_entry(rows, table, variant, size, aliases))
@@ -179,7 +182,7 @@ def curve_panels(rows: list[dict], table: Table, aliases: dict) -> list[list[tup
 def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[str, list[list[tuple]]]]:
     """Each series of a trend (a table's variant after its baseline): its label and, per column, the final held-out
     loss minus the baseline's of the same seed, as (seed, difference, whether either run stalled) for the seeds both
-    have finished."""
+    have finished; None where the table does not run the variant or the baseline at that column."""
     series = []
     for prefix, table in trend.tables:
         if len(table.columns) != len(trend.xs):
@@ -190,6 +193,9 @@ def trend_series(rows: list[dict], trend: Trend, aliases: dict) -> list[tuple[st
         for label, variant in others:
             per_column = []
             for _, size in table.columns:
+                if (variant, size) in table.not_run or (base, size) in table.not_run:
+                    per_column.append(None)
+                    continue
                 baseline = {r["seed"]: r["eval_loss"] for r in finished_rows(rows, table, base, size, aliases)[0]}
                 runs = finished_rows(rows, table, variant, size, aliases)[0]
                 per_column.append(
@@ -218,6 +224,9 @@ def render_trend_table(series: list, trend: Trend) -> str:
     for label, per_column in series:
         cells = []
         for pairs in per_column:
+            if pairs is None:
+                cells.append("not run")
+                continue
             if not pairs:
                 cells.append("pending")
                 continue

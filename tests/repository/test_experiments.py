@@ -159,13 +159,10 @@ def test_every_defined_cell_has_a_valid_command():
             parser.parse_args_into_dataclasses(cell.flags({"train_file": "t.txt", "validation_file": "v.txt"}, "o"))
         for table in claim.TABLES:
             for _, variant in table.rows:
-                for _, size in table.columns:  # every entry is filled by some defined cell
+                for _, size in table.columns:  # every entry is filled by some defined cell, or says it is not
                     groups = set(table.groups(variant, size, claim.ALIASES))
-                    assert any((c.claim, c.variant, c.size) in groups for m in claims for c in m.CELLS), (
-                        table.name,
-                        variant,
-                        size,
-                    )
+                    defined = any((c.claim, c.variant, c.size) in groups for m in claims for c in m.CELLS)
+                    assert defined != ((variant, size) in table.not_run), (table.name, variant, size)
     cell = claims[0].CELLS[0]
     model, data, training, _ = parser.parse_args_into_dataclasses(
         cell.flags({"train_file": "t.txt", "validation_file": "v.txt"}, "/tmp/out")
@@ -1082,6 +1079,27 @@ def test_paired_table_gives_each_variant_minus_the_baseline_by_seed():
     assert start > lines.index("| variant | small: held-out | small: train |")
     unpaired = cells.Table("long", "A long table", "fake", table.rows, table.columns, seeds=(0, 1, 2))
     assert "| paired difference | small |" not in report.render_block(rows, unpaired, {}, None)
+
+
+def test_an_entry_the_design_leaves_out_reads_not_run():
+    """A (variant, size) in `not_run` reads "not run" in the table and in the paired differences, where an entry of
+    the same table that no run has reached yet reads "pending"."""
+    table = cells.Table(
+        "lr",
+        "A table at two rates",
+        "fake",
+        (("A", "a"), ("B", "b"), ("C", "c")),
+        (("slow", "s"), ("fast", "f")),
+        seeds=(0,),
+        paired=True,
+        not_run=(("c", "s"),),
+    )
+    rows = [fake_row("a", "s", 0, 5.0), fake_row("a", "f", 0, 5.1), fake_row("b", "s", 0, 4.5)]
+    lines = report.render_block(rows, table, {}, None).splitlines()
+    assert "| C | not run | pending |" in lines
+    assert "| B | 4.500 (n=1) | pending |" in lines
+    assert "| C minus A | not run | pending |" in lines
+    assert "| B minus A | -0.500 (seed 0: -0.500) | pending |" in lines
 
 
 def test_long_curves_pair_each_variant_with_the_baseline_by_seed(tmp_path):
