@@ -66,7 +66,8 @@ def write_json(path: Path, value: dict) -> None:
 
 def earlier_attempts(output_dir: Path, identity: dict) -> tuple[dict | None, Path | None]:
     """(record, checkpoint) of earlier attempts at the same run in `output_dir`: (None, None) when there were none,
-    or they were of another run (other flags, data or code: their folder is then cleared by `start_attempt`)."""
+    or they were of another run (other flags, data, code or thread count: their folder is then cleared by
+    `start_attempt`)."""
     path = output_dir / ATTEMPTS
     with contextlib.suppress(OSError, json.JSONDecodeError):
         record = json.loads(path.read_text())

@@ -210,13 +210,16 @@ def rerun_command(claim_script: str, cell: Cell) -> str:
     return f"python {claim_script} --only {shlex.quote(cell.id)}"
 
 
-def train_command(cell: Cell, recorded_data: dict[str, str], output_dir: str, extra: list[str] = ()) -> str:
-    """The training command of a cell (its script's) as a shell line, run from the repository root."""
+def train_command(
+    cell: Cell, recorded_data: dict[str, str], output_dir: str, extra: list[str] = (), threads: str = "1"
+) -> str:
+    """The training command of a cell (its script's) as a shell line, run from the repository root, with the thread
+    count it ran with (a CPU's results can depend on it)."""
     words = []
     flags = [*cell.flags({k: "\0" + k for k in recorded_data}, output_dir), *extra]
     for word in flags:
         words.append(recorded_data[word[1:]] if word.startswith("\0") else shlex.quote(word))
-    return f"OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python {launched_script(cell)} " + " ".join(words)
+    return f"OMP_NUM_THREADS={threads} HF_HUB_OFFLINE=1 python {launched_script(cell)} " + " ".join(words)
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,9 @@ class RunnerArguments:
         default=1,
         metadata={
             "help": "Run this many cells at once (threads, each driving one cell's process): on one GPU several small "
-            "cells share it; on CPU give each its core (OMP_NUM_THREADS=1)."
+            "cells share it; on CPU give each its core (OMP_NUM_THREADS=1, the default). A cell alone on the machine may "
+            "take more (OMP_NUM_THREADS=2): the row's train_command and hardware record the count, and a run resumes "
+            "only at the count it started with."
         },
     )
 
@@ -199,7 +201,7 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
     }
     flags = [*cell.flags(actual, str(output_dir), **checkpointing(cell)), *device_flags(args)]
     texts = {f"{split}_text_sha256": sha256(actual[f"{split}_file"]) for split in ("train", "validation")}
-    identity = {"id": cell.id, "flags": flags, **texts, "code": code_state()}
+    identity = {"id": cell.id, "flags": flags, **texts, "code": code_state(), "threads": env["OMP_NUM_THREADS"]}
     machine = hardware(args.device)  # as the run starts, as is the commit start_attempt records: the code it runs
     record, checkpoint = start_attempt(output_dir, identity, git_commit())
     if checkpoint is not None:
@@ -221,7 +223,7 @@ def run_cell(cell: Cell, args: RunnerArguments, claim_script: str, data: tuple[d
         return None
     commands = {
         "command": rerun_command(claim_script, cell),
-        "train_command": train_command(cell, recorded, relative, device_flags(args)),
+        "train_command": train_command(cell, recorded, relative, device_flags(args), env["OMP_NUM_THREADS"]),
     }
     row = cell_row(cell, output_dir, record, machine, commands, texts)
     if not args.keep_models:

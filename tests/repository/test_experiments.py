@@ -389,6 +389,18 @@ def test_kjv_cells_use_the_committed_tokenizer():
     command = cells.train_command(tiny_cell(), recorded, "out", ["--use_cpu", "true"])
     assert "--tokenizer_name examples/data/kjv-wordpiece-8000" in command and command.endswith("--use_cpu true")
     assert '--train_file "$(python experiments/kjv.py --split train)"' in command
+    assert command.startswith("OMP_NUM_THREADS=1 ")
+    assert cells.train_command(tiny_cell(), recorded, "out", threads="2").startswith("OMP_NUM_THREADS=2 ")
+
+
+def test_an_attempt_resumes_only_at_its_thread_count(tmp_path):
+    """A CPU's results can depend on the thread count: an attempt made with one is not resumed with another."""
+    identity = {"id": "c/v/s/seed0", "flags": ["--seed", "0"], "code": "abc", "threads": "1"}
+    attempts.start_attempt(tmp_path, identity, "abc")
+    (tmp_path / "checkpoint-2").mkdir()
+    (tmp_path / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    assert attempts.earlier_attempts(tmp_path, identity)[1] == tmp_path / "checkpoint-2"
+    assert attempts.earlier_attempts(tmp_path, {**identity, "threads": "2"}) == (None, None)
 
 
 # --------------------------------------------------------------------------------- attempts and resume (attempts.py)
