@@ -286,6 +286,7 @@ def runner_argv(tmp_path, data, *extra):
 
 def test_tiny_cell_row_then_skipped(tmp_path, tiny_data, monkeypatch):
     monkeypatch.setenv("HF_ATTN_VARIANTS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # not the default: the row records the count the cell ran with
     cell = tiny_cell()
     counts = runner.main([cell], "experiments/test_claim.py", runner_argv(tmp_path, tiny_data))
     assert counts == {"run": 1, "skipped": 0, "failed": 0, "busy": 0}
@@ -306,7 +307,7 @@ def test_tiny_cell_row_then_skipped(tmp_path, tiny_data, monkeypatch):
     assert row["config"]["training"]["max_steps"] == 2 and row["config"]["training"]["max_seq_length"] == 32
     assert row["command"] == "python experiments/test_claim.py --only test/tiny/t/seed0"
     words = shlex.split(row["train_command"])
-    assert words[:4] == ["OMP_NUM_THREADS=1", "HF_HUB_OFFLINE=1", "python", "examples/run_pretraining.py"]
+    assert words[:4] == ["OMP_NUM_THREADS=3", "HF_HUB_OFFLINE=1", "python", "examples/run_pretraining.py"]
     assert words[words.index("--seed") + 1] == "0" and words[words.index("--train_file") + 1] == str(tiny_data[0])
     assert row["wall_seconds"] > 0 and row["cpu_seconds"] > 0 and row["hardware"]["torch"]
     assert row["hardware"]["device"] == "cpu" and "--use_cpu" in words and row["hardware"]["transformers"]
